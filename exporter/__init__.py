@@ -1,0 +1,1 @@
+"""mcutrain exporter: quantization, C serialization, memory plans, PlatformIO projects, simulators, device client."""

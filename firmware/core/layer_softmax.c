@@ -1,0 +1,39 @@
+/* layer_softmax.c - Softmax with temperature T (alpha): y = exp((x - max x) / T) / sum.
+ * Backward uses the output: dx_i = y_i (g_i - sum_j y_j g_j) / T. */
+#include "mct_layers.h"
+
+void mct_softmax_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb) {
+    (void)p; (void)aux;
+    uint32_t n = L->n_out;
+    float T = L->alpha;
+    for (uint32_t s = 0; s < nb; s++) {
+        const float *xs = x + (size_t)s * n;
+        float *ys = y + (size_t)s * n;
+        float m = xs[0];
+        for (uint32_t j = 1; j < n; j++) m = xs[j] > m ? xs[j] : m;
+        float sum = 0.0f;
+        for (uint32_t j = 0; j < n; j++) {
+            float z = xs[j] - m;
+            ys[j] = mct_expf(T == 1.0f ? z : z / T);
+            sum = sum + ys[j];
+        }
+        for (uint32_t j = 0; j < n; j++) ys[j] = ys[j] / sum;
+    }
+}
+
+void mct_softmax_backward(const mct_layer *L, float *p, const mct_bwd *b) {
+    (void)p;
+    if (!b->gx) return;
+    uint32_t n = L->n_out;
+    float T = L->alpha;
+    for (uint32_t s = 0; s < b->nb; s++) {
+        const float *ys = b->y + (size_t)s * n, *gs = b->gy + (size_t)s * n;
+        float *gx = b->gx + (size_t)s * n;
+        float dot = 0.0f;
+        for (uint32_t j = 0; j < n; j++) dot = dot + ys[j] * gs[j];
+        for (uint32_t j = 0; j < n; j++) {
+            float g = ys[j] * (gs[j] - dot);
+            gx[j] = T == 1.0f ? g : g / T;
+        }
+    }
+}

@@ -1,0 +1,181 @@
+/* mct.h - the mcutrain core: one C99 implementation of every layer, loss and optimizer,
+ * compiled into the host trainer (Cython) and into the firmware.
+ *
+ * A network is a const table of layer descriptors (mct_layer) plus flat f32 buffers that the
+ * caller owns: params, grads, optimizer state and a trace arena. Nothing here allocates or
+ * keeps global state. Every kernel works on a batch of `nb` samples stored sample-major
+ * ([nb][width]); a device simply uses nb = 1, so host and device run the same code and, built
+ * with -ffp-contract=off, compute the same bits.
+ */
+#ifndef MCT_H
+#define MCT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MCT_VERSION 1
+
+/* Layer operations (mct_layer.op). */
+enum mct_op {
+    MCT_OP_DENSE = 1,     /* y = x W (+ b if kind == 1); W is [n_in][n_out] row-major, then b[n_out] */
+    MCT_OP_BIAS = 2,      /* y = x + b */
+    MCT_OP_ACT = 3,       /* elementwise activation, kind = enum mct_act, alpha = leaky slope */
+    MCT_OP_SOFTMAX = 4,   /* y = softmax(x / T), alpha = T */
+    MCT_OP_SWISH = 5,     /* y = x * sigmoid(beta * x), beta[n] learned */
+    MCT_OP_GLU = 6,       /* y = act(x Wg + bg) * (x Wv + bv), kind = gate (enum mct_act), alpha = leaky slope */
+    MCT_OP_DIAG = 7,      /* y = d * x, d[n] learned */
+    MCT_OP_SCALE = 8,     /* y = s * x, one learned scalar s */
+    MCT_OP_RMSNORM = 9,   /* y = g * x / sqrt(mean(x^2) + eps), g[n] learned, alpha = eps */
+    MCT_OP_DYT = 10,      /* y = g * tanh(a * x) + b: scalar a, g[n], b[n] learned */
+    MCT_OP_CONV1D = 11,   /* single-channel valid cross-correlation, k = filter size, n_out = n_in - k + 1 */
+    MCT_OP_RES_BEGIN = 12,/* start of a residual block: identity; k = index of its RES_END */
+    MCT_OP_RES_END = 13   /* end of a residual block: y = body(x) + x; k = index of its RES_BEGIN */
+};
+
+/* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU). */
+enum mct_act {
+    MCT_ACT_RELU = 0, MCT_ACT_LEAKY_RELU = 1, MCT_ACT_SIGMOID = 2, MCT_ACT_TANH = 3,
+    MCT_ACT_SILU = 4, MCT_ACT_SOFTPLUS = 5, MCT_ACT_SINE = 6, MCT_ACT_COSINE = 7,
+    MCT_ACT_SWISH = 8 /* GLU gate only: learned beta per output */
+};
+
+/* One layer of a network. Offsets into the trace arena are per sample: a batch of nb
+ * samples keeps the region at off * nb, laid out [nb][width]. */
+typedef struct mct_layer {
+    uint8_t op;         /* enum mct_op */
+    uint8_t kind;       /* op variant (see enum mct_op) */
+    uint8_t trainable;  /* 0: frozen (no parameter update) */
+    uint8_t reserved;
+    uint16_t n_in;      /* input width per sample */
+    uint16_t n_out;     /* output width per sample */
+    uint16_t k;         /* conv filter size, or index of the partner RES_BEGIN/RES_END */
+    uint16_t reserved2;
+    float alpha;        /* leaky slope, softmax temperature or RMSNorm eps */
+    float lr_div;       /* learning rate divisor of enclosing LR wrappers (1 = none) */
+    uint32_t p_off;     /* first parameter in the flat params buffer */
+    uint32_t n_p;       /* parameter count */
+    uint32_t n_w;       /* the first n_w parameters are connection weights (get L1/L2) */
+    uint32_t in_off;    /* arena offset of the input */
+    uint32_t out_off;   /* arena offset of the output */
+    uint32_t aux_off;   /* arena offset of op-specific trace (GLU pre-activations, RMSNorm rms, ...) */
+} mct_layer;
+
+/* A network: the layer table and the sizes every buffer must have. */
+typedef struct mct_net {
+    const mct_layer *layers;
+    uint16_t n_layers;
+    uint16_t n_in;        /* network input width */
+    uint16_t n_out;       /* network output width */
+    uint16_t max_width;   /* widest layer input or output, sizes the gradient buffers */
+    uint32_t n_params;    /* floats in params (and in grads) */
+    uint32_t arena;       /* floats of trace arena per sample */
+    uint32_t in_off;      /* arena offset of the network input */
+    uint32_t out_off;     /* arena offset of the network output */
+} mct_net;
+
+/* Error codes returned by the checked entry points. */
+enum mct_status {
+    MCT_OK = 0, MCT_E_NET = 1, MCT_E_ARG = 2, MCT_E_NONFINITE = 3, MCT_E_UNSUPPORTED = 4
+};
+
+/* ---- losses ---- */
+enum mct_loss_kind { MCT_LOSS_MSE = 0, MCT_LOSS_HUBER = 1, MCT_LOSS_BCE = 2, MCT_LOSS_XENT = 3, MCT_LOSS_COSINE = 4 };
+
+/* Loss of one sample (y = output, t = target, n values) and, if grad is not NULL, dL/dy into grad. */
+float mct_loss(uint8_t kind, float param, const float *y, const float *t, uint16_t n, float *grad);
+
+/* ---- optimizers ---- */
+enum mct_opt_kind { MCT_OPT_SGD = 0, MCT_OPT_MOMENTUM = 1, MCT_OPT_RMSPROP = 2, MCT_OPT_RMSPROP_MOMENTUM = 3, MCT_OPT_ADAM = 4 };
+enum mct_schedule { MCT_LR_CONSTANT = 0, MCT_LR_LINEAR = 1, MCT_LR_COSINE = 2 };
+
+/* Optimizer configuration (TrainParams plus the optimizer's coefficients). */
+typedef struct mct_opt {
+    uint8_t kind;           /* enum mct_opt_kind */
+    uint8_t schedule;       /* enum mct_schedule */
+    uint8_t scale_by_loss;  /* 1: scale every step by the loss value (minidx behaviour) */
+    uint8_t reserved;
+    uint32_t decay_steps;   /* steps of the linear or cosine decay from lr to lr_final */
+    uint32_t warmup_steps;  /* soft start: lr * (step + 1) / warmup_steps while step < warmup_steps */
+    float lr, lr_final;
+    float l1, l2;           /* penalty l1*|w| + l2*w^2 on connection weights, added to the gradient */
+    float clip;             /* clamp each gradient element to [-clip, clip]; 0 = off */
+    float momentum;         /* momentum coefficient (MOMENTUM, RMSPROP_MOMENTUM) */
+    float beta;             /* RMSProp decay, Adam beta2 */
+    float beta1;            /* Adam beta1 */
+    float eps;              /* RMSProp: added under the root; Adam: added to the root */
+    float sim_penalty;      /* momentum similarity penalty tau; 0 = off */
+} mct_opt;
+
+/* Training progress that the optimizer needs besides its per-parameter slots. */
+typedef struct mct_train_state {
+    uint32_t step;          /* updates applied so far */
+    float b1t, b2t;         /* Adam: beta1^step and beta2^step */
+} mct_train_state;
+
+/* Values derived once per update from the optimizer, the state and the loss. */
+typedef struct mct_step {
+    float lr;               /* learning rate of this step (schedule, warm-up, loss scaling applied) */
+    float sim;              /* momentum multiplier from the similarity penalty (1 = none) */
+    float c1, c2;           /* Adam bias corrections 1 - beta1^t, 1 - beta2^t */
+} mct_step;
+
+/* Per-parameter optimizer slots (0, 1 or 2) of an optimizer kind. */
+uint8_t mct_opt_slots(uint8_t kind);
+/* Initial train state (step 0, Adam powers 1). */
+mct_train_state mct_train_state_init(void);
+/* Learning rate at a step from the schedule and the warm-up. */
+float mct_lr_at(const mct_opt *o, uint32_t step);
+/* Prepare one update: learning rate, loss scaling, Adam corrections (advances nothing). */
+mct_step mct_step_begin(const mct_opt *o, const mct_train_state *ts, float loss);
+/* Momentum multiplier of the similarity penalty from the velocity and the summed grads (1 when off). */
+float mct_opt_similarity(const mct_opt *o, const float *state, const float *grads, uint32_t n_params);
+/* Advance the train state after an update. */
+void mct_step_end(const mct_opt *o, mct_train_state *ts);
+
+/* Where a backward pass sends parameter gradients: written to grads (STORE), or applied to the
+ * parameters at once (APPLY, when grads is NULL). */
+typedef struct mct_sink {
+    float *grads;           /* STORE: gradient sums over the batch, net-wide offsets */
+    const mct_opt *opt;     /* APPLY: optimizer, step values and slots */
+    const mct_step *step;
+    float *state;           /* APPLY: optimizer slots, n_params floats each */
+    uint32_t n_params;      /* APPLY: distance between slots */
+    float div;              /* APPLY: gradient sums are divided by this (the batch size) */
+} mct_sink;
+
+/* ---- network ---- */
+/* Check a layer table for consistent sizes, parameter counts and arena offsets: MCT_OK or MCT_E_NET. */
+int mct_net_check(const mct_net *net);
+/* Floats of scratch that mct_backward needs for nb samples (host != 0: room for the host's transposes). */
+uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host);
+/* Forward pass of nb samples: copies x [nb][n_in] into the arena; returns the output [nb][n_out] in the arena. */
+float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb);
+/* Backward pass after mct_forward: gout [nb][n_out] is dL/dy; writes dL/dx to gin unless NULL; sends the
+ * parameter gradients of trainable layers to sink (APPLY mode updates params); scratch_n >= mct_scratch_size. */
+void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,
+                  const mct_sink *sink, float *scratch, uint32_t scratch_n, int host);
+/* Apply gradient sums (divided by div) to the parameters of every trainable layer. */
+void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
+               float *state, float div);
+/* Forward, loss and backward of nb samples with gradient sums stored in grads; returns the summed loss. */
+float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind, float loss_param,
+                      const float *x, const float *t, uint32_t nb, float *arena, float *scratch,
+                      uint32_t scratch_n, int host, float *grads);
+/* Finish an update from gradient sums over nb samples: similarity penalty, apply, advance the state. */
+void mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
+                const float *grads, uint32_t nb, float mean_loss);
+/* One training update on nb samples. With grads == NULL the gradients are applied as soon as they are
+ * known (no grads buffer: the device path; not with the similarity penalty: MCT_E_UNSUPPORTED). The mean
+ * loss goes to *loss; a non-finite loss returns MCT_E_NONFINITE and leaves params and state untouched. */
+int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
+                   uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
+                   float *arena, float *scratch, uint32_t scratch_n, float *grads, float *loss);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MCT_H */

@@ -1,0 +1,192 @@
+/* mct_layers.h - per-layer kernels of the mcutrain core and the small inline helpers they share.
+ *
+ * One file per layer (layer_*.c), each with its forward and backward side by side; the
+ * parameter update is the optimizer's (optim.c), reached through mct_sink_put. Every forward
+ * takes the layer, its parameters, the input x [nb][n_in], the output y [nb][n_out] and the
+ * layer's aux trace; every backward takes an mct_bwd. Summation orders are fixed, so any tiling
+ * gives the same bits.
+ */
+#ifndef MCT_LAYERS_H
+#define MCT_LAYERS_H
+
+#include "mct.h"
+#include "mct_math.h"
+
+/* Everything a layer's backward pass needs. */
+typedef struct mct_bwd {
+    const float *x;         /* layer input [nb][n_in] */
+    const float *y;         /* layer output [nb][n_out] */
+    float *aux;             /* the layer's aux trace */
+    const float *gy;        /* dL/dy [nb][n_out] */
+    float *gx;              /* dL/dx [nb][n_in], or NULL when not needed */
+    uint32_t nb;            /* samples */
+    const mct_sink *sink;   /* where parameter gradients go (NULL: frozen layer) */
+    float *tmp;             /* scratch: mct_layer_scratch floats */
+    int host;               /* 1: host layout (transposes in tmp) */
+} mct_bwd;
+
+/* ---- shared kernels (gemm.c) ---- */
+/* C[m][n] = sum over k of A[m][k] * B[k][n], k ascending from the k = 0 product (tiled). */
+void mct_gemm(const float *A, const float *B, float *C, uint32_t M, uint32_t K, uint32_t N);
+/* C[m][n] = sum over k of A[m][k] * B[n][k] (B stored transposed), same summation order as mct_gemm. */
+void mct_gemm_bt(const float *A, const float *B, float *C, uint32_t M, uint32_t K, uint32_t N);
+/* AT[c][r] = A[r][c] for a rows x cols matrix. */
+void mct_transpose(const float *A, float *AT, uint32_t rows, uint32_t cols);
+/* Backward of y = x W, the core of Dense, Linear and GLU, with W = p + j0 ([n_in][n_out]): gx = gy W^T
+ * (if gx), then the weight gradients (summed over samples) to the sink as layer parameters j0... */
+void mct_matmul_backward(const mct_layer *L, float *p, uint32_t j0, const float *x, const float *gy, float *gx,
+                         uint32_t nb, uint32_t n_in, uint32_t n_out, const mct_sink *sink, float *tmp, int host);
+/* Sum over samples of gy [nb][n] into parameters j0.. of the layer via the sink (a bias gradient). */
+void mct_bias_grads(const mct_layer *L, float *p, uint32_t j0, const float *gy, uint32_t nb, uint32_t n,
+                    const mct_sink *sink);
+
+/* ---- optimizer, per element (optim.c defines the range versions) ---- */
+/* Update one parameter w with gradient g (already divided by the batch size); st points to its first slot. */
+static inline void mct_opt_elem(const mct_opt *o, const mct_step *s, float lr, float *w, float g, float *st,
+                                uint32_t stride, int weight) {
+    float wv = *w;
+    if (o->clip > 0.0f) g = g > o->clip ? o->clip : (g < -o->clip ? -o->clip : g);
+    if (weight) {
+        if (o->l1 != 0.0f) g = g + o->l1 * (wv > 0.0f ? 1.0f : (wv < 0.0f ? -1.0f : 0.0f));
+        if (o->l2 != 0.0f) g = g + 2.0f * o->l2 * wv;
+    }
+    switch (o->kind) {
+    case MCT_OPT_MOMENTUM: {
+        float v = o->momentum * st[0] + s->sim * g;
+        st[0] = v;
+        wv = wv - lr * v;
+        break;
+    }
+    case MCT_OPT_RMSPROP: {
+        float a = o->beta * st[0] + (1.0f - o->beta) * (g * g);
+        st[0] = a;
+        wv = wv - lr * (g / mct_sqrtf(a + o->eps));
+        break;
+    }
+    case MCT_OPT_RMSPROP_MOMENTUM: {
+        float a = o->beta * st[0] + (1.0f - o->beta) * (g * g);
+        st[0] = a;
+        float v = o->momentum * st[stride] + s->sim * (g / mct_sqrtf(a + o->eps));
+        st[stride] = v;
+        wv = wv - lr * v;
+        break;
+    }
+    case MCT_OPT_ADAM: {
+        float m = o->beta1 * st[0] + (1.0f - o->beta1) * g;
+        float v = o->beta * st[stride] + (1.0f - o->beta) * (g * g);
+        st[0] = m;
+        st[stride] = v;
+        wv = wv - lr * ((m / s->c1) / (mct_sqrtf(v / s->c2) + o->eps));
+        break;
+    }
+    default: /* MCT_OPT_SGD */
+        wv = wv - lr * g;
+        break;
+    }
+    *w = wv;
+}
+
+/* Learning rate of a layer: the step's, divided by the layer's LR-wrapper divisor. */
+static inline float mct_layer_lr(const mct_step *s, const mct_layer *L) {
+    return L->lr_div == 1.0f ? s->lr : s->lr / L->lr_div;
+}
+
+/* Hand the batch-summed gradient of layer parameter j (p = the layer's parameters) to the sink. */
+static inline void mct_sink_put(const mct_sink *k, const mct_layer *L, float *p, uint32_t j, float gsum) {
+    if (k->grads) {
+        k->grads[L->p_off + j] = gsum;
+    } else {
+        float g = k->div == 1.0f ? gsum : gsum / k->div;
+        mct_opt_elem(k->opt, k->step, mct_layer_lr(k->step, L), &p[j], g,
+                     k->state ? k->state + L->p_off + j : NULL, k->n_params, j < L->n_w);
+    }
+}
+
+/* ---- activations, per element ---- */
+/* Logistic sigmoid 1 / (1 + e^-x). */
+static inline float mct_sigmoidf(float x) { return 1.0f / (1.0f + mct_expf(-x)); }
+
+/* Activation function of kind (enum mct_act, not SWISH) at x; alpha is the leaky slope. */
+static inline float mct_act1(uint8_t kind, float alpha, float x) {
+    switch (kind) {
+    case MCT_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case MCT_ACT_LEAKY_RELU: return x < 0.0f ? alpha * x : x;
+    case MCT_ACT_SIGMOID: return mct_sigmoidf(x);
+    case MCT_ACT_TANH: return mct_tanhf(x);
+    case MCT_ACT_SILU: return x * mct_sigmoidf(x);
+    case MCT_ACT_SOFTPLUS: return (x > 0.0f ? x : 0.0f) + mct_log1pf(mct_expf(-(x < 0.0f ? -x : x)));
+    case MCT_ACT_SINE: return mct_sinf(x);
+    case MCT_ACT_COSINE: return mct_cosf(x);
+    default: return x;
+    }
+}
+
+/* Derivative of activation kind at x, given y = mct_act1(kind, alpha, x). */
+static inline float mct_dact1(uint8_t kind, float alpha, float x, float y) {
+    switch (kind) {
+    case MCT_ACT_RELU: return x > 0.0f ? 1.0f : 0.0f;
+    case MCT_ACT_LEAKY_RELU: return x < 0.0f ? alpha : 1.0f;
+    case MCT_ACT_SIGMOID: return y * (1.0f - y);
+    case MCT_ACT_TANH: return 1.0f - y * y;
+    case MCT_ACT_SILU: { float s = mct_sigmoidf(x); return s * (1.0f + x * (1.0f - s)); }
+    case MCT_ACT_SOFTPLUS: return mct_sigmoidf(x);
+    case MCT_ACT_SINE: return mct_cosf(x);
+    case MCT_ACT_COSINE: return -mct_sinf(x);
+    default: return 1.0f;
+    }
+}
+
+/* ---- per-layer kernels (one file each) ---- */
+/* Floats of scratch a layer's backward needs for nb samples (host: with room for transposes). */
+uint32_t mct_layer_scratch(const mct_layer *L, uint32_t nb, int host);
+/* Parameter count a layer of this op and sizes must have. */
+uint32_t mct_layer_param_count(const mct_layer *L);
+/* Aux trace floats per sample a layer needs. */
+uint32_t mct_layer_aux_count(const mct_layer *L);
+
+/* Dense / Linear forward (layer_dense.c). */
+void mct_dense_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Dense / Linear backward. */
+void mct_dense_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Bias1d forward (layer_bias.c). */
+void mct_bias_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Bias1d backward. */
+void mct_bias_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Elementwise activation forward (layer_activation.c). */
+void mct_act_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Elementwise activation backward. */
+void mct_act_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Softmax forward (layer_softmax.c). */
+void mct_softmax_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Softmax backward. */
+void mct_softmax_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Swish with learned beta forward (layer_swish.c). */
+void mct_swish_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Swish backward. */
+void mct_swish_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Gated linear unit forward (layer_glu.c). */
+void mct_glu_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Gated linear unit backward. */
+void mct_glu_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Diag (learned per-element scale) forward (layer_diag.c). */
+void mct_diag_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Diag backward. */
+void mct_diag_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* ScalarScale forward (layer_scale.c). */
+void mct_scale_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* ScalarScale backward. */
+void mct_scale_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* RMSNorm forward (layer_rmsnorm.c). */
+void mct_rmsnorm_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* RMSNorm backward. */
+void mct_rmsnorm_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* DyT (dynamic tanh) forward (layer_dyt.c). */
+void mct_dyt_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* DyT backward. */
+void mct_dyt_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Conv1d forward (layer_conv1d.c). */
+void mct_conv1d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Conv1d backward. */
+void mct_conv1d_backward(const mct_layer *L, float *p, const mct_bwd *b);
+
+#endif /* MCT_LAYERS_H */

@@ -1,0 +1,191 @@
+/* net.c - the interpreter over a layer table: checks, forward, backward and apply. */
+#include "mct_layers.h"
+
+uint32_t mct_layer_param_count(const mct_layer *L) {
+    uint32_t I = L->n_in, O = L->n_out;
+    switch (L->op) {
+    case MCT_OP_DENSE: return I * O + (L->kind ? O : 0);
+    case MCT_OP_BIAS: case MCT_OP_SWISH: case MCT_OP_DIAG: case MCT_OP_RMSNORM: return O;
+    case MCT_OP_GLU: return 2 * I * O + 2 * O + (L->kind == MCT_ACT_SWISH ? O : 0);
+    case MCT_OP_SCALE: return 1;
+    case MCT_OP_DYT: return 1 + 2 * O;
+    case MCT_OP_CONV1D: return L->k;
+    default: return 0;
+    }
+}
+
+uint32_t mct_layer_aux_count(const mct_layer *L) {
+    switch (L->op) {
+    case MCT_OP_GLU: return 2u * L->n_out;
+    case MCT_OP_RMSNORM: return 1;
+    case MCT_OP_RES_END: return L->n_out;
+    default: return 0;
+    }
+}
+
+uint32_t mct_layer_scratch(const mct_layer *L, uint32_t nb, int host) {
+    uint32_t I = L->n_in, O = L->n_out;
+    uint32_t mm = host ? (I * O > nb * I ? I * O : nb * I) : 0;
+    if (L->op == MCT_OP_DENSE) return mm;
+    if (L->op == MCT_OP_GLU) return 2 * nb * O + nb * I + mm;
+    return 0;
+}
+
+/* Is the op known and are its sizes consistent? */
+static int layer_shape_ok(const mct_layer *L) {
+    if (L->n_in == 0 || L->n_out == 0) return 0;
+    switch (L->op) {
+    case MCT_OP_DENSE: return L->kind <= 1;
+    case MCT_OP_GLU: return L->kind <= MCT_ACT_SWISH && L->kind != MCT_ACT_SINE && L->kind != MCT_ACT_COSINE;
+    case MCT_OP_ACT: return L->n_in == L->n_out && L->kind < MCT_ACT_SWISH;
+    case MCT_OP_SOFTMAX: return L->n_in == L->n_out && L->alpha > 0.0f;
+    case MCT_OP_RMSNORM: return L->n_in == L->n_out && L->alpha >= 0.0f;
+    case MCT_OP_BIAS: case MCT_OP_SWISH: case MCT_OP_DIAG: case MCT_OP_SCALE: case MCT_OP_DYT:
+    case MCT_OP_RES_BEGIN: case MCT_OP_RES_END:
+        return L->n_in == L->n_out;
+    case MCT_OP_CONV1D: return L->k >= 1 && L->n_in >= L->k && L->n_out == L->n_in - L->k + 1;
+    default: return 0;
+    }
+}
+
+int mct_net_check(const mct_net *net) {
+    if (!net || !net->layers || net->n_layers == 0) return MCT_E_NET;
+    uint32_t prev_out = net->in_off, prev_n = net->n_in;
+    for (uint16_t l = 0; l < net->n_layers; l++) {
+        const mct_layer *L = &net->layers[l];
+        if (!layer_shape_ok(L) || L->n_in != prev_n || L->in_off != prev_out) return MCT_E_NET;
+        if (mct_layer_param_count(L) != L->n_p || L->n_w > L->n_p) return MCT_E_NET;
+        if ((uint64_t)L->p_off + L->n_p > net->n_params) return MCT_E_NET;
+        if ((uint64_t)L->in_off + L->n_in > net->arena || (uint64_t)L->out_off + L->n_out > net->arena) return MCT_E_NET;
+        if ((uint64_t)L->aux_off + mct_layer_aux_count(L) > net->arena) return MCT_E_NET;
+        if (L->n_in > net->max_width || L->n_out > net->max_width) return MCT_E_NET;
+        if (L->lr_div <= 0.0f) return MCT_E_NET;
+        if (L->op == MCT_OP_RES_BEGIN) {
+            if (L->k <= l || L->k >= net->n_layers || net->layers[L->k].op != MCT_OP_RES_END ||
+                net->layers[L->k].k != l || L->out_off != L->in_off || net->layers[L->k].n_out != L->n_out)
+                return MCT_E_NET;
+        } else if (L->op == MCT_OP_RES_END) {
+            if (L->k >= l || net->layers[L->k].op != MCT_OP_RES_BEGIN || net->layers[L->k].k != l) return MCT_E_NET;
+        } else if (L->out_off == L->in_off) {
+            return MCT_E_NET; /* only RES_BEGIN may alias its input */
+        }
+        prev_out = L->out_off;
+        prev_n = L->n_out;
+    }
+    if (prev_n != net->n_out || prev_out != net->out_off) return MCT_E_NET;
+    return MCT_OK;
+}
+
+uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host) {
+    uint32_t most = 0;
+    for (uint16_t l = 0; l < net->n_layers; l++) {
+        uint32_t s = mct_layer_scratch(&net->layers[l], nb, host);
+        most = s > most ? s : most;
+    }
+    return 2u * net->max_width * nb + most;
+}
+
+float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb) {
+    float *in = arena + (size_t)net->in_off * nb;
+    if (x && x != in)
+        for (size_t j = 0; j < (size_t)net->n_in * nb; j++) in[j] = x[j];
+    for (uint16_t l = 0; l < net->n_layers; l++) {
+        const mct_layer *L = &net->layers[l];
+        const float *p = params + L->p_off;
+        const float *xi = arena + (size_t)L->in_off * nb;
+        float *y = arena + (size_t)L->out_off * nb, *aux = arena + (size_t)L->aux_off * nb;
+        switch (L->op) {
+        case MCT_OP_DENSE: mct_dense_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_BIAS: mct_bias_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_ACT: mct_act_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_SOFTMAX: mct_softmax_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_SWISH: mct_swish_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_GLU: mct_glu_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_DIAG: mct_diag_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_SCALE: mct_scale_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_RMSNORM: mct_rmsnorm_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_DYT: mct_dyt_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_CONV1D: mct_conv1d_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_RES_END: {
+            const float *skip = arena + (size_t)net->layers[L->k].in_off * nb;
+            for (size_t j = 0; j < (size_t)L->n_out * nb; j++) y[j] = xi[j] + skip[j];
+            break;
+        }
+        default: break; /* RES_BEGIN: its output is its input */
+        }
+    }
+    return arena + (size_t)net->out_off * nb;
+}
+
+/* Index of the first layer whose backward must run: 0 when dL/dx is wanted, else the first
+ * trainable layer that has parameters (n_layers when none has). */
+static uint16_t backward_stop(const mct_net *net, int want_gin) {
+    if (want_gin) return 0;
+    for (uint16_t l = 0; l < net->n_layers; l++)
+        if (net->layers[l].trainable && net->layers[l].n_p) return l;
+    return net->n_layers;
+}
+
+void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,
+                  const mct_sink *sink, float *scratch, uint32_t scratch_n, int host) {
+    uint16_t stop = backward_stop(net, gin != NULL);
+    size_t w = (size_t)net->max_width * nb;
+    float *bufs[2] = {scratch, scratch + w}, *tmp = scratch + 2 * w;
+    const float *gy = gout;
+    int cur = 0;
+    (void)scratch_n;
+    for (int l = (int)net->n_layers - 1; l >= (int)stop; l--) {
+        const mct_layer *L = &net->layers[l];
+        mct_bwd b;
+        b.x = arena + (size_t)L->in_off * nb;
+        b.y = arena + (size_t)L->out_off * nb;
+        b.aux = arena + (size_t)L->aux_off * nb;
+        b.gy = gy;
+        b.gx = l > (int)stop ? bufs[cur] : gin;
+        b.nb = nb;
+        b.sink = L->trainable ? sink : NULL;
+        b.tmp = tmp;
+        b.host = host;
+        float *p = params + L->p_off;
+        size_t n = (size_t)L->n_out * nb;
+        switch (L->op) {
+        case MCT_OP_DENSE: mct_dense_backward(L, p, &b); break;
+        case MCT_OP_BIAS: mct_bias_backward(L, p, &b); break;
+        case MCT_OP_ACT: mct_act_backward(L, p, &b); break;
+        case MCT_OP_SOFTMAX: mct_softmax_backward(L, p, &b); break;
+        case MCT_OP_SWISH: mct_swish_backward(L, p, &b); break;
+        case MCT_OP_GLU: mct_glu_backward(L, p, &b); break;
+        case MCT_OP_DIAG: mct_diag_backward(L, p, &b); break;
+        case MCT_OP_SCALE: mct_scale_backward(L, p, &b); break;
+        case MCT_OP_RMSNORM: mct_rmsnorm_backward(L, p, &b); break;
+        case MCT_OP_DYT: mct_dyt_backward(L, p, &b); break;
+        case MCT_OP_CONV1D: mct_conv1d_backward(L, p, &b); break;
+        case MCT_OP_RES_END:  /* the gradient flows into the body and, kept in aux, around it */
+            for (size_t j = 0; j < n; j++) b.aux[j] = gy[j];
+            if (b.gx) for (size_t j = 0; j < n; j++) b.gx[j] = gy[j];
+            break;
+        case MCT_OP_RES_BEGIN: {
+            const float *skip = arena + (size_t)net->layers[L->k].aux_off * nb;
+            if (b.gx) for (size_t j = 0; j < n; j++) b.gx[j] = gy[j] + skip[j];
+            break;
+        }
+        default: break;
+        }
+        gy = b.gx;
+        cur ^= 1;
+    }
+}
+
+void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
+               float *state, float div) {
+    for (uint16_t l = 0; l < net->n_layers; l++) {
+        const mct_layer *L = &net->layers[l];
+        if (!L->trainable || !L->n_p) continue;
+        float lr = mct_layer_lr(s, L);
+        for (uint32_t j = 0; j < L->n_p; j++) {
+            uint32_t q = L->p_off + j;
+            float g = div == 1.0f ? grads[q] : grads[q] / div;
+            mct_opt_elem(o, s, lr, &params[q], g, state ? state + q : NULL, net->n_params, j < L->n_w);
+        }
+    }
+}

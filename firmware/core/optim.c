@@ -1,0 +1,71 @@
+/* optim.c - optimizers: learning-rate schedules, per-step values and the similarity penalty.
+ * The per-parameter update itself is mct_opt_elem (mct_layers.h), shared by the buffered path
+ * (mct_apply) and the fused device path (mct_sink_put). */
+#include "mct_layers.h"
+
+uint8_t mct_opt_slots(uint8_t kind) {
+    switch (kind) {
+    case MCT_OPT_MOMENTUM: case MCT_OPT_RMSPROP: return 1;
+    case MCT_OPT_RMSPROP_MOMENTUM: case MCT_OPT_ADAM: return 2;
+    default: return 0;
+    }
+}
+
+mct_train_state mct_train_state_init(void) {
+    mct_train_state ts;
+    ts.step = 0;
+    ts.b1t = 1.0f;
+    ts.b2t = 1.0f;
+    return ts;
+}
+
+float mct_lr_at(const mct_opt *o, uint32_t step) {
+    float lr = o->lr;
+    if (o->decay_steps && o->schedule == MCT_LR_LINEAR) {
+        uint32_t t = step < o->decay_steps ? step : o->decay_steps;
+        lr = o->lr + (o->lr_final - o->lr) * ((float)t / (float)o->decay_steps);
+    } else if (o->decay_steps && o->schedule == MCT_LR_COSINE) {
+        if (step >= o->decay_steps) {
+            lr = o->lr_final;
+        } else {
+            float c = mct_cosf(3.14159274f * ((float)step / (float)o->decay_steps));
+            lr = o->lr_final + (o->lr - o->lr_final) * (0.5f * (1.0f + c));
+        }
+    }
+    if (o->warmup_steps && step < o->warmup_steps) lr = lr * ((float)(step + 1) / (float)o->warmup_steps);
+    return lr;
+}
+
+mct_step mct_step_begin(const mct_opt *o, const mct_train_state *ts, float loss) {
+    mct_step s;
+    s.lr = mct_lr_at(o, ts->step);
+    if (o->scale_by_loss) s.lr = s.lr * loss;
+    s.sim = 1.0f;
+    s.c1 = 1.0f - ts->b1t * o->beta1;
+    s.c2 = 1.0f - ts->b2t * o->beta;
+    return s;
+}
+
+float mct_opt_similarity(const mct_opt *o, const float *state, const float *grads, uint32_t n_params) {
+    if (o->sim_penalty <= 0.0f) return 1.0f;
+    const float *v;
+    if (o->kind == MCT_OPT_MOMENTUM) v = state;
+    else if (o->kind == MCT_OPT_RMSPROP_MOMENTUM) v = state + n_params;
+    else return 1.0f;
+    float dot = 0.0f, vv = 0.0f, gg = 0.0f;
+    for (uint32_t j = 0; j < n_params; j++) {
+        dot = dot + v[j] * grads[j];
+        vv = vv + v[j] * v[j];
+        gg = gg + grads[j] * grads[j];
+    }
+    if (vv == 0.0f || gg == 0.0f) return 1.0f;
+    float c = dot / (mct_sqrtf(vv) * mct_sqrtf(gg));
+    /* velocity and gradient agree (c = 1): step boosted; the step reverses (c = -1): damped */
+    return mct_logf(2.0f * (c + 1.0f) + o->sim_penalty) * 1.44269502f + 0.25f;
+}
+
+void mct_step_end(const mct_opt *o, mct_train_state *ts) {
+    ts->step++;
+    ts->b1t = ts->b1t * o->beta1;
+    ts->b2t = ts->b2t * o->beta;
+}

@@ -1,0 +1,37 @@
+"""Build the Cython extension trainer._core from trainer/_core.pyx plus the C core in firmware/core.
+
+The host build keeps -ffp-contract=off (as every firmware build does) so the host trainer computes
+the same bits as a device, and widens the register tiles of the matrix kernels for the host CPU.
+MCUTRAIN_MARCH selects the -march flag (default: native; set it to e.g. x86-64-v2 for a portable wheel).
+"""
+import glob
+import os
+import sys
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+march = os.environ.get("MCUTRAIN_MARCH", "native")
+cflags = ["-std=c99", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fopenmp",
+          "-DMCT_TILE_M=4", "-DMCT_TILE_N=16", "-Wall", "-Wextra", "-Wno-unused-function",
+          "-Wno-unreachable-code"]
+if march:
+    cflags.append("-march=" + march)
+if sys.platform == "darwin":
+    cflags.remove("-fopenmp")
+
+core_sources = sorted(glob.glob("firmware/core/*.c"))
+ext = Extension(
+    "trainer._core",
+    sources=["trainer/_core.pyx"] + core_sources,
+    include_dirs=["firmware/core"],
+    extra_compile_args=cflags,
+    extra_link_args=[] if sys.platform == "darwin" else ["-fopenmp"],
+)
+
+setup(
+    ext_modules=cythonize([ext], language_level=3),
+    package_dir={"": ".", "mcutrain_firmware": "firmware", "mcutrain_boards": "boards"},
+    packages=["trainer", "exporter", "mcutrain_firmware", "mcutrain_boards"],
+    package_data={"mcutrain_firmware": ["**/*"], "mcutrain_boards": ["*.toml"]},
+)

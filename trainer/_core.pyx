@@ -1,0 +1,244 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""Thin binding of the C core (firmware/core) for the host trainer.
+
+Everything numeric happens in the C core; this module only checks buffer sizes, owns the
+scratch memory and releases the GIL around the C calls (the parallel batch runs chunks of the
+batch on OpenMP threads, each with its own arena, scratch and gradient buffers).
+"""
+import numpy as np
+from cython.parallel cimport prange
+from libc.stdint cimport uint8_t, uint16_t, uint32_t
+from libc.string cimport memcpy
+
+cdef extern from "mct.h" nogil:
+    ctypedef struct mct_layer:
+        pass
+    ctypedef struct mct_net:
+        const mct_layer *layers
+        uint16_t n_layers, n_in, n_out, max_width
+        uint32_t n_params, arena, in_off, out_off
+    ctypedef struct mct_opt:
+        pass
+    ctypedef struct mct_train_state:
+        uint32_t step
+        float b1t, b2t
+    ctypedef struct mct_step:
+        float lr, sim, c1, c2
+    ctypedef struct mct_sink:
+        float *grads
+        const mct_opt *opt
+        const mct_step *step
+        float *state
+        uint32_t n_params
+        float div
+    int mct_net_check(const mct_net *net)
+    uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host)
+    float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb)
+    void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,
+                      const mct_sink *sink, float *scratch, uint32_t scratch_n, int host)
+    void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
+                   float *state, float div)
+    float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind, float loss_param,
+                          const float *x, const float *t, uint32_t nb, float *arena, float *scratch,
+                          uint32_t scratch_n, int host, float *grads)
+    void mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
+                    const float *grads, uint32_t nb, float mean_loss)
+    int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
+                       uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
+                       float *arena, float *scratch, uint32_t scratch_n, float *grads, float *loss)
+    mct_step mct_step_begin(const mct_opt *o, const mct_train_state *ts, float loss)
+    float mct_opt_similarity(const mct_opt *o, const float *state, const float *grads, uint32_t n_params)
+    void mct_step_end(const mct_opt *o, mct_train_state *ts)
+    float mct_lr_at(const mct_opt *o, uint32_t step)
+    float mct_loss(uint8_t kind, float param, const float *y, const float *t, uint16_t n, float *grad)
+    size_t MCT_LAYER_SIZE "sizeof(mct_layer)"
+    size_t MCT_OPT_SIZE "sizeof(mct_opt)"
+    size_t MCT_TRAIN_STATE_SIZE "sizeof(mct_train_state)"
+
+cdef extern from "mct_math.h" nogil:
+    float mct_expf(float)
+    float mct_logf(float)
+    float mct_log1pf(float)
+    float mct_tanhf(float)
+    float mct_sinf(float)
+    float mct_cosf(float)
+    float mct_sqrtf(float)
+    float mct_sqrtf_soft(float)
+
+LAYER_SIZE = MCT_LAYER_SIZE
+OPT_SIZE = MCT_OPT_SIZE
+TRAIN_STATE_SIZE = MCT_TRAIN_STATE_SIZE
+
+cdef inline uint8_t *_bytes_ptr(uint8_t[::1] b):
+    return &b[0]
+
+
+def math_eval(str name, float[::1] x):
+    """Evaluate one of the core's portable math functions on every element of x (float32)."""
+    cdef Py_ssize_t i, n = x.shape[0]
+    out = np.empty(n, np.float32)
+    cdef float[::1] y = out
+    cdef int f = ["exp", "log", "log1p", "tanh", "sin", "cos", "sqrt", "sqrt_soft"].index(name)
+    with nogil:
+        for i in range(n):
+            if f == 0: y[i] = mct_expf(x[i])
+            elif f == 1: y[i] = mct_logf(x[i])
+            elif f == 2: y[i] = mct_log1pf(x[i])
+            elif f == 3: y[i] = mct_tanhf(x[i])
+            elif f == 4: y[i] = mct_sinf(x[i])
+            elif f == 5: y[i] = mct_cosf(x[i])
+            elif f == 6: y[i] = mct_sqrtf(x[i])
+            else: y[i] = mct_sqrtf_soft(x[i])
+    return out
+
+
+def loss_eval(int kind, float param, float[:, ::1] y, float[:, ::1] t):
+    """Per-sample losses (n,) and gradients dL/dy (n, width) of a batch, computed by the core."""
+    cdef Py_ssize_t s, nb = y.shape[0], w = y.shape[1]
+    losses = np.empty(nb, np.float32)
+    grads = np.empty((nb, w), np.float32)
+    cdef float[::1] lv = losses
+    cdef float[:, ::1] gv = grads
+    with nogil:
+        for s in range(nb):
+            lv[s] = mct_loss(<uint8_t>kind, param, &y[s, 0], &t[s, 0], <uint16_t>w, &gv[s, 0])
+    return losses, grads
+
+
+def lr_at(uint8_t[::1] opt, uint32_t step):
+    """Learning rate the core uses at a step (schedule and warm-up)."""
+    return mct_lr_at(<const mct_opt *>&opt[0], step)
+
+
+cdef class CoreNet:
+    """A checked layer table plus the buffer sizes; runs the core's passes on NumPy buffers."""
+    cdef mct_net net
+    cdef object table          # keeps the layer table's memory alive
+    cdef public uint32_t n_params, arena, n_in, n_out
+
+    def __init__(self, uint8_t[::1] table, int n_layers, int n_in, int n_out, int max_width,
+                 int n_params, int arena, int in_off, int out_off):
+        if table.shape[0] != n_layers * MCT_LAYER_SIZE:
+            raise ValueError("layer table has %d bytes, expected %d" % (table.shape[0], n_layers * MCT_LAYER_SIZE))
+        self.table = np.asarray(table)
+        self.net.layers = <const mct_layer *>&table[0]
+        self.net.n_layers = n_layers
+        self.net.n_in = n_in
+        self.net.n_out = n_out
+        self.net.max_width = max_width
+        self.net.n_params = n_params
+        self.net.arena = arena
+        self.net.in_off = in_off
+        self.net.out_off = out_off
+        self.n_params, self.arena, self.n_in, self.n_out = n_params, arena, n_in, n_out
+        if mct_net_check(&self.net) != 0:
+            raise ValueError("the C core rejected the layer table (sizes, parameter counts or offsets)")
+
+    cdef object _scratch(self, uint32_t nb):
+        return np.empty(mct_scratch_size(&self.net, nb, 1) + self.net.max_width * nb, np.float32)
+
+    def forward(self, float[::1] params, float[:, ::1] x):
+        """Outputs (nb, n_out) of a batch x (nb, n_in)."""
+        cdef uint32_t nb = x.shape[0]
+        arena = np.empty(self.net.arena * nb, np.float32)
+        cdef float[::1] a = arena
+        cdef float *y
+        with nogil:
+            y = mct_forward(&self.net, &params[0], &x[0, 0], &a[0], nb)
+        off = self.net.out_off * nb
+        return arena[off:off + nb * self.net.n_out].reshape(nb, self.net.n_out).copy()
+
+    def traced_forward(self, float[::1] params, float[:, ::1] x):
+        """(outputs, arena): the arena is the trace the backward pass reads."""
+        cdef uint32_t nb = x.shape[0]
+        arena = np.empty(self.net.arena * nb, np.float32)
+        cdef float[::1] a = arena
+        with nogil:
+            mct_forward(&self.net, &params[0], &x[0, 0], &a[0], nb)
+        off = self.net.out_off * nb
+        return arena[off:off + nb * self.net.n_out].reshape(nb, self.net.n_out).copy(), arena
+
+    def backward(self, float[::1] params, float[::1] arena, float[:, ::1] gout):
+        """(dL/dx (nb, n_in), parameter gradients summed over the batch (n_params,))."""
+        cdef uint32_t nb = gout.shape[0]
+        if arena.shape[0] != self.net.arena * nb:
+            raise ValueError("the trace belongs to a batch of another size")
+        gin = np.empty((nb, self.net.n_in), np.float32)
+        grads = np.zeros(max(self.net.n_params, 1), np.float32)
+        scratch = self._scratch(nb)
+        cdef float[:, ::1] gi = gin
+        cdef float[::1] g = grads, sc = scratch
+        cdef mct_sink sink
+        sink.grads = &g[0]
+        sink.div = 1.0
+        with nogil:
+            mct_backward(&self.net, &params[0], &arena[0], nb, &gout[0, 0], &gi[0, 0], &sink, &sc[0],
+                         sc.shape[0], 1)
+        return gin, grads[:self.net.n_params]
+
+    def apply(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] grads, float[::1] state,
+              float div, float loss):
+        """One optimizer update from gradient sums (divided by div); advances the train state."""
+        with nogil:
+            mct_update(&self.net, &params[0], <const mct_opt *>&opt[0], &state[0],
+                       <mct_train_state *>&ts[0], &grads[0], <uint32_t>div, loss)
+
+    def train_batch(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] state,
+                    int loss_kind, float loss_param, float[:, ::1] x, float[:, ::1] t, int threads=1):
+        """One update on a batch: mean loss, or NaN/inf (parameters untouched) when the loss is not finite.
+
+        threads > 1 splits the batch into that many contiguous parts, each summed in sample order on
+        its own thread; the parts are then added in order (deterministic for a given thread count)."""
+        cdef uint32_t nb = x.shape[0], nt = threads if threads > 0 else 1
+        if nt > nb:
+            nt = nb
+        cdef uint32_t per = (nb + nt - 1) // nt
+        nt = (nb + per - 1) // per
+        cdef uint32_t A = self.net.arena, P = self.net.n_params if self.net.n_params else 1
+        cdef uint32_t S = mct_scratch_size(&self.net, per, 1) + self.net.max_width * per
+        buf = np.empty(nt * (A * per + S + P), np.float32)
+        sums = np.empty(nt, np.float32)
+        cdef float[::1] b = buf, ls = sums
+        cdef uint32_t c, s0, n, j
+        cdef float total = 0
+        cdef float *g0
+        cdef float *gc
+        with nogil:
+            if nt == 1:
+                ls[0] = mct_batch_grads(&self.net, &params[0], <uint8_t>loss_kind, loss_param, &x[0, 0], &t[0, 0],
+                                        nb, &b[0], &b[A * per], S, 1, &b[A * per + S])
+            else:
+                for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
+                    s0 = c * per
+                    n = nb - s0 if nb - s0 < per else per
+                    ls[c] = mct_batch_grads(&self.net, &params[0], <uint8_t>loss_kind, loss_param, &x[s0, 0],
+                                            &t[s0, 0], n, &b[c * (A * per + S + P)],
+                                            &b[c * (A * per + S + P) + A * per], S, 1,
+                                            &b[c * (A * per + S + P) + A * per + S])
+                g0 = &b[A * per + S]
+                for c in range(1, nt):
+                    gc = &b[c * (A * per + S + P) + A * per + S]
+                    for j in range(P):
+                        g0[j] = g0[j] + gc[j]
+            for c in range(nt):
+                total = total + ls[c]
+            total = total / <float>nb
+            if total == total and total - total == 0:
+                mct_update(&self.net, &params[0], <const mct_opt *>&opt[0], &state[0], <mct_train_state *>&ts[0],
+                           &b[A * per + S], nb, total)
+        return total
+
+    def train_fused(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] state,
+                    int loss_kind, float loss_param, float[:, ::1] x, float[:, ::1] t):
+        """The device's update (gradients applied as they are known, no grads buffer): (status, mean loss)."""
+        cdef uint32_t nb = x.shape[0]
+        scratch = np.empty(mct_scratch_size(&self.net, nb, 0) + self.net.max_width * nb, np.float32)
+        arena = np.empty(self.net.arena * nb, np.float32)
+        cdef float[::1] sc = scratch, a = arena
+        cdef float loss = 0
+        cdef int rc
+        with nogil:
+            rc = mct_train_step(&self.net, &params[0], <const mct_opt *>&opt[0], &state[0],
+                                <mct_train_state *>&ts[0], <uint8_t>loss_kind, loss_param, &x[0, 0], &t[0, 0], nb,
+                                &a[0], &sc[0], sc.shape[0], NULL, &loss)
+        return rc, loss

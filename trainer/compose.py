@@ -1,0 +1,173 @@
+"""Compositions: Sequential (positional, nestable), Residual (y = x + M(x)) and LR (M learns at lr / divisor)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from .module import Module, ShapeError
+from .program import Op, ProgramBuilder
+
+
+class _Composite(Module):
+    """A module made of sub-modules whose parameters share one buffer."""
+
+    def _finish(self) -> None:
+        self._bind(np.zeros(max(self.param_count(), 1), np.float32))
+
+    def param_count(self) -> int:
+        return sum(c.param_count() for c in self.children())
+
+    def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
+        parts = [c._init_params(rng, scale) for c in self.children()]
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+
+class Sequential(_Composite):
+    """Layers run one after another. Sizes must chain: Sequential(Linear(20, 35), Linear(36, 10))
+    fails at construction with a message naming both layers and both sizes."""
+
+    def __init__(self, *modules: Module) -> None:
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], (list, tuple)):
+            modules = tuple(modules[0])
+        if not modules:
+            raise ShapeError("Sequential needs at least one layer")
+        for i, m in enumerate(modules):
+            if not isinstance(m, Module):
+                raise ShapeError(f"Sequential: item {i + 1} is {m!r}, not a layer")
+        self.modules: Tuple[Module, ...] = tuple(modules)
+        first = self.modules[0]
+        if first.n_in is None:
+            raise ShapeError(f"Sequential: the first layer {first.describe()} needs a size, "
+                             f"e.g. {type(first).__name__}(20)")
+        n = first.n_in
+        for i, m in enumerate(self.modules):
+            try:
+                m._resolve(n)          # size-agnostic layers adopt n; the rest are checked below
+            except ShapeError:
+                pass
+            if m.n_in != n:
+                prev = self.modules[i - 1]
+                raise ShapeError(f"Sequential: layer {i} {prev.describe()} outputs {n} values but "
+                                 f"layer {i + 1} {m.describe()} takes {m.n_in}")
+            assert m.n_out is not None
+            n = m.n_out
+        self.n_in, self.n_out = first.n_in, n
+        self._finish()
+
+    def children(self) -> Tuple[Module, ...]:
+        return self.modules
+
+    def _resolve(self, n: int) -> None:
+        if self.n_in != n:
+            raise ShapeError(f"{self.describe()} takes {self.n_in} values, the layer before gives {n}")
+
+    def _emit(self, b: ProgramBuilder) -> None:
+        for m in self.modules:
+            m._emit(b)
+
+    def describe(self) -> str:
+        return "Sequential(" + ", ".join(m.describe() for m in self.modules) + ")"
+
+    def spec(self) -> Dict[str, Any]:
+        return {"type": "Sequential", "layers": [m.spec() for m in self.modules]}
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def __getitem__(self, i: int) -> Module:
+        return self.modules[i]
+
+    @staticmethod
+    def load(path: str) -> "Sequential":
+        """Read a model file written by save(); raises ModelFileError on a bad file."""
+        from .modelfile import load_model
+        net = load_model(path).net
+        if not isinstance(net, Sequential):
+            net = Sequential(net)
+        return net
+
+
+class Residual(_Composite):
+    """y = x + M(x); M must map its input size to itself."""
+
+    def __init__(self, module: Module, *more: Module) -> None:
+        super().__init__()
+        inner = module if not more else Sequential(module, *more)
+        if inner.n_in is None:
+            raise ShapeError(f"Residual({inner.describe()}): give the inner layer a size, "
+                             f"e.g. {type(inner).__name__}(20)")
+        if inner.n_out != inner.n_in:
+            raise ShapeError(f"Residual({inner.describe()}): the inner module maps {inner.n_in} values to "
+                             f"{inner.n_out}; a residual block needs the same size in and out")
+        self.inner = inner
+        self.n_in = self.n_out = inner.n_in
+        self._finish()
+
+    def children(self) -> Tuple[Module, ...]:
+        return (self.inner,)
+
+    def _resolve(self, n: int) -> None:
+        if self.n_in != n:
+            raise ShapeError(f"{self.describe()} takes {self.n_in} values, the layer before gives {n}")
+
+    def _emit(self, b: ProgramBuilder) -> None:
+        n = self.n_in
+        begin = b.add(Op.RES_BEGIN, n, n, alias=True, name="Residual begin")
+        self.inner._emit(b)
+        end = b.add(Op.RES_END, n, n, aux=n, name="Residual end")
+        b.layers[begin].k = end
+        b.layers[end].k = begin
+
+    def describe(self) -> str:
+        return f"Residual({self.inner.describe()})"
+
+    def spec(self) -> Dict[str, Any]:
+        return {"type": "Residual", "inner": self.inner.spec()}
+
+
+class LR(_Composite):
+    """M learns with the learning rate divided by `divisor` (nested LR wrappers multiply)."""
+
+    def __init__(self, module: Module, divisor: float) -> None:
+        super().__init__()
+        if not (isinstance(divisor, (int, float)) and divisor > 0 and np.isfinite(divisor)):
+            raise ShapeError(f"LR divisor must be a positive number, got {divisor!r}")
+        self.inner = module
+        self.divisor = float(divisor)
+        self.n_in, self.n_out = module.n_in, module.n_out
+        if self.n_in is not None:
+            self._finish()
+
+    def children(self) -> Tuple[Module, ...]:
+        return (self.inner,)
+
+    def _resolve(self, n: int) -> None:
+        self.inner._resolve(n)
+        self.n_in, self.n_out = self.inner.n_in, self.inner.n_out
+        self._finish()
+
+    def _emit(self, b: ProgramBuilder) -> None:
+        saved = b.lr_div
+        b.lr_div = float(np.float32(saved * self.divisor))
+        self.inner._emit(b)
+        b.lr_div = saved
+
+    def describe(self) -> str:
+        return f"LR({self.inner.describe()}, {self.divisor:g})"
+
+    def spec(self) -> Dict[str, Any]:
+        return {"type": "LR", "divisor": self.divisor, "inner": self.inner.spec()}
+
+
+def flatten_names(module: Module, prefix: Optional[str] = None) -> Dict[str, Module]:
+    """Map '0', '1.inner', ... to the leaf layers, for messages and plots."""
+    out: Dict[str, Module] = {}
+    kids = module.children()
+    if not kids:
+        out[prefix or "0"] = module
+        return out
+    for i, c in enumerate(kids):
+        out.update(flatten_names(c, f"{prefix}.{i}" if prefix else str(i)))
+    return out

@@ -1,0 +1,62 @@
+"""Losses, each with its gradient w.r.t. the network output; computed by the C core (loss.c)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Tuple
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A loss of the core: kind (enum mct_loss_kind) and its parameter (Huber's beta)."""
+    name: str
+    kind: int
+    param: float = 0.0
+
+    def __call__(self, y: Any, t: Any) -> Tuple[float, np.ndarray]:
+        """(mean loss over the samples, dL/dy per sample) for one sample or a batch."""
+        from . import _core
+        from .module import ShapeError, as_batch
+        y = np.asarray(y)
+        width = y.shape[-1] if y.ndim else 0
+        yb, single = as_batch(y, width, "output")
+        tb, _ = as_batch(t, width, "target")
+        if tb.shape != yb.shape:
+            raise ShapeError(f"target shape {tb.shape} does not match output shape {yb.shape}")
+        values, grads = _core.loss_eval(self.kind, self.param, yb, tb)
+        return float(values.mean(dtype=np.float64)), (grads[0] if single else grads)
+
+    def __str__(self) -> str:
+        return self.name if self.kind != 1 else f"huber:{self.param:g}"
+
+
+mse = Loss("mse", 0)
+logit_bce = Loss("logit_bce", 2)
+cross_entropy = Loss("cross_entropy", 3)
+cosine = Loss("cosine", 4)
+
+
+def huber(beta: float = 1.0) -> Loss:
+    """Huber loss: quadratic within beta of the target, linear beyond."""
+    if not beta > 0:
+        raise ValueError(f"Huber beta must be > 0, got {beta}")
+    return Loss("huber", 1, float(beta))
+
+
+_NAMES = {"mse": mse, "bce": logit_bce, "logit_bce": logit_bce, "xent": cross_entropy,
+          "cross_entropy": cross_entropy, "crossentropy": cross_entropy, "cosine": cosine}
+
+
+def by_name(name: str) -> Loss:
+    """'mse', 'huber' or 'huber:0.5', 'logit_bce' (or 'bce'), 'cross_entropy' (or 'xent'), 'cosine'."""
+    key = name.strip().lower()
+    if key.startswith("huber"):
+        _, _, beta = key.partition(":")
+        try:
+            return huber(float(beta) if beta else 1.0)
+        except ValueError:
+            raise ValueError(f"bad Huber loss {name!r}: write huber or huber:BETA with BETA > 0") from None
+    if key not in _NAMES:
+        raise ValueError(f"unknown loss {name!r}; choose one of mse, huber[:beta], logit_bce, cross_entropy, cosine")
+    return _NAMES[key]

@@ -1,0 +1,292 @@
+"""The module contract shared by every layer and every composition of layers.
+
+Each module offers forward, traced_forward, backprop, update and the new_* optimizer
+constructors (the contract of the Rust crate minidx). Parameters live in one flat float32 buffer
+per network; a module's `params` is a view of its slice. All numeric work is done by the C core
+through the module's compiled `Program`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+
+from .program import Program, ProgramBuilder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .optim import Optimizer, TrainParams
+
+
+class ShapeError(ValueError):
+    """A network whose layer sizes do not chain, or an input of the wrong shape or dtype."""
+
+
+def as_batch(x: Any, width: int, what: str = "input") -> Tuple[np.ndarray, bool]:
+    """Check and convert x to a C-contiguous float32 batch (nb, width); returns (batch, was_single)."""
+    if not isinstance(x, np.ndarray):
+        try:
+            x = np.asarray(x)
+        except Exception as e:  # ragged lists and the like
+            raise ShapeError(f"{what} must be an array of numbers: {e}") from None
+    if x.dtype.kind not in "fiu" or x.dtype.kind == "b":
+        raise ShapeError(f"{what} has dtype {x.dtype}; pass float32 numbers (np.float32)")
+    if x.ndim == 1:
+        single = True
+        x = x[None, :]
+    elif x.ndim == 2:
+        single = False
+    else:
+        raise ShapeError(f"{what} must be one sample ({width},) or a batch (n, {width}); got shape {x.shape}")
+    if x.shape[1] != width:
+        raise ShapeError(f"{what} has {x.shape[1]} values per sample, the network takes {width}")
+    if x.shape[0] == 0:
+        raise ShapeError(f"{what} is an empty batch")
+    if x.dtype != np.float32 or not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+    return x, single
+
+
+@dataclass
+class Trace:
+    """What a traced forward pass keeps for backprop: the C core's arena for the batch."""
+    arena: np.ndarray
+    samples: int
+    single: bool
+
+
+@dataclass
+class Gradients:
+    """Parameter gradients of a module, summed over `samples` samples (update() uses the mean)."""
+    values: np.ndarray
+    samples: int = 1
+
+    def mean(self) -> np.ndarray:
+        """The mean gradient per sample."""
+        return self.values / np.float32(self.samples)
+
+    def __add__(self, other: "Gradients") -> "Gradients":
+        if self.values.shape != other.values.shape:
+            raise ShapeError("gradients of different modules cannot be added")
+        return Gradients(self.values + other.values, self.samples + other.samples)
+
+
+class Module:
+    """Base class of layers and compositions: sizes, parameters and the five operations."""
+
+    n_in: Optional[int] = None
+    n_out: Optional[int] = None
+
+    def __init__(self) -> None:
+        self._buf: Optional[np.ndarray] = None
+        self._program: Optional[Program] = None
+        self._core: Any = None
+
+    # ---- description (overridden by layers) ----
+    def param_count(self) -> int:
+        """Number of parameters (sizes must be known)."""
+        return 0
+
+    def children(self) -> Tuple["Module", ...]:
+        """Sub-modules, for compositions."""
+        return ()
+
+    def _emit(self, b: ProgramBuilder) -> None:
+        """Append this module's layers to a program."""
+        raise NotImplementedError
+
+    def _default_params(self) -> np.ndarray:
+        """Parameter values before rand_params (float32, param_count())."""
+        return np.zeros(self.param_count(), np.float32)
+
+    def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
+        """Seeded random parameter values (float32, param_count())."""
+        return self._default_params()
+
+    def _resolve(self, n: int) -> None:
+        """Adopt input size n (size-agnostic layers); layers with a fixed size check it instead."""
+
+    def spec(self) -> Dict[str, Any]:
+        """The architecture as plain data (see trainer.spec)."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """Short human name, e.g. 'Linear(20, 35)'."""
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+    # ---- parameters ----
+    @property
+    def n_params(self) -> int:
+        """Number of parameters."""
+        return self.param_count()
+
+    def _require_sizes(self) -> None:
+        if self.n_in is None:
+            raise ShapeError(f"{self.describe()} does not know its size yet: give it one, "
+                             f"e.g. {type(self).__name__}(20), or put it after a sized layer")
+
+    def _ensure_buf(self) -> np.ndarray:
+        if self._buf is None:
+            self._require_sizes()
+            buf = np.zeros(max(self.param_count(), 1), np.float32)
+            buf[:self.param_count()] = self._default_params()
+            self._bind(buf)
+        assert self._buf is not None
+        return self._buf
+
+    def _bind(self, buf: np.ndarray) -> None:
+        """Make this module's parameters live in buf (values are kept); children follow."""
+        n = self.param_count()
+        if self._buf is not None and self._buf is not buf:
+            buf[:n] = self._buf[:n]
+        elif self._buf is None:
+            buf[:n] = self._default_params()
+        self._buf = buf
+        off = 0
+        for c in self.children():
+            cn = c.param_count()
+            c._bind(buf[off:off + max(cn, 1)] if cn else np.zeros(1, np.float32))
+            off += cn
+
+    @property
+    def params(self) -> np.ndarray:
+        """This module's parameters: a float32 view, writes go straight to the network."""
+        return self._ensure_buf()[:self.param_count()]
+
+    @params.setter
+    def params(self, values: Any) -> None:
+        v = np.asarray(values, dtype=np.float32).ravel()
+        if v.shape[0] != self.param_count():
+            raise ShapeError(f"{self.describe()} has {self.param_count()} parameters, got {v.shape[0]} values")
+        self._ensure_buf()[:self.param_count()] = v
+
+    def rand_params(self, seed: int = 0, scale: float = 1.0) -> "Module":
+        """Seeded, reproducible init: Glorot-style normal weights scaled by `scale`."""
+        rng = np.random.default_rng(seed)
+        self.params = self._init_params(rng, float(scale))
+        return self
+
+    def layers(self) -> Iterator["Module"]:
+        """The leaf layers in execution order."""
+        if self.children():
+            for c in self.children():
+                yield from c.layers()
+        else:
+            yield self
+
+    # ---- compiled form ----
+    @property
+    def program(self) -> Program:
+        """The C core's layer table for this module alone."""
+        if self._program is None:
+            self._require_sizes()
+            assert self.n_in is not None
+            b = ProgramBuilder(self.n_in)
+            self._emit(b)
+            self._program = b.build()
+        return self._program
+
+    def _corenet(self) -> Any:
+        if self._core is None:
+            from . import _core
+            p = self.program
+            table = p.table()
+            self._core = _core.CoreNet(table.view(np.uint8).ravel(), len(p.layers), p.n_in, p.n_out, p.max_width,
+                                       p.n_params, p.arena, p.in_off, p.out_off)
+        return self._core
+
+    # ---- the five operations ----
+    def forward(self, x: Any) -> np.ndarray:
+        """Output for one sample (n_in,) -> (n_out,) or a batch (nb, n_in) -> (nb, n_out)."""
+        xb, single = as_batch(x, self._in_width())
+        y = self._corenet().forward(self._ensure_buf(), xb)
+        return y[0] if single else y
+
+    __call__ = forward
+
+    def traced_forward(self, x: Any) -> Tuple[np.ndarray, Trace]:
+        """(output, trace): the trace is what backprop needs."""
+        xb, single = as_batch(x, self._in_width())
+        y, arena = self._corenet().traced_forward(self._ensure_buf(), xb)
+        return (y[0] if single else y), Trace(arena, xb.shape[0], single)
+
+    def backprop(self, trace: Trace, grads_wrt_output: Any) -> Tuple[np.ndarray, Gradients]:
+        """(grads w.r.t. the input, this module's parameter gradients summed over the trace's samples)."""
+        g, _ = as_batch(grads_wrt_output, self._out_width(), "grads_wrt_output")
+        if g.shape[0] != trace.samples:
+            raise ShapeError(f"grads_wrt_output has {g.shape[0]} samples, the trace has {trace.samples}")
+        gin, grads = self._corenet().backward(self._ensure_buf(), trace.arena, g)
+        return (gin[0] if trace.single else gin), Gradients(grads, trace.samples)
+
+    def update(self, optimizer: Union["Optimizer", "TrainParams"], self_grads: Gradients,
+               loss: float = 1.0) -> None:
+        """Apply one optimizer step with the mean of self_grads (loss is used by scale_by_loss)."""
+        from .optim import as_optimizer
+        opt = as_optimizer(optimizer, self)
+        if self_grads.values.shape != (self.param_count(),):
+            raise ShapeError(f"gradients have {self_grads.values.shape[0]} values, "
+                             f"{self.describe()} has {self.param_count()} parameters")
+        g = np.zeros(max(self.param_count(), 1), np.float32)
+        g[:self.param_count()] = self_grads.values
+        self._corenet().apply(opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf,
+                              float(self_grads.samples), float(loss))
+
+    def new_sgd(self, params: "TrainParams") -> "Optimizer":
+        """Plain gradient descent with TrainParams (a TrainParams object also works directly)."""
+        from .optim import Optimizer
+        return Optimizer("sgd", params, self.param_count())
+
+    def new_momentum(self, params: "TrainParams", coeff: float = 0.9, similarity_penalty: float = 0.0) -> "Optimizer":
+        """Momentum optimizer with state shaped like this module's gradients."""
+        from .optim import Optimizer
+        return Optimizer("momentum", params, self.param_count(), momentum=coeff, sim_penalty=similarity_penalty)
+
+    def new_rmsprop(self, params: "TrainParams", beta: float = 0.9) -> "Optimizer":
+        """RMSProp optimizer with state shaped like this module's gradients."""
+        from .optim import Optimizer
+        return Optimizer("rmsprop", params, self.param_count(), beta=beta)
+
+    def new_rmsprop_with_momentum(self, params: "TrainParams", coeff: float = 0.9, beta: float = 0.9,
+                                  similarity_penalty: float = 0.0) -> "Optimizer":
+        """RMSProp with momentum (minidx argument order: momentum coefficient, then beta)."""
+        from .optim import Optimizer
+        return Optimizer("rmsprop_momentum", params, self.param_count(), momentum=coeff, beta=beta,
+                         sim_penalty=similarity_penalty)
+
+    def new_adam(self, params: "TrainParams", beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8) -> "Optimizer":
+        """Adam optimizer with state shaped like this module's gradients."""
+        from .optim import Optimizer
+        return Optimizer("adam", params, self.param_count(), beta1=beta1, beta=beta2, eps=eps)
+
+    # ---- helpers ----
+    def _in_width(self) -> int:
+        self._require_sizes()
+        assert self.n_in is not None
+        return self.n_in
+
+    def _out_width(self) -> int:
+        self._require_sizes()
+        assert self.n_out is not None
+        return self.n_out
+
+    def save(self, path: str, optimizer: Optional["Optimizer"] = None, metadata: Optional[Dict[str, Any]] = None) -> None:
+        """Write a model file (architecture, parameters, optimizer state, metadata, checksum), atomically."""
+        from .modelfile import save_model
+        save_model(path, self, optimizer=optimizer, metadata=metadata)
+
+    def summary(self) -> List[Dict[str, Any]]:
+        """One row per C-core layer: name, sizes, parameters and multiply-accumulates per sample."""
+        rows = []
+        for d in self.program.layers:
+            macs = 0
+            if d.n_w and d.op.name in ("DENSE", "GLU"):
+                macs = d.n_w
+            elif d.op.name == "CONV1D":
+                macs = d.n_out * d.k
+            rows.append({"layer": d.name, "op": d.op.name.lower(), "in": d.n_in, "out": d.n_out,
+                         "params": d.n_p, "macs": macs})
+        return rows

@@ -1,0 +1,219 @@
+"""Optimizers: TrainParams (learning-rate schedule, warm-up, L1, L2, clipping) and the optimizer
+objects made by a module's new_* methods. The update math lives in the C core (firmware/core/optim.c
+and mct_opt_elem); these objects hold the configuration, the per-parameter slots and the step.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .module import Module
+
+
+class ConfigError(ValueError):
+    """An optimizer or training setting out of range."""
+
+
+SCHEDULES = {"constant": 0, "linear": 1, "cosine": 2}
+KINDS = {"sgd": 0, "momentum": 1, "rmsprop": 2, "rmsprop_momentum": 3, "adam": 4}
+SLOTS = {"sgd": 0, "momentum": 1, "rmsprop": 1, "rmsprop_momentum": 2, "adam": 2}
+
+# struct mct_opt and struct mct_train_state, field for field.
+OPT_DTYPE = np.dtype([
+    ("kind", "u1"), ("schedule", "u1"), ("scale_by_loss", "u1"), ("reserved", "u1"),
+    ("decay_steps", "<u4"), ("warmup_steps", "<u4"),
+    ("lr", "<f4"), ("lr_final", "<f4"), ("l1", "<f4"), ("l2", "<f4"), ("clip", "<f4"),
+    ("momentum", "<f4"), ("beta", "<f4"), ("beta1", "<f4"), ("eps", "<f4"), ("sim_penalty", "<f4"),
+])
+TRAIN_STATE_DTYPE = np.dtype([("step", "<u4"), ("b1t", "<f4"), ("b2t", "<f4")])
+
+
+def _check(name: str, value: float, lo: float, hi: float, hi_open: bool = False) -> float:
+    v = float(value)
+    if not math.isfinite(v) or v < lo or v > hi or (hi_open and v >= hi):
+        rng = f"[{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        raise ConfigError(f"{name} must be in {rng}, got {value!r}")
+    return v
+
+
+@dataclass
+class TrainParams:
+    """Learning rate and its schedule, warm-up, L1/L2 on connection weights, and gradient clipping.
+
+    schedule: 'constant', 'linear' or 'cosine' decay from lr to lr_final over decay_steps.
+    warmup_steps: soft start, the rate ramps up linearly over the first steps.
+    clip: each gradient element is clamped to [-clip, clip] (0 = off).
+    scale_by_loss: scale every step by the loss value, as minidx does (off by default).
+    """
+    lr: float = 1e-2
+    schedule: str = "constant"
+    lr_final: float = 0.0
+    decay_steps: int = 0
+    warmup_steps: int = 0
+    l1: float = 0.0
+    l2: float = 0.0
+    clip: float = 0.0
+    scale_by_loss: bool = False
+
+    def __post_init__(self) -> None:
+        _check("lr", self.lr, 0.0, 1e6)
+        _check("lr_final", self.lr_final, 0.0, 1e6)
+        _check("l1", self.l1, 0.0, 1e6)
+        _check("l2", self.l2, 0.0, 1e6)
+        _check("clip", self.clip, 0.0, 3e38)
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        for name in ("decay_steps", "warmup_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < 2 ** 32:
+                raise ConfigError(f"{name} must be a whole number >= 0, got {v!r}")
+        if self.schedule != "constant" and self.decay_steps == 0:
+            raise ConfigError(f"a {self.schedule} schedule needs decay_steps > 0")
+        self._sgd: Optional["Optimizer"] = None
+
+    # minidx-style builders (each returns a new TrainParams)
+    def with_lr(self, lr: float) -> "TrainParams":
+        """Same settings with another learning rate."""
+        return replace(self, lr=lr)
+
+    def and_l1(self, l1: float) -> "TrainParams":
+        """Add an L1 penalty l1 * |w| on connection weights."""
+        return replace(self, l1=l1)
+
+    def and_l2(self, l2: float) -> "TrainParams":
+        """Add an L2 penalty l2 * w^2 on connection weights."""
+        return replace(self, l2=l2)
+
+    def and_lr_decay(self, final: float, steps: int) -> "TrainParams":
+        """Linear decay to `final` over `steps`."""
+        return replace(self, schedule="linear", lr_final=final, decay_steps=steps)
+
+    def and_lr_cosine_decay(self, final: float, steps: int) -> "TrainParams":
+        """Cosine decay to `final` over `steps`."""
+        return replace(self, schedule="cosine", lr_final=final, decay_steps=steps)
+
+    def and_soft_start(self, steps: int) -> "TrainParams":
+        """Linear warm-up over `steps`."""
+        return replace(self, warmup_steps=steps)
+
+    def and_gradient_clip(self, clip: float) -> "TrainParams":
+        """Clamp each gradient element to [-clip, clip]."""
+        return replace(self, clip=clip)
+
+    def and_scale_by_loss(self, on: bool = True) -> "TrainParams":
+        """Scale each step by the loss value (minidx's behaviour)."""
+        return replace(self, scale_by_loss=on)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain data, for model files and logs."""
+        return asdict(self)
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate the core uses at `step`."""
+        from . import _core
+        return float(_core.lr_at(_pack(self, "sgd", {}).view(np.uint8), step))
+
+
+def _pack(tp: TrainParams, kind: str, coeffs: Dict[str, float]) -> np.ndarray:
+    c = np.zeros(1, OPT_DTYPE)
+    c["kind"] = KINDS[kind]
+    c["schedule"] = SCHEDULES[tp.schedule]
+    c["scale_by_loss"] = int(bool(tp.scale_by_loss))
+    c["decay_steps"] = tp.decay_steps
+    c["warmup_steps"] = tp.warmup_steps
+    for f in ("lr", "lr_final", "l1", "l2", "clip"):
+        c[f] = getattr(tp, f)
+    for f in ("momentum", "beta", "beta1", "eps", "sim_penalty"):
+        c[f] = coeffs.get(f, 0.0)
+    return c
+
+
+class Optimizer:
+    """An optimizer bound to a parameter count: its settings, per-parameter slots and step."""
+
+    def __init__(self, kind: str, params: TrainParams, n_params: int, momentum: float = 0.9, beta: float = 0.9,
+                 beta1: float = 0.9, eps: Optional[float] = None, sim_penalty: float = 0.0) -> None:
+        if kind not in KINDS:
+            raise ConfigError(f"unknown optimizer {kind!r}; choose one of {', '.join(KINDS)}")
+        if not isinstance(params, TrainParams):
+            raise ConfigError(f"the first argument must be a TrainParams, got {type(params).__name__}")
+        self.kind = kind
+        self.n_params = int(n_params)
+        self.coeffs = {
+            "momentum": _check("momentum", momentum, 0.0, 1.0, hi_open=True),
+            "beta": _check("beta", beta, 0.0, 1.0, hi_open=True),
+            "beta1": _check("beta1", beta1, 0.0, 1.0, hi_open=True),
+            "eps": _check("eps", (1e-8 if kind == "adam" else 1e-20) if eps is None else eps, 0.0, 1.0),
+            "sim_penalty": _check("similarity_penalty", sim_penalty, 0.0, 1e6),
+        }
+        if kind != "adam":
+            self.coeffs["beta1"] = 0.0
+        self._params = params
+        self._cfg = _pack(params, kind, self.coeffs).view(np.uint8)
+        self._state_buf = np.zeros(max(SLOTS[kind] * self.n_params, 1), np.float32)
+        self._ts = np.zeros(1, TRAIN_STATE_DTYPE)
+        self._ts["b1t"] = 1.0
+        self._ts["b2t"] = 1.0
+        self._ts = self._ts.view(np.uint8)
+
+    @property
+    def params(self) -> TrainParams:
+        """The TrainParams in use; assign a new one to change them mid-training."""
+        return self._params
+
+    @params.setter
+    def params(self, tp: TrainParams) -> None:
+        self._params = tp
+        self._cfg = _pack(tp, self.kind, self.coeffs).view(np.uint8)
+
+    @property
+    def state(self) -> np.ndarray:
+        """Per-parameter slots, shape (slots, n_params): velocity, mean square, Adam moments."""
+        return self._state_buf[:SLOTS[self.kind] * self.n_params].reshape(SLOTS[self.kind], self.n_params)
+
+    @property
+    def train_state(self) -> np.ndarray:
+        """(step, beta1^step, beta2^step) as the core keeps them."""
+        return self._ts.view(TRAIN_STATE_DTYPE)
+
+    @property
+    def step(self) -> int:
+        """Updates applied so far."""
+        return int(self.train_state["step"][0])
+
+    def current_lr(self) -> float:
+        """Learning rate of the next update."""
+        return self._params.lr_at(self.step)
+
+    def config(self) -> Dict[str, Any]:
+        """Settings as plain data (kind, TrainParams, coefficients)."""
+        return {"kind": self.kind, "train_params": self._params.to_dict(), **self.coeffs}
+
+    @staticmethod
+    def from_config(cfg: Dict[str, Any], n_params: int) -> "Optimizer":
+        """Rebuild an optimizer (with zero state) from config()."""
+        tp = TrainParams(**cfg["train_params"])
+        return Optimizer(cfg["kind"], tp, n_params, momentum=cfg["momentum"], beta=cfg["beta"],
+                         beta1=cfg["beta1"] or 0.9, eps=cfg["eps"], sim_penalty=cfg["sim_penalty"])
+
+    def __repr__(self) -> str:
+        return f"Optimizer({self.kind}, lr={self._params.lr:g}, step={self.step})"
+
+
+def as_optimizer(opt: Union[Optimizer, TrainParams], module: "Module") -> Optimizer:
+    """The optimizer to use with module: a TrainParams acts as plain SGD with its own step counter."""
+    if isinstance(opt, TrainParams):
+        if opt._sgd is None or opt._sgd.n_params != module.param_count():
+            opt._sgd = Optimizer("sgd", opt, module.param_count())
+        return opt._sgd
+    if not isinstance(opt, Optimizer):
+        raise ConfigError(f"expected an optimizer (from net.new_momentum(...) etc.) or TrainParams, "
+                          f"got {type(opt).__name__}")
+    if opt.n_params != module.param_count():
+        raise ConfigError(f"this optimizer was made for a module with {opt.n_params} parameters; "
+                          f"{module.describe()} has {module.param_count()}")
+    return opt

@@ -1,0 +1,55 @@
+"""Training loops: train_step (one sample), train_batch (mean gradient over a batch) and its
+parallel variant (the batch split over threads that run without the GIL)."""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Optional, Union
+
+from .losses import Loss
+from .module import Module, ShapeError, as_batch
+from .optim import Optimizer, TrainParams, as_optimizer
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (a loss that is not finite); the parameters are left as they were."""
+
+
+def train_batch(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any,
+                threads: int = 1) -> float:
+    """One update from the mean gradient of a batch (x: (nb, n_in), y: (nb, n_out)); returns the mean loss.
+
+    threads > 1 runs contiguous parts of the batch on that many threads; for a given thread count the
+    result is deterministic (the parts are summed in order), but it may differ in the last bits from
+    the single-threaded sum.
+    """
+    opt = as_optimizer(optimizer, net)
+    if not isinstance(loss, Loss):
+        raise TypeError(f"loss must be one of trainer.losses (mse, huber(b), logit_bce, ...), got {loss!r}")
+    xb, _ = as_batch(x, net._in_width(), "input")
+    tb, _ = as_batch(y, net._out_width(), "target")
+    if xb.shape[0] != tb.shape[0]:
+        raise ShapeError(f"{xb.shape[0]} inputs but {tb.shape[0]} targets")
+    value = net._corenet().train_batch(opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, loss.kind,
+                                       loss.param, xb, tb, threads)
+    if not math.isfinite(value):
+        raise TrainingError(f"the loss became {value} at step {opt.step + 1}; training stopped and the "
+                            f"parameters are those after step {opt.step}. Lower the learning rate, "
+                            f"add gradient clipping, or check the data for NaN/inf")
+    return value
+
+
+def train_step(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any) -> float:
+    """One update from a single sample (x: (n_in,), y: (n_out,)); returns its loss."""
+    xb, _ = as_batch(x, net._in_width(), "input")
+    tb, _ = as_batch(y, net._out_width(), "target")
+    if xb.shape[0] != 1 or tb.shape[0] != 1:
+        raise ShapeError(f"train_step takes one sample; got a batch of {max(xb.shape[0], tb.shape[0])} "
+                         f"(use train_batch)")
+    return train_batch(optimizer, net, loss, xb, tb)
+
+
+def train_batch_parallel(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any,
+                         threads: Optional[int] = None) -> float:
+    """train_batch on several threads (default: every CPU core)."""
+    return train_batch(optimizer, net, loss, x, y, threads=threads or os.cpu_count() or 1)
