@@ -134,6 +134,10 @@ cdef class CoreNet:
         if mct_net_check(&self.net) != 0:
             raise ValueError("the C core rejected the layer table (sizes, parameter counts or offsets)")
 
+    def scratch_size(self, uint32_t nb, int host):
+        """Floats of scratch mct_backward needs for nb samples (host: with the host's transposes)."""
+        return mct_scratch_size(&self.net, nb, host)
+
     cdef object _scratch(self, uint32_t nb):
         return np.empty(mct_scratch_size(&self.net, nb, 1) + self.net.max_width * nb, np.float32)
 

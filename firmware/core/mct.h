@@ -19,6 +19,18 @@ extern "C" {
 
 #define MCT_VERSION 1
 
+/* Constant tables (exported parameters) live in flash. On AVR flash is a separate address space:
+ * such data carries MCT_CONST (PROGMEM) and is read with mct_const_copy. */
+#if defined(__AVR__)
+#include <avr/pgmspace.h>
+#define MCT_CONST PROGMEM
+#define mct_const_copy(dst, src, bytes) memcpy_P((dst), (src), (bytes))
+#else
+#include <string.h>
+#define MCT_CONST
+#define mct_const_copy(dst, src, bytes) memcpy((dst), (src), (bytes))
+#endif
+
 /* Layer operations (mct_layer.op). */
 enum mct_op {
     MCT_OP_DENSE = 1,     /* y = x W (+ b if kind == 1); W is [n_in][n_out] row-major, then b[n_out] */

@@ -181,12 +181,14 @@ static inline float mct_sqrtf_soft(float x) {
     return mct_u2f((uint32_t)((eh + 127) << 23) + (uint32_t)(res - 0x00800000u));
 }
 
-/* Correctly rounded square root: the FPU's or libm's where they are exact, otherwise mct_sqrtf_soft. */
+/* Correctly rounded square root: the FPU's instruction where there is one (and -fno-math-errno lets
+ * the compiler use it inline), otherwise mct_sqrtf_soft; both give the same bits. */
 static inline float mct_sqrtf(float x) {
-#if defined(__AVR__) || defined(MCT_SOFT_SQRT)
-    return mct_sqrtf_soft(x);
-#else
+#if !defined(MCT_SOFT_SQRT) && defined(__NO_MATH_ERRNO__) && \
+    (defined(__SSE__) || defined(__ARM_FP) || defined(__aarch64__) || defined(__riscv_flen))
     return __builtin_sqrtf(x);
+#else
+    return mct_sqrtf_soft(x);
 #endif
 }
 

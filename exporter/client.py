@@ -1,0 +1,245 @@
+"""The device client: speaks the protocol to a real board (a serial port), to the native firmware
+over a pty, or to a simulator's serial line."""
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .protocol import STATUS_TEXT, Cmd, ProtocolError, Status, encode, read_reply
+
+REGION_PARAMS, REGION_STATE, REGION_TRAIN_STATE = 0, 1, 2
+
+
+class DeviceError(RuntimeError):
+    """The device answered with an error status, or its model is not the one expected."""
+
+    def __init__(self, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class DeviceInfo:
+    """What INFO reports."""
+    version: int
+    hash: str
+    n_in: int
+    n_out: int
+    n_params: int
+    n_trainable: int
+    opt_kind: int
+    slots: int
+    loss_kind: int
+    step: int
+    max_payload: int
+    can_save: bool
+    loaded_save: bool
+
+
+class Device:
+    """A connection to mcutrain firmware. Use Device.open(port) for a serial port."""
+
+    def __init__(self, link: Any, process: Optional[subprocess.Popen] = None) -> None:
+        self.link = link              # anything with read(n), write(bytes), and a timeout
+        self.process = process
+        self._info: Optional[DeviceInfo] = None
+
+    # ---- connections ----
+    @classmethod
+    def open(cls, port: str, baud: int = 115200, timeout: float = 5.0) -> "Device":
+        """Open a serial port (a board, a pty, a simulator's serial line)."""
+        import serial  # pyserial
+        try:
+            link = serial.Serial(port, baud, timeout=timeout)
+        except (serial.SerialException, OSError) as e:
+            raise DeviceError(f"cannot open {port}: {e}") from None
+        return cls(link)
+
+    @classmethod
+    def spawn(cls, argv: Sequence[str], timeout: float = 10.0, env: Optional[dict] = None,
+              cwd: Optional[str] = None) -> "Device":
+        """Start a program that prints 'PTY /dev/pts/N' (the native firmware with --pty) and connect to it."""
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
+        assert proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = b""
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            m = re.match(rb"PTY (\S+)", line)
+            if m:
+                dev = cls.open(m.group(1).decode(), timeout=timeout)
+                dev.process = proc
+                return dev
+        proc.kill()
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        raise DeviceError(f"{argv[0]} did not offer a pty: {line!r} {err.strip()}")
+
+    def close(self) -> None:
+        """Close the line (and end a program this client started)."""
+        try:
+            self.link.close()
+        finally:
+            if self.process is not None:
+                try:
+                    self.process.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- frames ----
+    def request(self, cmd: int, payload: bytes = b"", ok: Tuple[int, ...] = (Status.OK,)) -> bytes:
+        """Send a frame, return the reply data; DeviceError for an error status."""
+        self.link.write(encode(cmd, payload))
+        r = read_reply(self.link.read)
+        if r.cmd != cmd:
+            raise ProtocolError(f"the device answered command {r.cmd} to command {cmd}")
+        if r.status not in ok:
+            text = STATUS_TEXT.get(Status(r.status), f"status {r.status}") if r.status in Status._value2member_map_ \
+                else f"status {r.status}"
+            raise DeviceError(f"{Cmd(cmd).name if cmd in Cmd._value2member_map_ else cmd}: {text}", r.status)
+        return r.data
+
+    # ---- commands ----
+    def info(self) -> DeviceInfo:
+        """Model hash, sizes, optimizer, step."""
+        d = self.request(Cmd.INFO)
+        if len(d) < 31:
+            raise ProtocolError("INFO reply too short: is this mcutrain firmware?")
+        (ver,) = struct.unpack_from("<B", d, 0)
+        n_in, n_out, n_params, n_tr = struct.unpack_from("<HHII", d, 9)
+        opt, slots, loss = d[21], d[22], d[23]
+        step, max_payload = struct.unpack_from("<IH", d, 24)
+        self._info = DeviceInfo(ver, d[1:9].hex(), n_in, n_out, n_params, n_tr, opt, slots, loss, step,
+                                max_payload, bool(d[30] & 1), bool(d[30] & 2))
+        return self._info
+
+    @property
+    def cached_info(self) -> DeviceInfo:
+        """INFO, asked once."""
+        return self._info or self.info()
+
+    def check_hash(self, expected: str) -> None:
+        """DeviceError unless the device runs the model with this hash."""
+        got = self.info().hash
+        if got != expected:
+            raise DeviceError(f"the device runs model {got}, not {expected}: flash the exported project first")
+
+    def _vec(self, x: Any, n: int, what: str) -> bytes:
+        a = np.asarray(x, dtype=np.float32).ravel()
+        if a.shape[0] != n:
+            raise DeviceError(f"{what} has {a.shape[0]} values, the device's model takes {n}")
+        return a.astype("<f4").tobytes()
+
+    def predict(self, x: Any) -> np.ndarray:
+        """Outputs for one sample (n_in,) or a batch (n, n_in)."""
+        info = self.cached_info
+        xa = np.asarray(x, dtype=np.float32)
+        rows = xa.reshape(-1, info.n_in) if xa.ndim > 1 else [xa]
+        out = [np.frombuffer(self.request(Cmd.PREDICT, self._vec(r, info.n_in, "input")), "<f4").copy()
+               for r in rows]
+        return np.stack(out) if xa.ndim > 1 else out[0]
+
+    def train(self, x: Any, t: Any) -> Tuple[float, int]:
+        """One on-device training step on a labelled sample: (loss, step)."""
+        info = self.cached_info
+        d = self.request(Cmd.TRAIN, self._vec(x, info.n_in, "input") + self._vec(t, info.n_out, "target"))
+        loss, step = struct.unpack("<fI", d[:8])
+        return loss, step
+
+    def _chunk(self) -> int:
+        return max(1, (self.cached_info.max_payload - 5) // 4)
+
+    def read_region(self, region: int, n: Optional[int] = None) -> np.ndarray:
+        """All floats of a region (0 params, 1 optimizer slots, 2 train state)."""
+        info = self.cached_info
+        total = n if n is not None else {0: info.n_params, 1: info.n_params * info.slots, 2: 3}[region]
+        out: List[np.ndarray] = []
+        for off in range(0, total, self._chunk()):
+            cnt = min(self._chunk(), total - off)
+            d = self.request(Cmd.READ, struct.pack("<BIH", region, off, cnt))
+            out.append(np.frombuffer(d, "<f4").copy())
+        return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+    def write_region(self, region: int, values: Any) -> None:
+        """Write a region's floats."""
+        v = np.ascontiguousarray(values, "<f4").ravel()
+        for off in range(0, v.shape[0], self._chunk()):
+            part = v[off:off + self._chunk()]
+            self.request(Cmd.WRITE, struct.pack("<BI", region, off) + part.tobytes())
+
+    def pull(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(params, optimizer slots, train state as 12 raw bytes viewed as uint8)."""
+        p = self.read_region(REGION_PARAMS)
+        s = self.read_region(REGION_STATE)
+        ts = self.read_region(REGION_TRAIN_STATE).view(np.uint8)
+        return p, s, ts
+
+    def push(self, params: Any, state: Optional[Any] = None, train_state: Optional[Any] = None) -> None:
+        """Write params (and optionally optimizer slots and the 12-byte train state)."""
+        self.write_region(REGION_PARAMS, params)
+        if state is not None and self.cached_info.slots:
+            self.write_region(REGION_STATE, state)
+        if train_state is not None:
+            self.write_region(REGION_TRAIN_STATE, np.frombuffer(np.asarray(train_state, np.uint8).tobytes(), "<f4"))
+
+    def save(self) -> int:
+        """Persist params and optimizer state; returns the save's sequence number."""
+        return struct.unpack("<I", self.request(Cmd.SAVE))[0]
+
+    def load(self) -> int:
+        """Restore the newest save; returns its sequence number."""
+        return struct.unpack("<I", self.request(Cmd.LOAD))[0]
+
+    def stats(self) -> Tuple[int, int, int]:
+        """(peak stack bytes, stack bytes available, saves since boot)."""
+        return struct.unpack("<III", self.request(Cmd.STATS))
+
+    def reset(self) -> None:
+        """Back to the exported parameters, zero optimizer state, step 0."""
+        self.request(Cmd.RESET)
+
+    def quit(self) -> None:
+        """End a native or simulated firmware (boards answer 'unknown command')."""
+        try:
+            self.request(Cmd.QUIT)
+        except (ProtocolError, OSError) as e:
+            # the program may end before its reply is read; that is the point of QUIT
+            if self.process is None or self.process.wait(timeout=5) is None:
+                raise DeviceError(f"QUIT: {e}") from None
+        except Exception as e:  # pyserial raises SerialException (an OSError subclass in new versions)
+            if type(e).__name__ != "SerialException" or self.process is None:
+                raise
+            self.process.wait(timeout=5)
+
+    def resync(self) -> None:
+        """Recover after a lost byte: complete any partial frame with zeros and drop the replies."""
+        self.link.write(bytes(self.cached_info.max_payload + 6 if self._info else 300))
+        old = getattr(self.link, "timeout", None)
+        try:
+            if old is not None:
+                self.link.timeout = 0.3
+            while self.link.read(256):
+                pass
+        finally:
+            if old is not None:
+                self.link.timeout = old
+
+
+def native_binary(project: str, env: str = "native") -> str:
+    """Path of a project's built native program."""
+    return os.path.join(project, ".pio", "build", env, "program")

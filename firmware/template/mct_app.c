@@ -1,0 +1,331 @@
+/* mct_app.c - the device side of docs/protocol.md: frames in, model work, frames out; and the
+ * double-buffered saves. Bad frames are answered with an error status and never change the model:
+ * PREDICT and TRAIN payloads are streamed into scratch buffers (the arena input and the target),
+ * everything else into rx, and nothing is acted on before the CRC has been checked. */
+#include "mct_app.h"
+#include "mct_crc.h"
+#include "mct_port.h"
+
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the protocol and saves assume a little-endian target"
+#endif
+
+#define SYNC_IN 0xA5u
+#define SYNC_OUT 0x5Au
+#define SAVE_MAGIC 0x5354434Du /* "MCTS" */
+#define SAVE_HEADER 24u
+#define SAVE_BLOB ((uint32_t)(sizeof(float) * (MCT_MODEL_N_PARAMS + MCT_STATE_FLOATS) + sizeof(mct_train_state)))
+#define SAVE_SLOT (SAVE_HEADER + SAVE_BLOB)
+#define STACK_PATTERN 0xA5u
+
+/* ---- small helpers ---- */
+static int next_byte(void) {
+    int c = port_getc();
+    if (c < 0) port_exit(0);
+    return c;
+}
+
+static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put_u32(uint8_t *p, uint32_t v) { put_u16(p, (uint16_t)v); put_u16(p + 2, (uint16_t)(v >> 16)); }
+static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t get_u32(const uint8_t *p) { return (uint32_t)get_u16(p) | ((uint32_t)get_u16(p + 2) << 16); }
+
+/* ---- replies: header, data in pieces, CRC ---- */
+typedef struct { uint16_t crc; } reply_t;
+
+static void reply_bytes(reply_t *r, const void *p, uint16_t n) {
+    r->crc = mct_crc16(r->crc, (const uint8_t *)p, n);
+    port_write((const uint8_t *)p, n);
+}
+
+static void reply_begin(reply_t *r, uint8_t cmd, uint8_t status, uint16_t n_data) {
+    uint8_t h[5];
+    h[0] = SYNC_OUT;
+    h[1] = (uint8_t)(cmd | 0x80u);
+    put_u16(h + 2, (uint16_t)(n_data + 1u));
+    h[4] = status;
+    port_write(h, 1);
+    r->crc = 0xFFFFu;
+    reply_bytes(r, h + 1, 4);
+}
+
+static void reply_end(reply_t *r) {
+    uint8_t c[2];
+    put_u16(c, r->crc);
+    port_write(c, 2);
+    port_flush();
+}
+
+static void reply_status(uint8_t cmd, uint8_t status) {
+    reply_t r;
+    reply_begin(&r, cmd, status, 0);
+    reply_end(&r);
+}
+
+/* ---- model state ---- */
+void mct_app_reset(mct_app *a) {
+    mct_model_load_init(a->params);
+    for (uint32_t j = 0; j < MCT_STATE_FLOATS; j++) a->state[j] = 0.0f;
+    a->ts = mct_train_state_init();
+}
+
+/* Start and length (in floats) of a READ/WRITE region, or 0 for an unknown one. */
+static float *region(mct_app *a, uint8_t which, uint32_t *n) {
+    switch (which) {
+    case 0: *n = MCT_MODEL_N_PARAMS; return a->params;
+    case 1: *n = MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS; return a->state;
+    case 2: *n = 3; return (float *)(void *)&a->ts;
+    default: *n = 0; return 0;
+    }
+}
+
+/* ---- saves: two slots, the newer valid one wins ---- */
+/* The blob of a save, piece by piece: params, optimizer slots, train state. */
+static uint8_t *blob_piece(mct_app *a, uint8_t i, uint32_t *n) {
+    switch (i) {
+    case 0: *n = sizeof(float) * MCT_MODEL_N_PARAMS; return (uint8_t *)a->params;
+    case 1: *n = sizeof(float) * MCT_STATE_FLOATS; return (uint8_t *)a->state;
+    default: *n = sizeof(mct_train_state); return (uint8_t *)&a->ts;
+    }
+}
+
+/* Sequence number of a valid save in slot s (its data CRC checked), or 0 when the slot is not valid. */
+static uint32_t slot_seq(mct_app *a, uint8_t s) {
+    uint8_t h[SAVE_HEADER];
+    uint32_t base = (uint32_t)s * SAVE_SLOT;
+    if (port_store_read(base, h, SAVE_HEADER)) return 0;
+    if (get_u32(h) != SAVE_MAGIC || get_u32(h + 8) != SAVE_BLOB) return 0;
+    for (uint8_t k = 0; k < 8; k++) if (h[16 + k] != mct_model_hash[k]) return 0;
+    uint32_t crc = 0;
+    for (uint32_t off = 0; off < SAVE_BLOB;) {
+        uint32_t n = SAVE_BLOB - off < MCT_MODEL_RX_MAX ? SAVE_BLOB - off : MCT_MODEL_RX_MAX;
+        if (port_store_read(base + SAVE_HEADER + off, a->rx, n)) return 0;
+        crc = mct_crc32(crc, a->rx, n);
+        off += n;
+    }
+    return crc == get_u32(h + 12) ? get_u32(h + 4) : 0;
+}
+
+static int save_state(mct_app *a, uint32_t *seq_out) {
+    if (port_store_size() < 2u * SAVE_SLOT) return MCT_ST_UNSUPPORTED;
+    uint32_t s0 = slot_seq(a, 0), s1 = slot_seq(a, 1);
+    uint8_t slot = s0 <= s1 ? 0 : 1;                 /* overwrite the older (or invalid) one */
+    uint32_t seq = (s0 > s1 ? s0 : s1) + 1u, base = (uint32_t)slot * SAVE_SLOT, off = SAVE_HEADER, crc = 0;
+    for (uint8_t i = 0; i < 3; i++) {
+        uint32_t n;
+        uint8_t *p = blob_piece(a, i, &n);
+        if (port_store_write(base + off, p, n)) return MCT_ST_STORE;
+        crc = mct_crc32(crc, p, n);
+        off += n;
+    }
+    uint8_t h[SAVE_HEADER];
+    put_u32(h, SAVE_MAGIC);
+    put_u32(h + 4, seq);
+    put_u32(h + 8, SAVE_BLOB);
+    put_u32(h + 12, crc);
+    for (uint8_t k = 0; k < 8; k++) h[16 + k] = mct_model_hash[k];
+    if (port_store_write(base, h, SAVE_HEADER)) return MCT_ST_STORE;   /* the header commits the save */
+    *seq_out = seq;
+    a->saves++;
+    return MCT_ST_OK;
+}
+
+static int load_state(mct_app *a, uint32_t *seq_out) {
+    if (port_store_size() < 2u * SAVE_SLOT) return MCT_ST_UNSUPPORTED;
+    uint32_t s0 = slot_seq(a, 0), s1 = slot_seq(a, 1);
+    if (!s0 && !s1) return MCT_ST_NO_SAVE;
+    uint8_t slot = s1 > s0 ? 1 : 0;
+    uint32_t base = (uint32_t)slot * SAVE_SLOT + SAVE_HEADER;
+    for (uint8_t i = 0; i < 3; i++) {
+        uint32_t n;
+        uint8_t *p = blob_piece(a, i, &n);
+        if (port_store_read(base, p, n)) return MCT_ST_STORE;
+        base += n;
+    }
+    *seq_out = s1 > s0 ? s1 : s0;
+    return MCT_ST_OK;
+}
+
+void mct_app_init(mct_app *a) {
+    uint32_t seq;
+    mct_app_reset(a);
+    a->saves = 0;
+    a->loaded = load_state(a, &seq) == MCT_ST_OK;
+    if (!a->loaded) mct_app_reset(a);   /* a failed load may have touched the buffers */
+}
+
+/* ---- stack use ---- */
+void mct_stack_paint(void) {
+    uint8_t *lo, *hi, here;
+    if (!port_stack_bounds(&lo, &hi)) return;
+    uintptr_t limit = (uintptr_t)&here - 64u;   /* stay clear of this function's own frame */
+    for (uint8_t *p = lo; (uintptr_t)p < limit && p < hi; p++) *p = STACK_PATTERN;
+}
+
+static uint32_t stack_used(uint32_t *avail) {
+    uint8_t *lo, *hi;
+    if (!port_stack_bounds(&lo, &hi)) { *avail = 0; return 0; }
+    uint8_t *p = lo;
+    while (p < hi && *p == STACK_PATTERN) p++;
+    *avail = (uint32_t)(hi - lo);
+    return (uint32_t)(hi - p);
+}
+
+/* ---- commands ---- */
+static void cmd_info(mct_app *a) {
+    uint8_t d[31];
+    d[0] = MCT_PROTOCOL_VERSION;
+    for (uint8_t k = 0; k < 8; k++) d[1 + k] = mct_model_hash[k];
+    put_u16(d + 9, MCT_MODEL_N_IN);
+    put_u16(d + 11, MCT_MODEL_N_OUT);
+    put_u32(d + 13, MCT_MODEL_N_PARAMS);
+    put_u32(d + 17, MCT_MODEL_N_TRAINABLE);
+    d[21] = mct_model_opt.kind;
+    d[22] = MCT_MODEL_SLOTS;
+    d[23] = MCT_MODEL_LOSS_KIND;
+    put_u32(d + 24, a->ts.step);
+    put_u16(d + 28, MCT_MODEL_RX_MAX);
+    d[30] = (uint8_t)((port_store_size() >= 2u * SAVE_SLOT ? 1u : 0u) | (a->loaded ? 2u : 0u));
+    reply_t r;
+    reply_begin(&r, MCT_CMD_INFO, MCT_ST_OK, 31);
+    reply_bytes(&r, d, 31);
+    reply_end(&r);
+}
+
+static void cmd_predict(mct_app *a) {
+    float *x = a->arena + mct_model.in_off;
+    port_mark(0, 1);
+    float *y = mct_forward(&mct_model, a->params, x, a->arena, 1);
+    port_mark(0, 0);
+    reply_t r;
+    reply_begin(&r, MCT_CMD_PREDICT, MCT_ST_OK, MCT_MODEL_N_OUT * 4);
+    reply_bytes(&r, y, MCT_MODEL_N_OUT * 4);
+    reply_end(&r);
+}
+
+static void cmd_train(mct_app *a) {
+    float loss = 0.0f;
+    port_mark(1, 1);
+    int rc = mct_train_step(&mct_model, a->params, &mct_model_opt, a->state, &a->ts, MCT_MODEL_LOSS_KIND,
+                            MCT_MODEL_LOSS_PARAM, a->arena + mct_model.in_off, a->target, 1, a->arena, a->scratch,
+                            MCT_MODEL_SCRATCH, 0, &loss);
+    port_mark(1, 0);
+    uint8_t d[8];
+    memcpy(d, &loss, 4);
+    put_u32(d + 4, a->ts.step);
+    reply_t r;
+    reply_begin(&r, MCT_CMD_TRAIN, rc == MCT_OK ? MCT_ST_OK : rc == MCT_E_NONFINITE ? MCT_ST_NONFINITE
+                                                                                     : MCT_ST_UNSUPPORTED, 8);
+    reply_bytes(&r, d, 8);
+    reply_end(&r);
+}
+
+static void cmd_read(mct_app *a, uint16_t len) {
+    uint32_t n, off, count;
+    float *base;
+    if (len != 7 || !(base = region(a, a->rx[0], &n))) { reply_status(MCT_CMD_READ, MCT_ST_BAD_ARG); return; }
+    off = get_u32(a->rx + 1);
+    count = get_u16(a->rx + 5);
+    if (off > n || count > n - off || count * 4u > MCT_MODEL_RX_MAX - 5u) {
+        reply_status(MCT_CMD_READ, MCT_ST_BAD_ARG);
+        return;
+    }
+    reply_t r;
+    reply_begin(&r, MCT_CMD_READ, MCT_ST_OK, (uint16_t)(count * 4u));
+    reply_bytes(&r, base + off, (uint16_t)(count * 4u));
+    reply_end(&r);
+}
+
+static void cmd_write(mct_app *a, uint16_t len) {
+    uint32_t n, off, count;
+    float *base;
+    if (len < 5 || (len - 5) % 4 || !(base = region(a, a->rx[0], &n))) {
+        reply_status(MCT_CMD_WRITE, MCT_ST_BAD_ARG);
+        return;
+    }
+    off = get_u32(a->rx + 1);
+    count = (uint32_t)(len - 5) / 4u;
+    if (off > n || count > n - off) { reply_status(MCT_CMD_WRITE, MCT_ST_BAD_ARG); return; }
+    uint8_t *dst = (uint8_t *)(base + off);
+    for (uint32_t j = 0; j < count * 4u; j++) dst[j] = a->rx[5 + j];
+    reply_status(MCT_CMD_WRITE, MCT_ST_OK);
+}
+
+static void cmd_seq(uint8_t cmd, int st, uint32_t seq) {
+    uint8_t d[4];
+    put_u32(d, seq);
+    reply_t r;
+    reply_begin(&r, cmd, (uint8_t)st, st == MCT_ST_OK ? 4 : 0);
+    if (st == MCT_ST_OK) reply_bytes(&r, d, 4);
+    reply_end(&r);
+}
+
+static void cmd_stats(mct_app *a) {
+    uint8_t d[12];
+    uint32_t avail, used = stack_used(&avail);
+    put_u32(d, used);
+    put_u32(d + 4, avail);
+    put_u32(d + 8, a->saves);
+    reply_t r;
+    reply_begin(&r, MCT_CMD_STATS, MCT_ST_OK, 12);
+    reply_bytes(&r, d, 12);
+    reply_end(&r);
+}
+
+void mct_app_poll(mct_app *a) {
+    uint8_t h[3];
+    while (next_byte() != SYNC_IN) {}
+    for (uint8_t k = 0; k < 3; k++) h[k] = (uint8_t)next_byte();
+    uint8_t cmd = h[0];
+    uint16_t len = get_u16(h + 1), crc = mct_crc16(0xFFFFu, h, 3);
+    /* where the payload goes: PREDICT/TRAIN of the right size stream into scratch buffers */
+    uint8_t *dst = 0, *dst2 = 0;
+    uint16_t split = len;
+    if (cmd == MCT_CMD_PREDICT && len == MCT_MODEL_N_IN * 4) {
+        dst = (uint8_t *)(a->arena + mct_model.in_off);
+    } else if (cmd == MCT_CMD_TRAIN && len == (MCT_MODEL_N_IN + MCT_MODEL_N_OUT) * 4) {
+        dst = (uint8_t *)(a->arena + mct_model.in_off);
+        dst2 = (uint8_t *)a->target;
+        split = MCT_MODEL_N_IN * 4;
+    } else if (cmd != MCT_CMD_PREDICT && cmd != MCT_CMD_TRAIN && len <= MCT_MODEL_RX_MAX) {
+        dst = a->rx;
+    }
+    for (uint16_t k = 0; k < len; k++) {
+        uint8_t b = (uint8_t)next_byte();
+        crc = mct_crc16(crc, &b, 1);
+        if (dst) {
+            if (k < split) dst[k] = b;
+            else dst2[k - split] = b;
+        }
+    }
+    uint8_t c0 = (uint8_t)next_byte(), c1 = (uint8_t)next_byte();
+    if ((uint16_t)(c0 | (c1 << 8)) != crc) { reply_status(cmd, MCT_ST_BAD_CRC); return; }
+    if (!dst) {
+        reply_status(cmd, (cmd >= MCT_CMD_INFO && cmd <= MCT_CMD_RESET) || cmd == MCT_CMD_QUIT ? MCT_ST_BAD_LENGTH
+                                                                                                 : MCT_ST_UNKNOWN);
+        return;
+    }
+    uint32_t seq = 0;
+    int st;
+    switch (cmd) {
+    case MCT_CMD_INFO: cmd_info(a); break;
+    case MCT_CMD_PREDICT: cmd_predict(a); break;
+    case MCT_CMD_TRAIN: cmd_train(a); break;
+    case MCT_CMD_READ: cmd_read(a, len); break;
+    case MCT_CMD_WRITE: cmd_write(a, len); break;
+    case MCT_CMD_SAVE: st = save_state(a, &seq); cmd_seq(cmd, st, seq); break;
+    case MCT_CMD_LOAD:
+        st = load_state(a, &seq);
+        if (st != MCT_ST_OK && st != MCT_ST_NO_SAVE && st != MCT_ST_UNSUPPORTED) mct_app_reset(a);
+        cmd_seq(cmd, st, seq);
+        break;
+    case MCT_CMD_STATS: cmd_stats(a); break;
+    case MCT_CMD_RESET: mct_app_reset(a); reply_status(cmd, MCT_ST_OK); break;
+#ifdef MCT_ALLOW_QUIT
+    case MCT_CMD_QUIT: reply_status(cmd, MCT_ST_OK); port_exit(0); break;
+#endif
+    default: reply_status(cmd, MCT_ST_UNKNOWN); break;
+    }
+}

@@ -1,0 +1,41 @@
+/* mct_app.h - the firmware application: model buffers, the protocol loop and saves.
+ * Sizes come from the generated model.h; all buffers are static members of one struct. */
+#ifndef MCT_APP_H
+#define MCT_APP_H
+
+#include "mct.h"
+#include "model.h"
+
+#define MCT_PROTOCOL_VERSION 1
+#define MCT_STATE_FLOATS (MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS > 0 ? MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS : 1)
+
+/* Commands and status codes of docs/protocol.md. */
+enum mct_cmd { MCT_CMD_INFO = 1, MCT_CMD_PREDICT = 2, MCT_CMD_TRAIN = 3, MCT_CMD_READ = 4, MCT_CMD_WRITE = 5,
+               MCT_CMD_SAVE = 6, MCT_CMD_LOAD = 7, MCT_CMD_STATS = 8, MCT_CMD_RESET = 9, MCT_CMD_QUIT = 0x7F };
+enum mct_status_code { MCT_ST_OK = 0, MCT_ST_BAD_CRC = 1, MCT_ST_BAD_LENGTH = 2, MCT_ST_UNKNOWN = 3,
+                       MCT_ST_BAD_ARG = 4, MCT_ST_NONFINITE = 5, MCT_ST_STORE = 6, MCT_ST_NO_SAVE = 7,
+                       MCT_ST_UNSUPPORTED = 8 };
+
+/* Everything the firmware keeps in RAM. */
+typedef struct mct_app {
+    float params[MCT_MODEL_N_PARAMS > 0 ? MCT_MODEL_N_PARAMS : 1];
+    float state[MCT_STATE_FLOATS];
+    mct_train_state ts;
+    float arena[MCT_MODEL_ARENA];
+    float scratch[MCT_MODEL_SCRATCH];
+    float target[MCT_MODEL_N_OUT];
+    uint8_t rx[MCT_MODEL_RX_MAX];
+    uint32_t saves;        /* saves done since boot */
+    uint8_t loaded;        /* a saved state was loaded at boot */
+} mct_app;
+
+/* Reset the model to the exported parameters, zero optimizer state, step 0. */
+void mct_app_reset(mct_app *a);
+/* Boot: reset, then load the newest valid save if there is one. */
+void mct_app_init(mct_app *a);
+/* Receive one frame from the host and answer it. */
+void mct_app_poll(mct_app *a);
+/* Fill the free stack area with a pattern so STATS can report the peak use (call first in main). */
+void mct_stack_paint(void);
+
+#endif /* MCT_APP_H */

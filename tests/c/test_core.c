@@ -1,0 +1,1167 @@
+/* test_core.c - direct tests of the mcutrain C core (firmware/core) through mct.h and mct_layers.h.
+ *
+ * Self-contained C99: a few macros print one "name: PASS" or "name: FAIL" line per test and a final
+ * "N passed, N failed" line; the exit code is non-zero when anything failed. Layer tables are built
+ * by hand (static arrays of struct mct_layer); buffers are allocated at their exact sizes so that
+ * AddressSanitizer sees any access past the sizes the core promises to need.
+ *
+ * Build (see tests/test_c_core.py): gcc -std=c99 -ffp-contract=off -Ifirmware/core tests/c/test_core.c
+ * firmware/core/(*).c -lm
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mct.h"
+#include "mct_layers.h"
+
+/* ------------------------------------------------------------------------------------------------ */
+/* test harness                                                                                     */
+/* ------------------------------------------------------------------------------------------------ */
+
+static int g_passed, g_failed, g_errors;
+
+/* Record a failed expectation of the current test without stopping it; the first few are printed
+ * (indented, on stdout) just before the test's FAIL line. */
+#define CHECK(cond)                                                                                 \
+    do {                                                                                            \
+        if (!(cond)) {                                                                              \
+            g_errors++;                                                                             \
+            if (g_errors <= 8) printf("    %s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
+        }                                                                                           \
+    } while (0)
+
+/* CHECK with a printf-style explanation of the failure. */
+#define CHECKF(cond, ...)                                                                           \
+    do {                                                                                            \
+        if (!(cond)) {                                                                              \
+            g_errors++;                                                                             \
+            if (g_errors <= 8) {                                                                    \
+                printf("    %s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);                 \
+                printf(__VA_ARGS__);                                                                \
+                putchar('\n');                                                                      \
+            }                                                                                       \
+        }                                                                                           \
+    } while (0)
+
+/* Begin a test: reset the failure count of the current test. */
+static void test_begin(void) { g_errors = 0; }
+
+/* End a test: print its PASS/FAIL line and count it. */
+static void test_end(const char *name) {
+    if (g_errors) {
+        g_failed++;
+        printf("%s: FAIL (%d failed checks)\n", name, g_errors);
+    } else {
+        g_passed++;
+        printf("%s: PASS\n", name);
+    }
+    fflush(stdout);
+}
+
+/* Run a test function without arguments under its own name. */
+#define RUN(fn)           \
+    do {                  \
+        test_begin();     \
+        fn();             \
+        test_end(#fn);    \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------------ */
+/* helpers: random numbers, allocation, float bits                                                  */
+/* ------------------------------------------------------------------------------------------------ */
+
+static uint32_t g_rng = 0x2545F491u;
+
+/* Reseed the xorshift32 generator (never with 0). */
+static void rng_seed(uint32_t s) { g_rng = s ? s : 0x9E3779B9u; }
+
+/* Next 32 random bits (xorshift32). */
+static uint32_t rng_u32(void) {
+    uint32_t x = g_rng;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    g_rng = x;
+    return x;
+}
+
+/* Uniform float in [lo, hi). */
+static float rng_uniform(float lo, float hi) {
+    float u = (float)(rng_u32() >> 8) * (1.0f / 16777216.0f);
+    return lo + (hi - lo) * u;
+}
+
+/* A float of either sign with a magnitude spread over several binades (hard to round exactly). */
+static float rng_spread(void) {
+    static const float scale[7] = {0.125f, 0.25f, 0.5f, 1.0f, 2.0f, 4.0f, 8.0f};
+    return rng_uniform(-1.0f, 1.0f) * scale[rng_u32() % 7u];
+}
+
+/* malloc that aborts the test run on failure (sizes here are tiny). */
+static float *falloc(size_t n) {
+    float *p = (float *)malloc((n ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* A copy of n floats in a fresh allocation. */
+static float *fdup(const float *src, size_t n) {
+    float *p = falloc(n);
+    if (n) memcpy(p, src, n * sizeof(float));
+    return p;
+}
+
+/* Are a and b the same n floats, bit for bit? */
+static int same_bits(const float *a, const float *b, size_t n) { return n == 0 || memcmp(a, b, n * sizeof(float)) == 0; }
+
+/* Is x a finite float? */
+static int is_finite(float x) { return x == x && x - x == 0.0f; }
+
+/* |a - b| <= tol * max(1, |b|) in double. */
+static int close_to(double a, double b, double tol) {
+    double d = fabs(a - b), m = fabs(b) > 1.0 ? fabs(b) : 1.0;
+    return d <= tol * m;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* a small layer-table builder (offsets computed here, from the documented layout, not by the core) */
+/* ------------------------------------------------------------------------------------------------ */
+
+#define MAX_LAYERS 40
+
+typedef struct netb {
+    mct_layer L[MAX_LAYERS];
+    mct_net net;
+    uint16_t cur_n;      /* width of the current output */
+    uint32_t cur_off;    /* arena offset of the current output */
+    uint32_t arena;      /* arena floats per sample used so far */
+    uint32_t n_params;   /* parameters used so far */
+    uint16_t max_width;
+    int open[8];         /* RES_BEGIN indices waiting for their RES_END */
+    int n_open;
+} netb;
+
+/* Parameter count of a layer from the documented parameter layouts. */
+static uint32_t spec_params(uint8_t op, uint8_t kind, uint32_t I, uint32_t O, uint32_t k) {
+    switch (op) {
+    case MCT_OP_DENSE: return I * O + (kind ? O : 0u);
+    case MCT_OP_BIAS: case MCT_OP_SWISH: case MCT_OP_DIAG: case MCT_OP_RMSNORM: return O;
+    case MCT_OP_GLU: return 2u * I * O + 2u * O + (kind == MCT_ACT_SWISH ? O : 0u);
+    case MCT_OP_SCALE: return 1;
+    case MCT_OP_DYT: return 1u + 2u * O;
+    case MCT_OP_CONV1D: return k;
+    default: return 0;
+    }
+}
+
+/* Connection weights (the leading params that get L1/L2) from the documented layouts. */
+static uint32_t spec_weights(uint8_t op, uint32_t I, uint32_t O, uint32_t k) {
+    switch (op) {
+    case MCT_OP_DENSE: return I * O;
+    case MCT_OP_GLU: return 2u * I * O;
+    case MCT_OP_CONV1D: return k;
+    default: return 0;
+    }
+}
+
+/* Aux trace floats per sample: GLU pre-activations, the RMSNorm rms, the residual gradient. */
+static uint32_t spec_aux(uint8_t op, uint32_t O) {
+    switch (op) {
+    case MCT_OP_GLU: return 2u * O;
+    case MCT_OP_RMSNORM: return 1;
+    case MCT_OP_RES_END: return O;
+    default: return 0;
+    }
+}
+
+/* Start a network with n_in inputs (stored at arena offset 0). */
+static void nb_init(netb *b, uint16_t n_in) {
+    memset(b, 0, sizeof *b);
+    b->cur_n = n_in;
+    b->cur_off = 0;
+    b->arena = n_in;
+    b->max_width = n_in;
+}
+
+/* Append a layer fed by the current output; returns its index. */
+static int nb_add(netb *b, uint8_t op, uint8_t kind, uint16_t n_out, uint16_t k, float alpha) {
+    int idx = b->net.n_layers;
+    if (idx >= MAX_LAYERS) {
+        fprintf(stderr, "too many layers\n");
+        exit(2);
+    }
+    mct_layer *L = &b->L[idx];
+    memset(L, 0, sizeof *L);
+    L->op = op;
+    L->kind = kind;
+    L->trainable = 1;
+    L->n_in = b->cur_n;
+    L->n_out = (op == MCT_OP_RES_BEGIN || op == MCT_OP_RES_END) ? b->cur_n : n_out;
+    L->k = k;
+    L->alpha = alpha;
+    L->lr_div = 1.0f;
+    L->n_p = spec_params(op, kind, L->n_in, L->n_out, k);
+    L->n_w = spec_weights(op, L->n_in, L->n_out, k);
+    L->p_off = b->n_params;
+    b->n_params += L->n_p;
+    L->in_off = b->cur_off;
+    if (op == MCT_OP_RES_BEGIN) {
+        L->out_off = L->in_off;
+        b->open[b->n_open++] = idx;
+    } else {
+        L->out_off = b->arena;
+        b->arena += L->n_out;
+    }
+    uint32_t aux = spec_aux(op, L->n_out);
+    L->aux_off = aux ? b->arena : 0u;
+    b->arena += aux;
+    if (op == MCT_OP_RES_END) {
+        int beg = b->open[--b->n_open];
+        L->k = (uint16_t)beg;
+        b->L[beg].k = (uint16_t)idx;
+    }
+    if (L->n_in > b->max_width) b->max_width = L->n_in;
+    if (L->n_out > b->max_width) b->max_width = L->n_out;
+    b->cur_n = L->n_out;
+    b->cur_off = L->out_off;
+    b->net.n_layers = (uint16_t)(idx + 1);
+    return idx;
+}
+
+/* Fill the mct_net header from the layers added so far and return it. */
+static const mct_net *nb_finish(netb *b) {
+    b->net.layers = b->L;
+    b->net.n_in = b->L[0].n_in;
+    b->net.n_out = b->cur_n;
+    b->net.max_width = b->max_width;
+    b->net.n_params = b->n_params;
+    b->net.arena = b->arena;
+    b->net.in_off = 0;
+    b->net.out_off = b->cur_off;
+    return &b->net;
+}
+
+/* Parameters of a built network: weights small and random, gains and scales near 1. */
+static void init_params(const mct_net *net, float *p) {
+    for (uint16_t l = 0; l < net->n_layers; l++) {
+        const mct_layer *L = &net->layers[l];
+        float *q = p + L->p_off;
+        for (uint32_t j = 0; j < L->n_p; j++) q[j] = rng_uniform(-0.6f, 0.6f);
+        switch (L->op) {
+        case MCT_OP_RMSNORM: case MCT_OP_SWISH: case MCT_OP_DIAG: case MCT_OP_SCALE:
+            for (uint32_t j = 0; j < L->n_p; j++) q[j] = rng_uniform(0.8f, 1.2f);
+            break;
+        case MCT_OP_DYT:
+            q[0] = rng_uniform(0.4f, 0.7f);
+            for (uint32_t j = 0; j < L->n_out; j++) q[1 + j] = rng_uniform(0.8f, 1.2f);
+            break;
+        case MCT_OP_GLU:
+            if (L->kind == MCT_ACT_SWISH)
+                for (uint32_t j = 0; j < L->n_out; j++) q[L->n_p - L->n_out + j] = rng_uniform(0.8f, 1.2f);
+            break;
+        default: break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* forward of Linear and Dense on numbers computed by hand                                          */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Linear(3, 2) then Dense(2, 1) with small integers and halves, so every result is exact. */
+static void test_linear_forward_by_hand(void) {
+    static const mct_layer layers[2] = {
+        /* op, kind, trainable, reserved, n_in, n_out, k, reserved2, alpha, lr_div, p_off, n_p, n_w, in, out, aux */
+        {MCT_OP_DENSE, 1, 1, 0, 3, 2, 0, 0, 0.0f, 1.0f, 0, 8, 6, 0, 3, 0},
+        {MCT_OP_DENSE, 0, 1, 0, 2, 1, 0, 0, 0.0f, 1.0f, 8, 2, 2, 3, 5, 0},
+    };
+    mct_net net;
+    memset(&net, 0, sizeof net);
+    net.layers = layers;
+    net.n_layers = 2;
+    net.n_in = 3;
+    net.n_out = 1;
+    net.max_width = 3;
+    net.n_params = 10;
+    net.arena = 6;
+    net.in_off = 0;
+    net.out_off = 5;
+    CHECK(mct_net_check(&net) == MCT_OK);
+
+    /* W = [[1, 2], [3, 4], [5, 6]] ([n_in][n_out] row-major), b = [0.5, -1]; then V = [[2], [-0.5]] */
+    const float params[10] = {1, 2, 3, 4, 5, 6, 0.5f, -1, 2, -0.5f};
+    const float x[2 * 3] = {1, -1, 2, /* second sample */ 0.5f, 0, -2};
+    /* sample 0: h0 = 1*1 + (-1)*3 + 2*5 + 0.5 = 8.5, h1 = 1*2 + (-1)*4 + 2*6 - 1 = 9
+     *           y = 8.5*2 + 9*(-0.5) = 12.5
+     * sample 1: h0 = 0.5*1 + 0*3 + (-2)*5 + 0.5 = -9, h1 = 0.5*2 + 0*4 + (-2)*6 - 1 = -12
+     *           y = -9*2 + (-12)*(-0.5) = -12 */
+    const float want_h[2 * 2] = {8.5f, 9.0f, -9.0f, -12.0f};
+    const float want_y[2] = {12.5f, -12.0f};
+    float *arena = falloc(2 * net.arena);
+    float *y = mct_forward(&net, params, x, arena, 2);
+    CHECK(y == arena + 5 * 2);
+    CHECK(same_bits(arena + 3 * 2, want_h, 4));
+    CHECK(same_bits(y, want_y, 2));
+    CHECK(same_bits(arena, x, 6)); /* the input is copied into the arena */
+
+    /* one sample (the device's nb = 1) gives the same numbers */
+    float *arena1 = falloc(net.arena);
+    float *y1 = mct_forward(&net, params, x + 3, arena1, 1);
+    CHECK(y1[0] == -12.0f);
+    CHECK(arena1[3] == -9.0f && arena1[4] == -12.0f);
+    free(arena1);
+    free(arena);
+}
+
+/* A wider Linear on random data equals a plain loop that sums each output in ascending input order
+ * from the first product and adds the bias last, bit for bit (the documented summation order). */
+static void test_linear_forward_matches_loop(void) {
+    static const uint16_t shapes[][3] = {{7, 9, 5}, {1, 1, 1}, {16, 33, 6}, {5, 3, 9}, {20, 16, 4}};
+    rng_seed(11);
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        uint16_t I = shapes[c][0], O = shapes[c][1], nb = shapes[c][2];
+        mct_layer L[1];
+        memset(L, 0, sizeof L);
+        L[0].op = MCT_OP_DENSE;
+        L[0].kind = 1;
+        L[0].trainable = 1;
+        L[0].n_in = I;
+        L[0].n_out = O;
+        L[0].lr_div = 1.0f;
+        L[0].n_p = (uint32_t)I * O + O;
+        L[0].n_w = (uint32_t)I * O;
+        L[0].in_off = 0;
+        L[0].out_off = I;
+        mct_net net;
+        memset(&net, 0, sizeof net);
+        net.layers = L;
+        net.n_layers = 1;
+        net.n_in = I;
+        net.n_out = O;
+        net.max_width = I > O ? I : O;
+        net.n_params = L[0].n_p;
+        net.arena = (uint32_t)I + O;
+        net.out_off = I;
+        CHECK(mct_net_check(&net) == MCT_OK);
+        float *p = falloc(net.n_params), *x = falloc((size_t)nb * I), *arena = falloc((size_t)nb * net.arena);
+        float *want = falloc((size_t)nb * O);
+        for (uint32_t j = 0; j < net.n_params; j++) p[j] = rng_spread();
+        for (uint32_t j = 0; j < (uint32_t)nb * I; j++) x[j] = rng_spread();
+        for (uint32_t s = 0; s < nb; s++)
+            for (uint32_t o = 0; o < O; o++) {
+                float acc = x[s * I] * p[o];
+                for (uint32_t i = 1; i < I; i++) acc = acc + x[s * I + i] * p[i * O + o];
+                want[s * O + o] = acc + p[(size_t)I * O + o];
+            }
+        float *y = mct_forward(&net, p, x, arena, nb);
+        CHECKF(same_bits(y, want, (size_t)nb * O), "shape I=%u O=%u nb=%u", (unsigned)I, (unsigned)O, (unsigned)nb);
+        free(p);
+        free(x);
+        free(arena);
+        free(want);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* mct_net_check                                                                                    */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A valid reference table with every kind of check target: Linear, GLU (aux), residual, RMSNorm,
+ * Conv1d, Softmax. */
+static netb g_ref;
+
+/* Build g_ref and return its net. */
+static const mct_net *ref_net(void) {
+    nb_init(&g_ref, 4);
+    nb_add(&g_ref, MCT_OP_DENSE, 1, 6, 0, 0.0f);                 /* 0 Linear(4, 6) */
+    nb_add(&g_ref, MCT_OP_ACT, MCT_ACT_TANH, 6, 0, 0.0f);        /* 1 Tanh */
+    nb_add(&g_ref, MCT_OP_GLU, MCT_ACT_SIGMOID, 5, 0, 0.0f);     /* 2 GLU(6, 5) */
+    nb_add(&g_ref, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);             /* 3 */
+    nb_add(&g_ref, MCT_OP_DENSE, 0, 5, 0, 0.0f);                 /* 4 Dense(5, 5) */
+    nb_add(&g_ref, MCT_OP_RES_END, 0, 0, 0, 0.0f);               /* 5 */
+    nb_add(&g_ref, MCT_OP_RMSNORM, 0, 5, 0, 1e-5f);              /* 6 RMSNorm(5) */
+    nb_add(&g_ref, MCT_OP_CONV1D, 0, 3, 3, 0.0f);                /* 7 Conv1d(5, 3, 3) */
+    nb_add(&g_ref, MCT_OP_SOFTMAX, 0, 3, 0, 1.0f);               /* 8 Softmax(3) */
+    return nb_finish(&g_ref);
+}
+
+/* Layers and header of a mutated copy of the reference table. */
+static mct_layer g_mut[MAX_LAYERS];
+static mct_net g_mut_net;
+
+/* Reset the mutable copy to the reference table and return its net. */
+static mct_net *mut_reset(void) {
+    const mct_net *r = ref_net();
+    memcpy(g_mut, r->layers, sizeof(mct_layer) * r->n_layers);
+    g_mut_net = *r;
+    g_mut_net.layers = g_mut;
+    return &g_mut_net;
+}
+
+/* Expect the mutated table to be rejected; `what` names the mutation in the failure message. */
+static void expect_rejected(const char *what) {
+    int rc = mct_net_check(&g_mut_net);
+    CHECKF(rc == MCT_E_NET, "%s: mct_net_check returned %d", what, rc);
+}
+
+static void test_net_check_accepts_valid(void) {
+    const mct_net *net = ref_net();
+    CHECK(mct_net_check(net) == MCT_OK);
+    /* a one-layer net and a parameterless net are valid too */
+    netb b;
+    nb_init(&b, 3);
+    nb_add(&b, MCT_OP_ACT, MCT_ACT_RELU, 3, 0, 0.0f);
+    CHECK(mct_net_check(nb_finish(&b)) == MCT_OK);
+    /* nested residual blocks */
+    nb_init(&b, 3);
+    nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);
+    nb_add(&b, MCT_OP_DIAG, 0, 3, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);
+    nb_add(&b, MCT_OP_DENSE, 1, 3, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);
+    CHECK(mct_net_check(nb_finish(&b)) == MCT_OK);
+}
+
+static void test_net_check_rejects_param_errors(void) {
+    mct_net *n;
+    n = mut_reset(); g_mut[0].n_p += 1; n->n_params += 1; expect_rejected("Linear n_p one too many");
+    n = mut_reset(); g_mut[0].n_p -= 1; expect_rejected("Linear n_p one too few");
+    n = mut_reset(); g_mut[2].n_p -= 5; expect_rejected("GLU n_p five short");
+    n = mut_reset(); g_mut[6].n_p = 0; expect_rejected("RMSNorm without gains");
+    n = mut_reset(); g_mut[7].n_p = 2; expect_rejected("Conv1d n_p != filter size");
+    n = mut_reset(); g_mut[1].n_p = 1; n->n_params += 1; expect_rejected("activation with a parameter");
+    n = mut_reset(); g_mut[0].n_w = g_mut[0].n_p + 1; expect_rejected("n_w > n_p");
+    n = mut_reset(); n->n_params -= 1; expect_rejected("last layer's params past n_params");
+    n = mut_reset(); g_mut[4].p_off = n->n_params - 3; expect_rejected("p_off + n_p past n_params");
+    n = mut_reset(); g_mut[0].p_off = 0xFFFFFFF0u; expect_rejected("p_off overflowing 32 bits");
+    (void)n;
+}
+
+static void test_net_check_rejects_offset_errors(void) {
+    mct_net *n;
+    n = mut_reset(); g_mut[1].in_off += 1; expect_rejected("input not at the previous output");
+    n = mut_reset(); g_mut[0].in_off = 1; expect_rejected("first layer not at the net input");
+    n = mut_reset(); n->in_off = 1; expect_rejected("net in_off not the first layer's input");
+    n = mut_reset(); n->out_off += 1; expect_rejected("net out_off not the last output");
+    n = mut_reset(); g_mut[8].out_off = n->arena - 2; g_mut[8].aux_off = 0; n->out_off = n->arena - 2;
+    expect_rejected("output past the arena");
+    n = mut_reset(); g_mut[2].aux_off = n->arena - 1; expect_rejected("GLU aux past the arena");
+    n = mut_reset(); g_mut[6].aux_off = n->arena; expect_rejected("RMSNorm aux past the arena");
+    n = mut_reset(); g_mut[5].aux_off = n->arena - 4; expect_rejected("RES_END aux past the arena");
+    n = mut_reset(); n->arena -= 1; expect_rejected("arena one float short");
+    n = mut_reset(); g_mut[1].out_off = g_mut[1].in_off; g_mut[2].in_off = g_mut[1].in_off;
+    expect_rejected("non-residual layer writing over its input");
+    n = mut_reset(); g_mut[0].in_off = 0xFFFFFFFEu; n->in_off = 0xFFFFFFFEu;
+    expect_rejected("in_off overflowing 32 bits");
+    (void)n;
+}
+
+static void test_net_check_rejects_size_errors(void) {
+    mct_net *n;
+    n = mut_reset(); g_mut[1].n_in = 5; g_mut[1].n_out = 5; expect_rejected("n_in != previous n_out");
+    n = mut_reset(); n->n_in = 5; expect_rejected("net n_in != first layer n_in");
+    n = mut_reset(); n->n_out = 4; expect_rejected("net n_out != last layer n_out");
+    n = mut_reset(); n->max_width = 5; expect_rejected("a layer wider than max_width");
+    n = mut_reset(); g_mut[1].n_out = 5; expect_rejected("activation n_out != n_in");
+    n = mut_reset(); g_mut[6].n_out = 4; expect_rejected("RMSNorm n_out != n_in");
+    n = mut_reset(); g_mut[8].n_in = 2; g_mut[8].n_out = 2; expect_rejected("Softmax fed the wrong width");
+    n = mut_reset(); g_mut[7].n_out = 4; expect_rejected("Conv1d n_out != n_in - k + 1");
+    n = mut_reset(); g_mut[7].k = 0; g_mut[7].n_p = 0; expect_rejected("Conv1d with k = 0");
+    n = mut_reset(); g_mut[7].k = 6; g_mut[7].n_p = 6; expect_rejected("Conv1d filter longer than its input");
+    n = mut_reset(); g_mut[8].alpha = 0.0f; expect_rejected("Softmax temperature 0");
+    n = mut_reset(); g_mut[8].alpha = -1.0f; expect_rejected("Softmax temperature < 0");
+    n = mut_reset(); g_mut[6].alpha = -1e-3f; expect_rejected("RMSNorm eps < 0");
+    n = mut_reset(); g_mut[3].lr_div = 0.0f; expect_rejected("lr_div 0");
+    n = mut_reset(); g_mut[0].lr_div = -2.0f; expect_rejected("lr_div < 0");
+    n = mut_reset(); g_mut[0].op = 0; expect_rejected("op 0");
+    n = mut_reset(); g_mut[0].op = 14; expect_rejected("unknown op 14");
+    n = mut_reset(); g_mut[0].kind = 2; expect_rejected("Dense kind 2");
+    n = mut_reset(); g_mut[1].kind = MCT_ACT_SWISH; expect_rejected("activation kind Swish (GLU gate only)");
+    n = mut_reset(); g_mut[1].kind = 9; expect_rejected("activation kind 9");
+    n = mut_reset(); g_mut[2].kind = MCT_ACT_SINE; expect_rejected("GLU with a sine gate");
+    n = mut_reset(); g_mut[2].kind = 9; expect_rejected("GLU gate 9");
+    n = mut_reset(); g_mut[1].n_in = 0; g_mut[1].n_out = 0; expect_rejected("zero-width layer");
+    n = mut_reset(); n->n_layers = 0; expect_rejected("no layers");
+    n = mut_reset(); n->layers = NULL; expect_rejected("NULL layers");
+    CHECK(mct_net_check(NULL) == MCT_E_NET);
+    (void)n;
+}
+
+static void test_net_check_rejects_residual_errors(void) {
+    mct_net *n;
+    /* reference: 3 = RES_BEGIN (k = 5), 4 = Dense(5, 5), 5 = RES_END (k = 3) */
+    n = mut_reset(); g_mut[3].k = 4; expect_rejected("RES_BEGIN partner is not a RES_END");
+    n = mut_reset(); g_mut[3].k = 3; expect_rejected("RES_BEGIN partner is itself");
+    n = mut_reset(); g_mut[3].k = 2; expect_rejected("RES_BEGIN partner before it");
+    n = mut_reset(); g_mut[3].k = 200; expect_rejected("RES_BEGIN partner past the table");
+    n = mut_reset(); g_mut[3].k = 9; expect_rejected("RES_BEGIN partner = n_layers");
+    n = mut_reset(); g_mut[5].k = 4; expect_rejected("RES_END partner is not a RES_BEGIN");
+    n = mut_reset(); g_mut[5].k = 5; expect_rejected("RES_END partner is itself");
+    n = mut_reset(); g_mut[5].k = 7; expect_rejected("RES_END partner after it");
+    n = mut_reset(); g_mut[5].k = 300; expect_rejected("RES_END partner past the table");
+    n = mut_reset(); g_mut[3].out_off = n->arena - 5; g_mut[4].in_off = g_mut[3].out_off;
+    expect_rejected("RES_BEGIN output not aliasing its input");
+    /* a RES_END whose partner's k points elsewhere: two begins, one end */
+    n = mut_reset(); g_mut[1].op = MCT_OP_RES_BEGIN; g_mut[1].k = 5; g_mut[1].out_off = g_mut[1].in_off;
+    g_mut[2].in_off = g_mut[1].in_off; g_mut[1].n_p = 0;
+    expect_rejected("two RES_BEGINs sharing one RES_END");
+    /* a RES_END with no RES_BEGIN at all */
+    n = mut_reset(); g_mut[3].op = MCT_OP_ACT; g_mut[3].kind = MCT_ACT_RELU; g_mut[3].out_off = n->arena;
+    g_mut[4].in_off = n->arena; n->arena += 5; expect_rejected("RES_END without RES_BEGIN");
+    (void)n;
+    /* the body changes the width: Linear(5, 4) inside a block over 5 values */
+    netb b;
+    nb_init(&b, 5);
+    nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);
+    nb_add(&b, MCT_OP_DENSE, 1, 4, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);
+    CHECK(mct_net_check(nb_finish(&b)) == MCT_E_NET);
+    /* a RES_BEGIN that is never closed */
+    nb_init(&b, 5);
+    nb_add(&b, MCT_OP_DENSE, 1, 5, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);
+    b.L[1].k = 0;
+    nb_add(&b, MCT_OP_DIAG, 0, 5, 0, 0.0f);
+    CHECK(mct_net_check(nb_finish(&b)) == MCT_E_NET);
+    /* two RES_ENDs claiming one RES_BEGIN (the begin points at the first) */
+    nb_init(&b, 5);
+    nb_add(&b, MCT_OP_DENSE, 1, 5, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);
+    nb_add(&b, MCT_OP_DIAG, 0, 5, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);
+    CHECK(mct_net_check(nb_finish(&b)) == MCT_OK);
+    b.open[b.n_open++] = 1;
+    nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);
+    b.L[1].k = 3;
+    CHECK(mct_net_check(nb_finish(&b)) == MCT_E_NET);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* mct_gemm and mct_gemm_bt                                                                         */
+/* ------------------------------------------------------------------------------------------------ */
+
+static void test_gemm_equals_gemm_bt(void) {
+    static const uint32_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13};
+    static const uint32_t Ks[] = {1, 2, 3, 5, 8, 17};
+    static const uint32_t Ns[] = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 37};
+    rng_seed(7);
+    int cases = 0;
+    for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
+        for (size_t b = 0; b < sizeof Ks / sizeof Ks[0]; b++)
+            for (size_t c = 0; c < sizeof Ns / sizeof Ns[0]; c++) {
+                uint32_t M = Ms[a], K = Ks[b], N = Ns[c];
+                float *A = falloc((size_t)M * K), *B = falloc((size_t)K * N), *BT = falloc((size_t)N * K);
+                float *C1 = falloc((size_t)M * N), *C2 = falloc((size_t)M * N), *C3 = falloc((size_t)M * N);
+                for (size_t j = 0; j < (size_t)M * K; j++) A[j] = rng_spread();
+                for (size_t j = 0; j < (size_t)K * N; j++) B[j] = rng_spread();
+                for (uint32_t k = 0; k < K; k++)
+                    for (uint32_t n = 0; n < N; n++) BT[(size_t)n * K + k] = B[(size_t)k * N + n];
+                /* the documented order: ascending k, starting from the k = 0 product */
+                for (uint32_t m = 0; m < M; m++)
+                    for (uint32_t n = 0; n < N; n++) {
+                        float s = A[(size_t)m * K] * B[n];
+                        for (uint32_t k = 1; k < K; k++) s = s + A[(size_t)m * K + k] * B[(size_t)k * N + n];
+                        C3[(size_t)m * N + n] = s;
+                    }
+                mct_gemm(A, B, C1, M, K, N);
+                mct_gemm_bt(A, BT, C2, M, K, N);
+                CHECKF(same_bits(C1, C2, (size_t)M * N), "gemm != gemm_bt at M=%u K=%u N=%u", M, K, N);
+                CHECKF(same_bits(C1, C3, (size_t)M * N), "gemm != ascending-k loop at M=%u K=%u N=%u", M, K, N);
+                /* mct_transpose gives back the B^T built above */
+                float *T = falloc((size_t)N * K);
+                mct_transpose(B, T, K, N);
+                CHECKF(same_bits(T, BT, (size_t)N * K), "transpose at K=%u N=%u", K, N);
+                free(A); free(B); free(BT); free(C1); free(C2); free(C3); free(T);
+                cases++;
+            }
+    CHECK(cases == 9 * 6 * 14);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* training: fused (device) path against the buffered path                                         */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* An optimizer of the given kind with clipping, L1/L2, a cosine schedule and a warm-up switched on. */
+static mct_opt make_opt(uint8_t kind) {
+    mct_opt o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    o.schedule = MCT_LR_COSINE;
+    o.decay_steps = 10;
+    o.warmup_steps = 2;
+    o.lr = kind == MCT_OPT_SGD || kind == MCT_OPT_MOMENTUM ? 0.05f : 0.01f;
+    o.lr_final = o.lr * 0.1f;
+    o.l1 = 1e-3f;
+    o.l2 = 2e-3f;
+    o.clip = 0.8f;
+    o.momentum = 0.9f;
+    o.beta = kind == MCT_OPT_ADAM ? 0.999f : 0.9f;
+    o.beta1 = 0.9f;
+    o.eps = kind == MCT_OPT_ADAM ? 1e-8f : 1e-20f;
+    o.scale_by_loss = kind == MCT_OPT_RMSPROP; /* one kind also scales by the loss */
+    return o;
+}
+
+static const char *const k_opt_names[5] = {"sgd", "momentum", "rmsprop", "rmsprop_momentum", "adam"};
+
+/* Everything one training run owns. */
+typedef struct run {
+    float *params, *state, *arena, *scratch, *grads;
+    uint32_t scratch_n, slots;
+    mct_train_state ts;
+} run;
+
+/* Allocate a run's buffers at exactly the documented sizes; params copied from p0, state zero. */
+static void run_init(run *r, const mct_net *net, const float *p0, uint8_t kind, uint32_t nb, int buffered) {
+    r->params = fdup(p0, net->n_params);
+    r->slots = mct_opt_slots(kind);
+    r->state = r->slots ? falloc((size_t)r->slots * net->n_params) : NULL;
+    if (r->state) memset(r->state, 0, sizeof(float) * r->slots * net->n_params);
+    r->arena = falloc((size_t)net->arena * nb);
+    r->scratch_n = mct_scratch_size(net, nb, 0) + (uint32_t)net->max_width * nb;
+    r->scratch = falloc(r->scratch_n);
+    r->grads = buffered ? falloc(net->n_params) : NULL;
+    r->ts = mct_train_state_init();
+}
+
+/* Free a run's buffers. */
+static void run_free(run *r) {
+    free(r->params);
+    free(r->state);
+    free(r->arena);
+    free(r->scratch);
+    free(r->grads);
+    memset(r, 0, sizeof *r);
+}
+
+/* One mct_train_step of a run; returns the status, the mean loss in *loss. */
+static int run_step(run *r, const mct_net *net, const mct_opt *o, uint8_t loss_kind, float loss_param,
+                    const float *x, const float *t, uint32_t nb, float *loss) {
+    return mct_train_step(net, r->params, o, r->state, &r->ts, loss_kind, loss_param, x, t, nb, r->arena,
+                          r->scratch, r->scratch_n, r->grads, loss);
+}
+
+/* Train the same net from the same start on the same batches by both paths for `steps` steps and
+ * check that params, optimizer state and train state agree bit for bit, that training moved every
+ * trainable layer and left frozen layers alone. */
+static void fused_vs_buffered(const mct_net *net, const mct_opt *o, uint8_t loss_kind, float loss_param,
+                              uint32_t nb, int steps, uint32_t seed, const char *what) {
+    CHECKF(mct_net_check(net) == MCT_OK, "%s: table rejected", what);
+    rng_seed(seed);
+    float *p0 = falloc(net->n_params);
+    init_params(net, p0);
+    run f, b;
+    run_init(&f, net, p0, o->kind, nb, 0);
+    run_init(&b, net, p0, o->kind, nb, 1);
+    float *x = falloc((size_t)nb * net->n_in), *t = falloc((size_t)nb * net->n_out);
+    for (int s = 0; s < steps; s++) {
+        for (size_t j = 0; j < (size_t)nb * net->n_in; j++) x[j] = rng_uniform(-1.5f, 1.5f);
+        for (size_t j = 0; j < (size_t)nb * net->n_out; j++) t[j] = rng_uniform(0.0f, 1.0f);
+        float lf = -1.0f, lb = -2.0f;
+        int rf = run_step(&f, net, o, loss_kind, loss_param, x, t, nb, &lf);
+        int rb = run_step(&b, net, o, loss_kind, loss_param, x, t, nb, &lb);
+        CHECKF(rf == MCT_OK && rb == MCT_OK, "%s: step %d status fused %d buffered %d", what, s, rf, rb);
+        CHECKF(same_bits(&lf, &lb, 1) && is_finite(lf), "%s: step %d loss fused %.9g buffered %.9g", what, s,
+               (double)lf, (double)lb);
+    }
+    CHECKF(same_bits(f.params, b.params, net->n_params), "%s: params differ", what);
+    if (f.slots)
+        CHECKF(same_bits(f.state, b.state, (size_t)f.slots * net->n_params), "%s: optimizer state differs", what);
+    CHECKF(f.ts.step == (uint32_t)steps && b.ts.step == (uint32_t)steps, "%s: step counters %u %u", what,
+           (unsigned)f.ts.step, (unsigned)b.ts.step);
+    CHECKF(same_bits(&f.ts.b1t, &b.ts.b1t, 1) && same_bits(&f.ts.b2t, &b.ts.b2t, 1), "%s: Adam powers %s", what,
+           "differ");
+    /* the runs really trained: each trainable layer with params moved, frozen ones did not */
+    for (uint16_t l = 0; l < net->n_layers; l++) {
+        const mct_layer *L = &net->layers[l];
+        if (!L->n_p) continue;
+        int moved = !same_bits(p0 + L->p_off, b.params + L->p_off, L->n_p);
+        CHECKF(moved == (L->trainable != 0), "%s: layer %u (op %u) moved=%d trainable=%d", what, (unsigned)l,
+               (unsigned)L->op, moved, (int)L->trainable);
+    }
+    free(x);
+    free(t);
+    free(p0);
+    run_free(&f);
+    run_free(&b);
+}
+
+/* The mixed network: Linear (own lr divisor), Tanh, Swish-GLU, a residual block with Linear, SiLU and
+ * Dense, RMSNorm, Swish, Diag, a frozen Linear, ScalarScale, Bias1d, LeakyReLU, Conv1d, sigmoid GLU,
+ * Linear and Softmax. */
+static const mct_net *mixed_net(netb *b) {
+    nb_init(b, 5);
+    int l0 = nb_add(b, MCT_OP_DENSE, 1, 6, 0, 0.0f);
+    b->L[l0].lr_div = 2.0f;
+    nb_add(b, MCT_OP_ACT, MCT_ACT_TANH, 6, 0, 0.0f);
+    nb_add(b, MCT_OP_GLU, MCT_ACT_SWISH, 5, 0, 0.0f);
+    nb_add(b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);
+    nb_add(b, MCT_OP_DENSE, 1, 4, 0, 0.0f);
+    nb_add(b, MCT_OP_ACT, MCT_ACT_SILU, 4, 0, 0.0f);
+    int l6 = nb_add(b, MCT_OP_DENSE, 0, 5, 0, 0.0f);
+    b->L[l6].lr_div = 4.0f;
+    nb_add(b, MCT_OP_RES_END, 0, 0, 0, 0.0f);
+    nb_add(b, MCT_OP_RMSNORM, 0, 5, 0, 1e-5f);
+    nb_add(b, MCT_OP_SWISH, 0, 5, 0, 0.0f);
+    nb_add(b, MCT_OP_DIAG, 0, 5, 0, 0.0f);
+    int fz = nb_add(b, MCT_OP_DENSE, 1, 6, 0, 0.0f);
+    b->L[fz].trainable = 0;
+    nb_add(b, MCT_OP_SCALE, 0, 6, 0, 0.0f);
+    nb_add(b, MCT_OP_BIAS, 0, 6, 0, 0.0f);
+    nb_add(b, MCT_OP_ACT, MCT_ACT_LEAKY_RELU, 6, 0, 0.5f);
+    nb_add(b, MCT_OP_CONV1D, 0, 4, 3, 0.0f);
+    nb_add(b, MCT_OP_GLU, MCT_ACT_SIGMOID, 4, 0, 0.0f);
+    nb_add(b, MCT_OP_DENSE, 1, 4, 0, 0.0f);
+    nb_add(b, MCT_OP_SOFTMAX, 0, 4, 0, 0.8f);
+    return nb_finish(b);
+}
+
+/* Fused and buffered agree on the mixed network, one test per optimizer kind. */
+static void test_fused_equals_buffered_mixed(uint8_t kind) {
+    netb b;
+    const mct_net *net = mixed_net(&b);
+    mct_opt o = make_opt(kind);
+    fused_vs_buffered(net, &o, MCT_LOSS_MSE, 0.0f, 3, 6, 100u + kind, k_opt_names[kind]);
+    /* cross-entropy on the softmax output and a single sample (the device's batch) */
+    fused_vs_buffered(net, &o, MCT_LOSS_XENT, 0.0f, 1, 4, 200u + kind, k_opt_names[kind]);
+}
+
+/* Fused and buffered agree with one layer type between two Linear layers, for every optimizer kind.
+ * op/kind/alpha select the layer; n_out its output width (Conv1d: filter size k). */
+static void fused_vs_buffered_layer(uint8_t op, uint8_t kind, float alpha, uint16_t k, const char *name) {
+    for (uint8_t ok = 0; ok <= MCT_OPT_ADAM; ok++) {
+        netb b;
+        nb_init(&b, 3);
+        nb_add(&b, MCT_OP_DENSE, 1, 6, 0, 0.0f);
+        uint16_t w = op == MCT_OP_CONV1D ? (uint16_t)(6 - k + 1) : (op == MCT_OP_GLU ? 4 : 6);
+        if (op == MCT_OP_RES_BEGIN) {
+            nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);
+            nb_add(&b, MCT_OP_DENSE, 1, 6, 0, 0.0f);
+            nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);
+        } else {
+            nb_add(&b, op, kind, w, k, alpha);
+        }
+        nb_add(&b, MCT_OP_DENSE, 1, 2, 0, 0.0f);
+        const mct_net *net = nb_finish(&b);
+        mct_opt o = make_opt(ok);
+        char what[96];
+        snprintf(what, sizeof what, "%s/%s", name, k_opt_names[ok]);
+        fused_vs_buffered(net, &o, MCT_LOSS_MSE, 0.0f, 3, 5, 300u + ok + 16u * op + kind, what);
+    }
+}
+
+static void test_fused_equals_buffered_sgd(void) { test_fused_equals_buffered_mixed(MCT_OPT_SGD); }
+static void test_fused_equals_buffered_momentum(void) { test_fused_equals_buffered_mixed(MCT_OPT_MOMENTUM); }
+static void test_fused_equals_buffered_rmsprop(void) { test_fused_equals_buffered_mixed(MCT_OPT_RMSPROP); }
+static void test_fused_equals_buffered_rmsprop_momentum(void) {
+    test_fused_equals_buffered_mixed(MCT_OPT_RMSPROP_MOMENTUM);
+}
+static void test_fused_equals_buffered_adam(void) { test_fused_equals_buffered_mixed(MCT_OPT_ADAM); }
+
+static void test_fused_equals_buffered_linear(void) { fused_vs_buffered_layer(MCT_OP_DENSE, 1, 0.0f, 0, "linear"); }
+static void test_fused_equals_buffered_dense(void) { fused_vs_buffered_layer(MCT_OP_DENSE, 0, 0.0f, 0, "dense"); }
+static void test_fused_equals_buffered_bias(void) { fused_vs_buffered_layer(MCT_OP_BIAS, 0, 0.0f, 0, "bias"); }
+static void test_fused_equals_buffered_activations(void) {
+    static const char *names[8] = {"relu", "leaky_relu", "sigmoid", "tanh", "silu", "softplus", "sine", "cosine"};
+    for (uint8_t a = 0; a < 8; a++) fused_vs_buffered_layer(MCT_OP_ACT, a, 0.3f, 0, names[a]);
+}
+static void test_fused_equals_buffered_softmax(void) {
+    fused_vs_buffered_layer(MCT_OP_SOFTMAX, 0, 1.0f, 0, "softmax");
+    fused_vs_buffered_layer(MCT_OP_SOFTMAX, 0, 0.7f, 0, "softmax_t0.7");
+}
+static void test_fused_equals_buffered_swish(void) { fused_vs_buffered_layer(MCT_OP_SWISH, 0, 0.0f, 0, "swish"); }
+static void test_fused_equals_buffered_glu(void) {
+    static const uint8_t gates[5] = {MCT_ACT_SIGMOID, MCT_ACT_RELU, MCT_ACT_LEAKY_RELU, MCT_ACT_TANH, MCT_ACT_SWISH};
+    static const char *names[5] = {"glu_sigmoid", "glu_relu", "glu_leaky_relu", "glu_tanh", "glu_swish"};
+    for (int g = 0; g < 5; g++) fused_vs_buffered_layer(MCT_OP_GLU, gates[g], 0.5f, 0, names[g]);
+}
+static void test_fused_equals_buffered_diag(void) { fused_vs_buffered_layer(MCT_OP_DIAG, 0, 0.0f, 0, "diag"); }
+static void test_fused_equals_buffered_scale(void) { fused_vs_buffered_layer(MCT_OP_SCALE, 0, 0.0f, 0, "scale"); }
+static void test_fused_equals_buffered_rmsnorm(void) {
+    fused_vs_buffered_layer(MCT_OP_RMSNORM, 0, 1e-5f, 0, "rmsnorm");
+}
+static void test_fused_equals_buffered_dyt(void) { fused_vs_buffered_layer(MCT_OP_DYT, 0, 0.0f, 0, "dyt"); }
+static void test_fused_equals_buffered_conv1d(void) {
+    fused_vs_buffered_layer(MCT_OP_CONV1D, 0, 0.0f, 3, "conv1d_f3");
+    fused_vs_buffered_layer(MCT_OP_CONV1D, 0, 0.0f, 1, "conv1d_f1");
+}
+static void test_fused_equals_buffered_residual(void) {
+    fused_vs_buffered_layer(MCT_OP_RES_BEGIN, 0, 0.0f, 0, "residual");
+}
+
+/* The host layout (transposes in scratch) and the device layout store the same gradient sums. */
+static void test_batch_grads_host_equals_device(void) {
+    netb b;
+    const mct_net *net = mixed_net(&b);
+    const uint32_t nb = 5;
+    rng_seed(41);
+    float *p = falloc(net->n_params), *x = falloc((size_t)nb * net->n_in), *t = falloc((size_t)nb * net->n_out);
+    init_params(net, p);
+    for (size_t j = 0; j < (size_t)nb * net->n_in; j++) x[j] = rng_uniform(-1.0f, 1.0f);
+    for (size_t j = 0; j < (size_t)nb * net->n_out; j++) t[j] = rng_uniform(0.0f, 1.0f);
+    float *g[2], *arena[2], *scratch[2];
+    float loss[2];
+    for (int host = 0; host < 2; host++) {
+        uint32_t sn = mct_scratch_size(net, nb, host) + (uint32_t)net->max_width * nb;
+        g[host] = falloc(net->n_params);
+        memset(g[host], 0, sizeof(float) * net->n_params);
+        arena[host] = falloc((size_t)net->arena * nb);
+        scratch[host] = falloc(sn);
+        loss[host] = mct_batch_grads(net, p, MCT_LOSS_MSE, 0.0f, x, t, nb, arena[host], scratch[host], sn, host,
+                                     g[host]);
+    }
+    CHECK(same_bits(&loss[0], &loss[1], 1));
+    CHECK(same_bits(g[0], g[1], net->n_params));
+    /* the params were only read */
+    float *p2 = falloc(net->n_params);
+    rng_seed(41);
+    init_params(net, p2);
+    CHECK(same_bits(p, p2, net->n_params));
+    for (int host = 0; host < 2; host++) {
+        free(g[host]);
+        free(arena[host]);
+        free(scratch[host]);
+    }
+    free(p); free(p2); free(x); free(t);
+}
+
+/* The buffered update must not depend on what the grads buffer held before the step: frozen layers
+ * have no gradient, and the similarity penalty of momentum must not read stale values there. */
+static void test_buffered_step_ignores_stale_grads(void) {
+    netb b;
+    const mct_net *net = mixed_net(&b); /* has a frozen Linear */
+    mct_opt o = make_opt(MCT_OPT_MOMENTUM);
+    o.sim_penalty = 0.5f;
+    const uint32_t nb = 2;
+    rng_seed(55);
+    float *p0 = falloc(net->n_params), *x = falloc((size_t)nb * net->n_in), *t = falloc((size_t)nb * net->n_out);
+    init_params(net, p0);
+    for (size_t j = 0; j < (size_t)nb * net->n_in; j++) x[j] = rng_uniform(-1.0f, 1.0f);
+    for (size_t j = 0; j < (size_t)nb * net->n_out; j++) t[j] = rng_uniform(0.0f, 1.0f);
+    run r[2];
+    for (int c = 0; c < 2; c++) {
+        run_init(&r[c], net, p0, o.kind, nb, 1);
+        for (uint32_t j = 0; j < net->n_params; j++) r[c].grads[j] = c == 0 ? 0.0f : 3.0f; /* stale contents */
+        for (int s = 0; s < 3; s++) {
+            float loss;
+            CHECK(run_step(&r[c], net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss) == MCT_OK);
+        }
+    }
+    CHECK(same_bits(r[0].params, r[1].params, net->n_params));
+    CHECK(same_bits(r[0].state, r[1].state, net->n_params));
+    run_free(&r[0]);
+    run_free(&r[1]);
+    free(p0); free(x); free(t);
+}
+
+/* The fused path refuses the similarity penalty (it needs all gradients first) and changes nothing. */
+static void test_fused_rejects_similarity_penalty(void) {
+    netb b;
+    nb_init(&b, 3);
+    nb_add(&b, MCT_OP_DENSE, 1, 2, 0, 0.0f);
+    const mct_net *net = nb_finish(&b);
+    float p0[8] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.01f, 0.02f};
+    const float x[3] = {1, 2, 3}, t[2] = {0, 1};
+    static const uint8_t kinds[2] = {MCT_OPT_MOMENTUM, MCT_OPT_RMSPROP_MOMENTUM};
+    for (int c = 0; c < 2; c++) {
+        mct_opt o = make_opt(kinds[c]);
+        o.sim_penalty = 0.25f;
+        run r;
+        run_init(&r, net, p0, o.kind, 1, 0);
+        float loss;
+        CHECK(run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, 1, &loss) == MCT_E_UNSUPPORTED);
+        CHECK(same_bits(r.params, p0, 8));
+        CHECK(r.ts.step == 0);
+        run_free(&r);
+        /* the buffered path supports it */
+        run_init(&r, net, p0, o.kind, 1, 1);
+        CHECK(run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, 1, &loss) == MCT_OK);
+        CHECK(!same_bits(r.params, p0, 8));
+        CHECK(r.ts.step == 1);
+        run_free(&r);
+    }
+}
+
+/* Bad arguments: no samples, or scratch smaller than mct_scratch_size + max_width * nb. */
+static void test_train_step_rejects_bad_args(void) {
+    netb b;
+    const mct_net *net = mixed_net(&b);
+    rng_seed(3);
+    float *p0 = falloc(net->n_params);
+    init_params(net, p0);
+    float x[2 * 5] = {0}, t[2 * 4] = {0};
+    for (int buffered = 0; buffered < 2; buffered++) {
+        mct_opt o = make_opt(MCT_OPT_ADAM);
+        run r;
+        run_init(&r, net, p0, o.kind, 2, buffered);
+        float loss;
+        CHECK(mct_train_step(net, r.params, &o, r.state, &r.ts, MCT_LOSS_MSE, 0.0f, x, t, 0, r.arena, r.scratch,
+                             r.scratch_n, r.grads, &loss) == MCT_E_ARG);
+        CHECK(mct_train_step(net, r.params, &o, r.state, &r.ts, MCT_LOSS_MSE, 0.0f, x, t, 2, r.arena, r.scratch,
+                             r.scratch_n - 1, r.grads, &loss) == MCT_E_ARG);
+        CHECK(same_bits(r.params, p0, net->n_params));
+        CHECK(r.ts.step == 0);
+        run_free(&r);
+    }
+    free(p0);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* non-finite inputs                                                                                */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A NaN (or inf) in the input: MCT_E_NONFINITE, params, optimizer state and train state untouched,
+ * on both paths and for every optimizer kind (after one good step, so the state is not all zeros). */
+static void nonfinite_case(const mct_net *net, float bad, uint32_t where, const char *what) {
+    const uint32_t nb = 3;
+    for (uint8_t kind = 0; kind <= MCT_OPT_ADAM; kind++)
+        for (int buffered = 0; buffered < 2; buffered++) {
+            rng_seed(77u + kind);
+            float *p0 = falloc(net->n_params), *x = falloc((size_t)nb * net->n_in);
+            float *t = falloc((size_t)nb * net->n_out);
+            init_params(net, p0);
+            for (size_t j = 0; j < (size_t)nb * net->n_in; j++) x[j] = rng_uniform(-1.0f, 1.0f);
+            for (size_t j = 0; j < (size_t)nb * net->n_out; j++) t[j] = rng_uniform(0.0f, 1.0f);
+            mct_opt o = make_opt(kind);
+            run r;
+            run_init(&r, net, p0, kind, nb, buffered);
+            float loss;
+            /* one good step first, so the optimizer state is not all zeros */
+            CHECK(run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss) == MCT_OK);
+            float *pk = fdup(r.params, net->n_params);
+            float *sk = r.slots ? fdup(r.state, (size_t)r.slots * net->n_params) : NULL;
+            mct_train_state tk = r.ts;
+            x[where % (nb * net->n_in)] = bad;
+            int rc = run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss);
+            CHECKF(rc == MCT_E_NONFINITE, "%s/%s/%s: status %d", what, k_opt_names[kind],
+                   buffered ? "buffered" : "fused", rc);
+            CHECKF(!is_finite(loss), "%s: loss %g", what, (double)loss);
+            CHECKF(same_bits(r.params, pk, net->n_params), "%s/%s/%s: params changed", what, k_opt_names[kind],
+                   buffered ? "buffered" : "fused");
+            if (sk) CHECKF(same_bits(r.state, sk, (size_t)r.slots * net->n_params), "%s: state %s", what, "changed");
+            CHECKF(r.ts.step == tk.step && same_bits(&r.ts.b1t, &tk.b1t, 1) && same_bits(&r.ts.b2t, &tk.b2t, 1),
+                   "%s: train state %s", what, "changed");
+            free(pk); free(sk); free(p0); free(x); free(t);
+            run_free(&r);
+        }
+}
+
+static void test_nan_input_mixed_net(void) {
+    netb b;
+    const mct_net *net = mixed_net(&b);
+    nonfinite_case(net, (float)NAN, 0, "nan@0");
+    nonfinite_case(net, (float)NAN, 7, "nan@7");
+    nonfinite_case(net, (float)NAN, 14, "nan@14");
+}
+
+/* An infinite input behind Tanh: tanh(inf) = 1 makes the loss finite, yet the first layer's weight
+ * gradients (inf * gy) are not: the step must still be refused. */
+static void test_inf_input_mixed_net(void) {
+    netb b;
+    const mct_net *net = mixed_net(&b);
+    nonfinite_case(net, (float)INFINITY, 3, "inf@3");
+    nonfinite_case(net, -(float)INFINITY, 11, "-inf@11");
+}
+
+/* The same behind a ReLU: ReLU must not turn a NaN input into a finite loss while the first
+ * layer's weight gradients (NaN * 0) are NaN. */
+static void test_nan_input_relu_net(void) {
+    netb b;
+    nb_init(&b, 4);
+    nb_add(&b, MCT_OP_DENSE, 1, 5, 0, 0.0f);
+    nb_add(&b, MCT_OP_ACT, MCT_ACT_RELU, 5, 0, 0.0f);
+    nb_add(&b, MCT_OP_DENSE, 1, 2, 0, 0.0f);
+    const mct_net *net = nb_finish(&b);
+    nonfinite_case(net, (float)NAN, 1, "relu-net nan@1");
+}
+
+/* A NaN in the target is rejected the same way. */
+static void test_nan_target(void) {
+    netb b;
+    const mct_net *net = mixed_net(&b);
+    const uint32_t nb = 2;
+    rng_seed(91);
+    float *p0 = falloc(net->n_params);
+    init_params(net, p0);
+    float x[2 * 5], t[2 * 4];
+    for (int j = 0; j < 10; j++) x[j] = rng_uniform(-1.0f, 1.0f);
+    for (int j = 0; j < 8; j++) t[j] = 0.25f;
+    t[5] = (float)NAN;
+    for (int buffered = 0; buffered < 2; buffered++) {
+        mct_opt o = make_opt(MCT_OPT_ADAM);
+        run r;
+        run_init(&r, net, p0, o.kind, nb, buffered);
+        float loss;
+        CHECK(run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss) == MCT_E_NONFINITE);
+        CHECK(same_bits(r.params, p0, net->n_params));
+        CHECK(r.ts.step == 0);
+        run_free(&r);
+    }
+    free(p0);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* losses                                                                                           */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* The loss value and gradient of one sample against values computed in double from the formulas
+ * (relative tolerance tol, absolute below 1: a few float roundings, far below any formula error). */
+static void check_loss(uint8_t kind, float param, const float *y, const float *t, uint16_t n, double want,
+                       const double *want_g, double tol, const char *what) {
+    float g[8];
+    float v = mct_loss(kind, param, y, t, n, g);
+    CHECKF(close_to(v, want, tol), "%s: loss %.9g want %.9g", what, (double)v, want);
+    for (uint16_t j = 0; j < n; j++)
+        CHECKF(close_to(g[j], want_g[j], tol), "%s: grad[%u] %.9g want %.9g", what, (unsigned)j, (double)g[j],
+               want_g[j]);
+    /* no gradient wanted: the same value */
+    float v2 = mct_loss(kind, param, y, t, n, NULL);
+    CHECKF(same_bits(&v, &v2, 1), "%s: value without grad %.9g", what, (double)v2);
+}
+
+static void test_loss_mse(void) {
+    const float y[3] = {1.0f, 2.0f, 3.0f}, t[3] = {0.5f, 2.0f, 5.0f};
+    /* d = [0.5, 0, -2]: mean d^2 = 4.25 / 3; grad 2 d / 3 */
+    const double g[3] = {1.0 / 3.0, 0.0, -4.0 / 3.0};
+    check_loss(MCT_LOSS_MSE, 0.0f, y, t, 3, 4.25 / 3.0, g, 4e-7, "mse");
+}
+
+static void test_loss_huber(void) {
+    const float y[4] = {1.5f, -1.0f, 2.0f, 0.0f}, t[4] = {1.0f, 2.0f, 1.0f, 0.0f};
+    /* b = 1, d = [0.5, -3, 1, 0]: 0.125, 1*(3 - 0.5) = 2.5, |d| = b takes the linear branch: 0.5, 0 */
+    const double g[4] = {0.5 / 4.0, -1.0 / 4.0, 1.0 / 4.0, 0.0};
+    check_loss(MCT_LOSS_HUBER, 1.0f, y, t, 4, (0.125 + 2.5 + 0.5 + 0.0) / 4.0, g, 4e-7, "huber_b1");
+    /* b = 2: d = [0.5, -3, 1, 0] -> 0.125, 2*(3 - 1) = 4, 0.5, 0 */
+    const double g2[4] = {0.5 / 4.0, -2.0 / 4.0, 1.0 / 4.0, 0.0};
+    check_loss(MCT_LOSS_HUBER, 2.0f, y, t, 4, (0.125 + 4.0 + 0.5) / 4.0, g2, 4e-7, "huber_b2");
+}
+
+static void test_loss_bce(void) {
+    const float y[4] = {0.9f, 0.2f, 0.0f, 0.6f}, t[4] = {1.0f, 0.0f, 0.0f, 0.5f};
+    double want = 0.0, g[4];
+    for (int j = 0; j < 4; j++) {
+        /* clamped probability: 0 becomes 1e-7 */
+        double p = y[j] < 1e-7f ? (double)1e-7f : (double)y[j], tj = t[j];
+        want += -(tj * log(p) + (1.0 - tj) * log(1.0 - p));
+        g[j] = (p - tj) / (p * (1.0 - p)) / 4.0;
+    }
+    check_loss(MCT_LOSS_BCE, 0.0f, y, t, 4, want / 4.0, g, 2e-6, "bce");
+    /* a probability of exactly 1 is clamped too: finite loss and gradient */
+    const float y1[1] = {1.0f}, t1[1] = {0.0f};
+    float g1;
+    float v = mct_loss(MCT_LOSS_BCE, 0.0f, y1, t1, 1, &g1);
+    CHECK(is_finite(v) && v > 15.0f && is_finite(g1) && g1 > 0.0f);
+}
+
+static void test_loss_cross_entropy(void) {
+    const float y[3] = {0.7f, 0.2f, 0.1f}, t[3] = {0.0f, 1.0f, 0.0f};
+    const double g[3] = {0.0, -1.0 / (double)0.2f, 0.0};
+    check_loss(MCT_LOSS_XENT, 0.0f, y, t, 3, -log((double)0.2f), g, 2e-6, "xent_onehot");
+    const float t2[3] = {0.25f, 0.5f, 0.25f};
+    double w2 = -(0.25 * log((double)0.7f) + 0.5 * log((double)0.2f) + 0.25 * log((double)0.1f));
+    const double g2[3] = {-0.25 / (double)0.7f, -0.5 / (double)0.2f, -0.25 / (double)0.1f};
+    check_loss(MCT_LOSS_XENT, 0.0f, y, t2, 3, w2, g2, 2e-6, "xent_soft");
+    /* a zero probability is clamped at 1e-30: finite */
+    const float y0[2] = {0.0f, 1.0f}, t0[2] = {1.0f, 0.0f};
+    float g0[2];
+    float v = mct_loss(MCT_LOSS_XENT, 0.0f, y0, t0, 2, g0);
+    CHECK(close_to(v, -log((double)1e-30f), 2e-6) && is_finite(g0[0]) && g0[1] == 0.0f);
+}
+
+static void test_loss_cosine(void) {
+    const float y[3] = {1.0f, 0.0f, 0.0f}, t[3] = {1.0f, 1.0f, 0.0f};
+    /* c = 1 / sqrt 2; grad = -(t / (|y||t|) - c y / |y|^2) = [0, -1/sqrt2, 0] */
+    double c = 1.0 / sqrt(2.0);
+    const double g[3] = {-(1.0 / sqrt(2.0) - c), -1.0 / sqrt(2.0), 0.0};
+    check_loss(MCT_LOSS_COSINE, 0.0f, y, t, 3, 1.0 - c, g, 2e-6, "cosine");
+    const float y2[3] = {3.0f, -4.0f, 0.0f}, t2[3] = {0.0f, 2.0f, 1.0f};
+    double ny = 5.0, nt = sqrt(5.0), yt = -8.0, c2 = yt / (ny * nt);
+    double g2[3];
+    for (int j = 0; j < 3; j++) g2[j] = -((double)t2[j] / (ny * nt) - c2 * (double)y2[j] / (ny * ny));
+    check_loss(MCT_LOSS_COSINE, 0.0f, y2, t2, 3, 1.0 - c2, g2, 2e-6, "cosine_2");
+    /* a zero vector: loss 1, gradient 0 */
+    const float z[3] = {0.0f, 0.0f, 0.0f};
+    const double g0[3] = {0.0, 0.0, 0.0};
+    check_loss(MCT_LOSS_COSINE, 0.0f, z, t, 3, 1.0, g0, 2e-6, "cosine_zero_y");
+    check_loss(MCT_LOSS_COSINE, 0.0f, y, z, 3, 1.0, g0, 2e-6, "cosine_zero_t");
+}
+
+/* The loss a training step reports is the mean of the per-sample losses of its forward pass. */
+static void test_train_step_loss_is_batch_mean(void) {
+    netb b;
+    const mct_net *net = mixed_net(&b);
+    const uint32_t nb = 4;
+    rng_seed(23);
+    float *p0 = falloc(net->n_params), *x = falloc((size_t)nb * net->n_in), *t = falloc((size_t)nb * net->n_out);
+    init_params(net, p0);
+    for (size_t j = 0; j < (size_t)nb * net->n_in; j++) x[j] = rng_uniform(-1.0f, 1.0f);
+    for (size_t j = 0; j < (size_t)nb * net->n_out; j++) t[j] = rng_uniform(0.0f, 1.0f);
+    float *arena = falloc((size_t)net->arena * nb);
+    float *y = mct_forward(net, p0, x, arena, nb);
+    double sum = 0.0;
+    for (uint32_t s = 0; s < nb; s++)
+        sum += mct_loss(MCT_LOSS_HUBER, 0.3f, y + s * net->n_out, t + s * net->n_out, net->n_out, NULL);
+    for (int buffered = 0; buffered < 2; buffered++) {
+        mct_opt o = make_opt(MCT_OPT_SGD);
+        run r;
+        run_init(&r, net, p0, o.kind, nb, buffered);
+        float loss = -1.0f;
+        CHECK(run_step(&r, net, &o, MCT_LOSS_HUBER, 0.3f, x, t, nb, &loss) == MCT_OK);
+        CHECKF(close_to(loss, sum / nb, 1e-6), "loss %.9g want %.9g", (double)loss, sum / nb);
+        run_free(&r);
+    }
+    free(arena); free(p0); free(x); free(t);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+
+int main(void) {
+    RUN(test_linear_forward_by_hand);
+    RUN(test_linear_forward_matches_loop);
+    RUN(test_net_check_accepts_valid);
+    RUN(test_net_check_rejects_param_errors);
+    RUN(test_net_check_rejects_offset_errors);
+    RUN(test_net_check_rejects_size_errors);
+    RUN(test_net_check_rejects_residual_errors);
+    RUN(test_gemm_equals_gemm_bt);
+    RUN(test_fused_equals_buffered_sgd);
+    RUN(test_fused_equals_buffered_momentum);
+    RUN(test_fused_equals_buffered_rmsprop);
+    RUN(test_fused_equals_buffered_rmsprop_momentum);
+    RUN(test_fused_equals_buffered_adam);
+    RUN(test_fused_equals_buffered_linear);
+    RUN(test_fused_equals_buffered_dense);
+    RUN(test_fused_equals_buffered_bias);
+    RUN(test_fused_equals_buffered_activations);
+    RUN(test_fused_equals_buffered_softmax);
+    RUN(test_fused_equals_buffered_swish);
+    RUN(test_fused_equals_buffered_glu);
+    RUN(test_fused_equals_buffered_diag);
+    RUN(test_fused_equals_buffered_scale);
+    RUN(test_fused_equals_buffered_rmsnorm);
+    RUN(test_fused_equals_buffered_dyt);
+    RUN(test_fused_equals_buffered_conv1d);
+    RUN(test_fused_equals_buffered_residual);
+    RUN(test_batch_grads_host_equals_device);
+    RUN(test_buffered_step_ignores_stale_grads);
+    RUN(test_fused_rejects_similarity_penalty);
+    RUN(test_train_step_rejects_bad_args);
+    RUN(test_nan_input_mixed_net);
+    RUN(test_nan_input_relu_net);
+    RUN(test_inf_input_mixed_net);
+    RUN(test_nan_target);
+    RUN(test_loss_mse);
+    RUN(test_loss_huber);
+    RUN(test_loss_bce);
+    RUN(test_loss_cross_entropy);
+    RUN(test_loss_cosine);
+    RUN(test_train_step_loss_is_batch_mean);
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}

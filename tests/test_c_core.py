@@ -1,0 +1,120 @@
+"""Build and run the C core's own test program (tests/c/test_core.c) with the system gcc.
+
+Three builds of the same sources:
+- the device tiling (1 x 4 register tiles) with AddressSanitizer and UndefinedBehaviorSanitizer,
+- the host tiling (-DMCT_TILE_M=4 -DMCT_TILE_N=16) at -O3, as the Cython extension is built,
+- every firmware/core/*.c on its own with -std=c99 -Wall -Wextra -Werror -pedantic.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "firmware" / "core"
+TEST_C = ROOT / "tests" / "c" / "test_core.c"
+GCC = shutil.which("gcc")
+
+pytestmark = pytest.mark.skipif(GCC is None, reason="gcc is not installed: the C core tests need a C compiler")
+
+WARN = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+SANITIZE = ["-ffp-contract=off", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+HOST_TILES = ["-ffp-contract=off", "-DMCT_TILE_M=4", "-DMCT_TILE_N=16", "-O3"]
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "SUMMARY: ")
+
+
+def core_sources() -> list[Path]:
+    """Every C file of the core, sorted (the test links all of them)."""
+    files = sorted(CORE.glob("*.c"))
+    assert files, f"no C sources in {CORE}"
+    return files
+
+
+def compile_program(out: Path, flags: list[str]) -> None:
+    """Compile tests/c/test_core.c with all core sources into the executable `out`, failing the test
+    with the compiler's messages when the build fails."""
+    cmd = [GCC, *WARN, *flags, f"-I{CORE}", str(TEST_C), *map(str, core_sources()), "-lm", "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"build failed: {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
+
+
+def run_program(exe: Path) -> subprocess.CompletedProcess[str]:
+    """Run a built test program with leak detection on and return the finished process."""
+    env = dict(os.environ)
+    env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
+    env["UBSAN_OPTIONS"] = "print_stacktrace=1"
+    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env, cwd=exe.parent)
+
+
+def c_test_names() -> list[str]:
+    """The C tests that main() of tests/c/test_core.c runs, in order (its RUN(...) lines)."""
+    names = re.findall(r"^\s*RUN\((\w+)\);", TEST_C.read_text(), flags=re.MULTILINE)
+    assert names, f"no RUN(...) lines in {TEST_C}"
+    return names
+
+
+BUILDS = {"sanitized_device_tiles": SANITIZE, "host_tiles_o3": HOST_TILES}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDS))
+def c_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """Build the C test program once per build flavour and run it once; every test below reads the result."""
+    exe = tmp_path_factory.mktemp(request.param) / "test_core"
+    compile_program(exe, BUILDS[request.param])
+    return run_program(exe)
+
+
+def describe(proc: subprocess.CompletedProcess[str]) -> str:
+    """The program's output, for assertion messages."""
+    return f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+
+
+def test_c_program_clean(c_run: subprocess.CompletedProcess[str]) -> None:
+    """The program ran every test to the end, printed a consistent summary and exit code, and no
+    sanitizer (address, leak, undefined behaviour) reported anything."""
+    for marker in SANITIZER_MARKERS:
+        assert marker not in c_run.stderr, f"sanitizer report ({marker!r}):\n{describe(c_run)}"
+    summary = re.search(r"^(\d+) passed, (\d+) failed$", c_run.stdout, flags=re.MULTILINE)
+    assert summary is not None, f"no summary line: the program did not finish\n{describe(c_run)}"
+    passed, failed = int(summary.group(1)), int(summary.group(2))
+    lines = re.findall(r"^(\w+): (PASS|FAIL)", c_run.stdout, flags=re.MULTILINE)
+    assert [name for name, _ in lines] == c_test_names(), describe(c_run)
+    assert passed == sum(r == "PASS" for _, r in lines) and failed == sum(r == "FAIL" for _, r in lines)
+    assert (c_run.returncode != 0) == (failed > 0), describe(c_run)
+    assert c_run.returncode in (0, 1), f"crashed or aborted\n{describe(c_run)}"
+
+
+def check_lines(stdout: str) -> dict[str, list[str]]:
+    """The failed-check lines (indented) each C test printed before its own PASS/FAIL line."""
+    out: dict[str, list[str]] = {}
+    pending: list[str] = []
+    for line in stdout.splitlines():
+        m = re.match(r"^(\w+): (PASS|FAIL)", line)
+        if m:
+            out[m.group(1)] = pending
+            pending = []
+        elif line.startswith(" "):
+            pending.append(line.strip())
+    return out
+
+
+@pytest.mark.parametrize("name", c_test_names())
+def test_c(c_run: subprocess.CompletedProcess[str], name: str) -> None:
+    """One C test of tests/c/test_core.c passed."""
+    ok = re.search(rf"^{name}: PASS$", c_run.stdout, flags=re.MULTILINE) is not None
+    assert ok, f"{name} failed:\n" + "\n".join(check_lines(c_run.stdout).get(name, ["(no output)"]))
+
+
+@pytest.mark.parametrize("source", core_sources(), ids=lambda p: p.name)
+def test_core_file_compiles_alone(source: Path, tmp_path: Path) -> None:
+    """Each core file compiles on its own as strict, warning-free C99."""
+    obj = tmp_path / (source.stem + ".o")
+    cmd = [GCC, *WARN, f"-I{CORE}", "-c", str(source), "-o", str(obj)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
+    assert obj.stat().st_size > 0
