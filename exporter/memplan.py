@@ -9,13 +9,13 @@ from .boards import Board
 from .cgen import DeviceModel
 
 LAYER_BYTES = 48          # sizeof(mct_layer)
-APP_FIXED_RAM = 64        # app struct bookkeeping, mct_net, mct_opt, train state
+APP_FIXED_RAM = 120       # app bookkeeping, mct_net, mct_opt, hash, train state
 # RAM the platform's runtime takes besides our buffers (serial buffers, libc, Arduino core)
 RUNTIME_RAM = {"avr": 190, "host": 0}
 RUNTIME_RAM_DEFAULT = 2048
 
 
-class MemoryError_(ValueError):
+class MemoryPlanError(ValueError):
     """The model does not fit the board; the message says by how much and what to change."""
 
 
@@ -56,16 +56,15 @@ class MemoryPlan:
 def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
     """The memory plan of a device model on a board (sim: against the simulated stand-in's RAM)."""
     p = m.program
-    avr = board.core == "avr"
-    n_layers = len(p.layers)
-    table_bytes = LAYER_BYTES * n_layers + 32
+    table_bytes = LAYER_BYTES * len(p.layers) + 32
     rows = [
         ("parameters (f32, RAM)", 4 * p.n_params, 4 * p.n_params),
         ("optimizer state", 4 * p.n_params * m.opt_slots, 0),
         ("trace arena", 4 * p.arena, 0),
         ("backward scratch", 4 * m.scratch, 0),
         ("target + frame buffer", 4 * p.n_out + m.rx_max, 0),
-        ("layer table", table_bytes if avr else 0, table_bytes),
+        ("frozen layers (flash)", 0, len(bytes(p.cdata))),
+        ("layer table", 0, table_bytes),
         ("runtime + bookkeeping", RUNTIME_RAM.get(board.core, RUNTIME_RAM_DEFAULT) + APP_FIXED_RAM, 0),
         ("stack margin", board.stack_margin, 0),
         ("code (estimate)", 0, board.code_estimate),
@@ -74,7 +73,7 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
 
 
 def check_fits(mp: MemoryPlan, advice: Optional[str] = None) -> None:
-    """Raise MemoryError_ with the numbers and what to change when the plan does not fit."""
+    """Raise MemoryPlanError with the numbers and what to change when the plan does not fit."""
     if mp.fits():
         return
     b = mp.board
@@ -84,4 +83,4 @@ def check_fits(mp: MemoryPlan, advice: Optional[str] = None) -> None:
     if mp.flash > mp.flash_budget:
         parts.append(f"needs {mp.flash:,} B flash, {b.name} has {mp.flash_budget:,} B")
     msg = "the model does not fit: " + " and ".join(parts)
-    raise MemoryError_(msg + (f": {advice}" if advice else "") + "\n" + mp.table())
+    raise MemoryPlanError(msg + (f": {advice}" if advice else "") + "\n" + mp.table())

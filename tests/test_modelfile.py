@@ -61,7 +61,7 @@ OPTIMIZERS: Dict[str, Callable[[Module], Optimizer]] = {
 
 
 def roundtrip_and_continue(tmp_path: Path, net: Module, opt: Optional[Any], data: List[Tuple[np.ndarray, np.ndarray]],
-                           loss=losses.logit_bce, before: int = 5, after: int = 5) -> Checkpoint:
+                           loss: losses.Loss = losses.logit_bce, before: int = 5, after: int = 5) -> Checkpoint:
     """Train `before` steps, save, load, then train both copies `after` more steps: all exactly equal."""
     for x, y in data[:before]:
         train_batch(opt if opt is not None else TrainParams(), net, loss, x, y)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import pytest
@@ -245,7 +245,7 @@ KIND_ARGS: Dict[str, Dict[str, float]] = {
 }
 
 
-def make_optimizer(net: Module, case: str, tp: TrainParams):
+def make_optimizer(net: Module, case: str, tp: TrainParams) -> Union[Optimizer, TrainParams]:
     """The optimizer under test for a case name (a bare TrainParams for 'sgd')."""
     a = KIND_ARGS[case]
     if case == "sgd":
@@ -265,7 +265,7 @@ def make_ref(net: Module, case: str, tp: TrainParams, cos: Fn = core_cos, log: F
     return RefOptimizer(kind, tp, weight_mask(net), lr_divisors(net), cos=cos, log=log, **KIND_ARGS[case])
 
 
-def opt_of(opt, net: Module) -> Optimizer:
+def opt_of(opt: Union[Optimizer, TrainParams], net: Module) -> Optimizer:
     """The Optimizer object behind opt (a bare TrainParams keeps its own SGD optimizer)."""
     return as_optimizer(opt, net)
 

@@ -17,6 +17,8 @@ cdef extern from "mct.h" nogil:
         const mct_layer *layers
         uint16_t n_layers, n_in, n_out, max_width
         uint32_t n_params, arena, in_off, out_off
+        const uint8_t *cdata
+        uint32_t cdata_size
     ctypedef struct mct_opt:
         pass
     ctypedef struct mct_train_state:
@@ -32,7 +34,7 @@ cdef extern from "mct.h" nogil:
         uint32_t n_params
         float div
     int mct_net_check(const mct_net *net)
-    uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host)
+    uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host, int with_gin)
     float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb)
     void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,
                       const mct_sink *sink, float *scratch, uint32_t scratch_n, int host)
@@ -50,6 +52,7 @@ cdef extern from "mct.h" nogil:
     float mct_opt_similarity(const mct_opt *o, const float *state, const float *grads, uint32_t n_params)
     void mct_step_end(const mct_opt *o, mct_train_state *ts)
     float mct_lr_at(const mct_opt *o, uint32_t step)
+    int mct_all_finite(const float *v, uint32_t n)
     float mct_loss(uint8_t kind, float param, const float *y, const float *t, uint16_t n, float *grad)
     size_t MCT_LAYER_SIZE "sizeof(mct_layer)"
     size_t MCT_OPT_SIZE "sizeof(mct_opt)"
@@ -114,10 +117,11 @@ cdef class CoreNet:
     """A checked layer table plus the buffer sizes; runs the core's passes on NumPy buffers."""
     cdef mct_net net
     cdef object table          # keeps the layer table's memory alive
+    cdef object cdata          # and the const blob's
     cdef public uint32_t n_params, arena, n_in, n_out
 
     def __init__(self, uint8_t[::1] table, int n_layers, int n_in, int n_out, int max_width,
-                 int n_params, int arena, int in_off, int out_off):
+                 int n_params, int arena, int in_off, int out_off, bytes cdata=b""):
         if table.shape[0] != n_layers * MCT_LAYER_SIZE:
             raise ValueError("layer table has %d bytes, expected %d" % (table.shape[0], n_layers * MCT_LAYER_SIZE))
         self.table = np.asarray(table)
@@ -130,16 +134,19 @@ cdef class CoreNet:
         self.net.arena = arena
         self.net.in_off = in_off
         self.net.out_off = out_off
+        self.cdata = cdata
+        self.net.cdata = <const uint8_t *>(<const char *>cdata) if len(cdata) else NULL
+        self.net.cdata_size = len(cdata)
         self.n_params, self.arena, self.n_in, self.n_out = n_params, arena, n_in, n_out
         if mct_net_check(&self.net) != 0:
             raise ValueError("the C core rejected the layer table (sizes, parameter counts or offsets)")
 
     def scratch_size(self, uint32_t nb, int host):
-        """Floats of scratch mct_backward needs for nb samples (host: with the host's transposes)."""
-        return mct_scratch_size(&self.net, nb, host)
+        """Floats of scratch a training update needs for nb samples, dL/dy included (host: with transposes)."""
+        return mct_scratch_size(&self.net, nb, host, 0) + self.net.n_out * nb
 
     cdef object _scratch(self, uint32_t nb):
-        return np.empty(mct_scratch_size(&self.net, nb, 1) + self.net.max_width * nb, np.float32)
+        return np.empty(mct_scratch_size(&self.net, nb, 1, 1), np.float32)
 
     def forward(self, float[::1] params, float[:, ::1] x):
         """Outputs (nb, n_out) of a batch x (nb, n_in)."""
@@ -189,7 +196,8 @@ cdef class CoreNet:
 
     def train_batch(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] state,
                     int loss_kind, float loss_param, float[:, ::1] x, float[:, ::1] t, int threads=1):
-        """One update on a batch: mean loss, or NaN/inf (parameters untouched) when the loss is not finite.
+        """One update on a batch: (status, mean loss). Status 0: done; 1: an input or target is not finite;
+        2: the loss is not finite; 3: a gradient is not finite. Parameters are untouched unless status is 0.
 
         threads > 1 splits the batch into that many contiguous parts, each summed in sample order on
         its own thread; the parts are then added in order (deterministic for a given thread count)."""
@@ -199,7 +207,7 @@ cdef class CoreNet:
         cdef uint32_t per = (nb + nt - 1) // nt
         nt = (nb + per - 1) // per
         cdef uint32_t A = self.net.arena, P = self.net.n_params if self.net.n_params else 1
-        cdef uint32_t S = mct_scratch_size(&self.net, per, 1) + self.net.max_width * per
+        cdef uint32_t S = mct_scratch_size(&self.net, per, 1, 0) + self.net.n_out * per
         buf = np.empty(nt * (A * per + S + P), np.float32)
         sums = np.empty(nt, np.float32)
         cdef float[::1] b = buf, ls = sums
@@ -207,6 +215,12 @@ cdef class CoreNet:
         cdef float total = 0
         cdef float *g0
         cdef float *gc
+        cdef int status = 0
+        with nogil:
+            if not mct_all_finite(&x[0, 0], nb * self.net.n_in) or not mct_all_finite(&t[0, 0], nb * self.net.n_out):
+                status = 1
+        if status:
+            return status, float("nan")
         with nogil:
             if nt == 1:
                 ls[0] = mct_batch_grads(&self.net, &params[0], <uint8_t>loss_kind, loss_param, &x[0, 0], &t[0, 0],
@@ -227,16 +241,20 @@ cdef class CoreNet:
             for c in range(nt):
                 total = total + ls[c]
             total = total / <float>nb
-            if total == total and total - total == 0:
+            if not (total == total and total - total == 0):
+                status = 2
+            elif not mct_all_finite(&b[A * per + S], self.net.n_params):
+                status = 3
+            else:
                 mct_update(&self.net, &params[0], <const mct_opt *>&opt[0], &state[0], <mct_train_state *>&ts[0],
                            &b[A * per + S], nb, total)
-        return total
+        return status, total
 
     def train_fused(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] state,
                     int loss_kind, float loss_param, float[:, ::1] x, float[:, ::1] t):
         """The device's update (gradients applied as they are known, no grads buffer): (status, mean loss)."""
         cdef uint32_t nb = x.shape[0]
-        scratch = np.empty(mct_scratch_size(&self.net, nb, 0) + self.net.max_width * nb, np.float32)
+        scratch = np.empty(mct_scratch_size(&self.net, nb, 0, 0) + self.net.n_out * nb, np.float32)
         arena = np.empty(self.net.arena * nb, np.float32)
         cdef float[::1] sc = scratch, a = arena
         cdef float loss = 0

@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional, Union
 import numpy as np
 
 from .module import Module
-from .optim import TRAIN_STATE_DTYPE, Optimizer
+from .optim import TRAIN_STATE_DTYPE, Optimizer, TrainParams, as_optimizer
 
 MAGIC = b"MCTRAIN\0"
 FORMAT_VERSION = 1
@@ -66,6 +66,8 @@ def encode_model(net: Module, optimizer: Optional[Optimizer] = None,
     """The bytes of a model file."""
     arrays: Dict[str, np.ndarray] = {"params": net.params.astype("<f4")}
     opt_cfg = None
+    if isinstance(optimizer, TrainParams):
+        optimizer = as_optimizer(optimizer, net)
     if optimizer is not None:
         if optimizer.n_params != net.param_count():
             raise ModelFileError(f"the optimizer has state for {optimizer.n_params} parameters, "
@@ -102,9 +104,10 @@ def save_model(path: Union[str, Path], net: Module, optimizer: Optional[Optimize
 
 def decode_model(data: bytes, name: str = "model file") -> Checkpoint:
     """Parse the bytes of a model file, checking everything; raises ModelFileError."""
-    from .spec import SpecError, module_from_spec
-    if len(data) < 16 or data[:8] != MAGIC:
+    if data[:8] != MAGIC[:len(data)] or not data:
         raise ModelFileError(f"{name} is not an mcutrain model file (it does not start with the MCTRAIN marker)")
+    if len(data) < 16:
+        raise ModelFileError(f"{name} is truncated ({len(data)} bytes): it was not fully written or copied")
     version, hlen = struct.unpack_from("<II", data, 8)
     if version > FORMAT_VERSION:
         raise ModelFileError(f"{name} uses model format {version}; this mcutrain reads up to {FORMAT_VERSION}: "
@@ -118,7 +121,15 @@ def decode_model(data: bytes, name: str = "model file") -> Checkpoint:
         header = json.loads(data[16:16 + hlen].decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise ModelFileError(f"{name} has an unreadable header") from None
-    payload = data[16 + hlen:-4]
+    try:
+        return _from_header(header, data[16 + hlen:-4], name)
+    except (KeyError, TypeError, IndexError, AttributeError) as e:
+        raise ModelFileError(f"{name} has a malformed header ({type(e).__name__}: {e})") from None
+
+
+def _from_header(header: Dict[str, Any], payload: bytes, name: str) -> Checkpoint:
+    """Build the checkpoint from a parsed header and the array bytes."""
+    from .spec import SpecError, module_from_spec
 
     def array(key: str) -> Optional[np.ndarray]:
         info = header["arrays"].get(key)

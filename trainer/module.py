@@ -12,10 +12,20 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Un
 
 import numpy as np
 
-from .program import Program, ProgramBuilder
+from .program import LAYER_DTYPE, Program, ProgramBuilder
 
 if TYPE_CHECKING:  # pragma: no cover
     from .optim import Optimizer, TrainParams
+
+
+def core_net(p: Program) -> Any:
+    """The C core's view of a program (checked by mct_net_check)."""
+    from . import _core
+    if _core.LAYER_SIZE != LAYER_DTYPE.itemsize:
+        raise ImportError(f"trainer._core was built for another layer table layout ({_core.LAYER_SIZE} bytes, "
+                          f"expected {LAYER_DTYPE.itemsize}): rebuild with `pip install -e .`")
+    return _core.CoreNet(p.table().view(np.uint8).ravel(), len(p.layers), p.n_in, p.n_out, p.max_width,
+                         p.n_params, p.arena, p.in_off, p.out_off, bytes(p.cdata))
 
 
 class ShapeError(ValueError):
@@ -39,7 +49,8 @@ def as_batch(x: Any, width: int, what: str = "input") -> Tuple[np.ndarray, bool]
     else:
         raise ShapeError(f"{what} must be one sample ({width},) or a batch (n, {width}); got shape {x.shape}")
     if x.shape[1] != width:
-        raise ShapeError(f"{what} has {x.shape[1]} values per sample, the network takes {width}")
+        role = "outputs" if what in ("target", "grads_wrt_output", "output") else "takes"
+        raise ShapeError(f"{what} has {x.shape[1]} values per sample, the network {role} {width}")
     if x.shape[0] == 0:
         raise ShapeError(f"{what} is an empty batch")
     if x.dtype != np.float32 or not x.flags.c_contiguous:
@@ -191,11 +202,8 @@ class Module:
 
     def _corenet(self) -> Any:
         if self._core is None:
-            from . import _core
             p = self.program
-            table = p.table()
-            self._core = _core.CoreNet(table.view(np.uint8).ravel(), len(p.layers), p.n_in, p.n_out, p.max_width,
-                                       p.n_params, p.arena, p.in_off, p.out_off)
+            self._core = core_net(p)
         return self._core
 
     # ---- the five operations ----

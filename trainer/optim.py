@@ -5,6 +5,7 @@ and mct_opt_elem); these objects hold the configuration, the per-parameter slots
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
@@ -73,7 +74,7 @@ class TrainParams:
                 raise ConfigError(f"{name} must be a whole number >= 0, got {v!r}")
         if self.schedule != "constant" and self.decay_steps == 0:
             raise ConfigError(f"a {self.schedule} schedule needs decay_steps > 0")
-        self._sgd: Optional["Optimizer"] = None
+        self._sgd: "weakref.WeakKeyDictionary[Module, Optimizer]" = weakref.WeakKeyDictionary()
 
     # minidx-style builders (each returns a new TrainParams)
     def with_lr(self, lr: float) -> "TrainParams":
@@ -198,18 +199,20 @@ class Optimizer:
         """Rebuild an optimizer (with zero state) from config()."""
         tp = TrainParams(**cfg["train_params"])
         return Optimizer(cfg["kind"], tp, n_params, momentum=cfg["momentum"], beta=cfg["beta"],
-                         beta1=cfg["beta1"] or 0.9, eps=cfg["eps"], sim_penalty=cfg["sim_penalty"])
+                         beta1=cfg["beta1"] if cfg["kind"] == "adam" else 0.9, eps=cfg["eps"],
+                         sim_penalty=cfg["sim_penalty"])
 
     def __repr__(self) -> str:
         return f"Optimizer({self.kind}, lr={self._params.lr:g}, step={self.step})"
 
 
 def as_optimizer(opt: Union[Optimizer, TrainParams], module: "Module") -> Optimizer:
-    """The optimizer to use with module: a TrainParams acts as plain SGD with its own step counter."""
+    """The optimizer to use with module: a TrainParams acts as plain SGD with its own step counter per module."""
     if isinstance(opt, TrainParams):
-        if opt._sgd is None or opt._sgd.n_params != module.param_count():
-            opt._sgd = Optimizer("sgd", opt, module.param_count())
-        return opt._sgd
+        sgd = opt._sgd.get(module)
+        if sgd is None or sgd.n_params != module.param_count():
+            sgd = opt._sgd[module] = Optimizer("sgd", opt, module.param_count())
+        return sgd
     if not isinstance(opt, Optimizer):
         raise ConfigError(f"expected an optimizer (from net.new_momentum(...) etc.) or TrainParams, "
                           f"got {type(opt).__name__}")

@@ -44,7 +44,7 @@ class Act(IntEnum):
 
 # The C struct mct_layer, field for field (checked against sizeof(mct_layer) when the core loads).
 LAYER_DTYPE = np.dtype([
-    ("op", "u1"), ("kind", "u1"), ("trainable", "u1"), ("reserved", "u1"),
+    ("op", "u1"), ("kind", "u1"), ("trainable", "u1"), ("storage", "u1"),
     ("n_in", "<u2"), ("n_out", "<u2"), ("k", "<u2"), ("reserved2", "<u2"),
     ("alpha", "<f4"), ("lr_div", "<f4"),
     ("p_off", "<u4"), ("n_p", "<u4"), ("n_w", "<u4"),
@@ -70,6 +70,7 @@ class LayerDesc:
     aux_off: int = 0
     aux: int = 0
     trainable: bool = True
+    storage: int = 0        # enum mct_storage: 0 RAM, 1 const f32, 2 const int8 weights
     name: str = ""          # the Python layer it came from, for messages and generated comments
 
 
@@ -83,6 +84,7 @@ class Program:
     arena: int
     in_off: int
     out_off: int
+    cdata: bytes = b""       # const blob of layers kept in flash (storage != 0)
     max_width: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -92,7 +94,7 @@ class Program:
         """The layer table as an array with the C struct's layout."""
         t = np.zeros(len(self.layers), LAYER_DTYPE)
         for i, d in enumerate(self.layers):
-            t[i] = (int(d.op), d.kind, int(d.trainable), 0, d.n_in, d.n_out, d.k, 0, d.alpha, d.lr_div,
+            t[i] = (int(d.op), d.kind, int(d.trainable), d.storage, d.n_in, d.n_out, d.k, 0, d.alpha, d.lr_div,
                     d.p_off, d.n_p, d.n_w, d.in_off, d.out_off, d.aux_off)
         return t
 

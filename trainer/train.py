@@ -2,9 +2,10 @@
 parallel variant (the batch split over threads that run without the GIL)."""
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Optional, Union
+
+import numpy as np
 
 from .losses import Loss
 from .module import Module, ShapeError, as_batch
@@ -30,12 +31,19 @@ def train_batch(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Los
     tb, _ = as_batch(y, net._out_width(), "target")
     if xb.shape[0] != tb.shape[0]:
         raise ShapeError(f"{xb.shape[0]} inputs but {tb.shape[0]} targets")
-    value = net._corenet().train_batch(opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, loss.kind,
-                                       loss.param, xb, tb, threads)
-    if not math.isfinite(value):
-        raise TrainingError(f"the loss became {value} at step {opt.step + 1}; training stopped and the "
-                            f"parameters are those after step {opt.step}. Lower the learning rate, "
-                            f"add gradient clipping, or check the data for NaN/inf")
+    status, value = net._corenet().train_batch(opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, loss.kind,
+                                               loss.param, xb, tb, threads)
+    if status:
+        step = opt.step + 1
+        if status == 1:
+            bad = np.argwhere(~(np.isfinite(xb).all(axis=1) & np.isfinite(tb).all(axis=1)))[0][0]
+            what = f"sample {bad} of the batch at step {step} has NaN or inf in its input or target"
+        elif status == 2:
+            what = f"the loss became {value} at step {step}"
+        else:
+            what = f"a gradient became NaN or inf at step {step}"
+        raise TrainingError(f"{what}; training stopped and the parameters are those after step {opt.step}. "
+                            f"Check the data, lower the learning rate, or add gradient clipping")
     return value
 
 

@@ -27,7 +27,7 @@ void mct_dyt_backward(const mct_layer *L, float *p, const mct_bwd *b) {
             if (b->gx) b->gx[i] = d * p[0];
         }
     if (!b->sink) return;
-    mct_sink_put(b->sink, L, p, 0, da);
+    /* an APPLY-mode sink changes a parameter when it gets its gradient: a, read by dg below, goes last */
     for (uint32_t j = 0; j < n; j++) {
         float dg = b->gy[j] * mct_tanhf(p[0] * b->x[j]);
         for (uint32_t s = 1; s < nb; s++) {
@@ -37,4 +37,5 @@ void mct_dyt_backward(const mct_layer *L, float *p, const mct_bwd *b) {
         mct_sink_put(b->sink, L, p, 1 + j, dg);
     }
     mct_bias_grads(L, p, 1 + n, b->gy, nb, n, b->sink);
+    mct_sink_put(b->sink, L, p, 0, da);
 }

@@ -31,6 +31,19 @@ extern "C" {
 #define mct_const_copy(dst, src, bytes) memcpy((dst), (src), (bytes))
 #endif
 
+/* Read a float from const memory (4-byte aligned offset into the blob). */
+static inline float mct_cload_f32(const uint8_t *p) { float v; mct_const_copy(&v, p, sizeof v); return v; }
+/* Read an int32 from const memory. */
+static inline int32_t mct_cload_i32(const uint8_t *p) { int32_t v; mct_const_copy(&v, p, sizeof v); return v; }
+/* Read an int8 from const memory. */
+static inline int8_t mct_cload_i8(const uint8_t *p) {
+#if defined(__AVR__)
+    return (int8_t)pgm_read_byte(p);
+#else
+    return (int8_t)*p;
+#endif
+}
+
 /* Layer operations (mct_layer.op). */
 enum mct_op {
     MCT_OP_DENSE = 1,     /* y = x W (+ b if kind == 1); W is [n_in][n_out] row-major, then b[n_out] */
@@ -48,6 +61,14 @@ enum mct_op {
     MCT_OP_RES_END = 13   /* end of a residual block: y = body(x) + x; k = index of its RES_BEGIN */
 };
 
+/* Where a layer's parameters live (mct_layer.storage). Only frozen Dense/Linear layers may live in
+ * the const blob (net->cdata, flash on a device), at byte offset p_off:
+ *   MCT_STORE_F32: W f32 [n_in][n_out], then b f32 [n_out] for Linear.
+ *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_in][n_out]:
+ *                  y[o] = (sum_i x[i] * W[i][o]) * scale[o] (+ b[o]).
+ * Full-integer layers (MCT_OP_Q*) always live in the blob. */
+enum mct_storage { MCT_STORE_RAM = 0, MCT_STORE_F32 = 1, MCT_STORE_I8 = 2 };
+
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU). */
 enum mct_act {
     MCT_ACT_RELU = 0, MCT_ACT_LEAKY_RELU = 1, MCT_ACT_SIGMOID = 2, MCT_ACT_TANH = 3,
@@ -61,14 +82,14 @@ typedef struct mct_layer {
     uint8_t op;         /* enum mct_op */
     uint8_t kind;       /* op variant (see enum mct_op) */
     uint8_t trainable;  /* 0: frozen (no parameter update) */
-    uint8_t reserved;
+    uint8_t storage;    /* enum mct_storage */
     uint16_t n_in;      /* input width per sample */
     uint16_t n_out;     /* output width per sample */
     uint16_t k;         /* conv filter size, or index of the partner RES_BEGIN/RES_END */
     uint16_t reserved2;
     float alpha;        /* leaky slope, softmax temperature or RMSNorm eps */
     float lr_div;       /* learning rate divisor of enclosing LR wrappers (1 = none) */
-    uint32_t p_off;     /* first parameter in the flat params buffer */
+    uint32_t p_off;     /* first parameter in params (RAM storage) or byte offset in net->cdata */
     uint32_t n_p;       /* parameter count */
     uint32_t n_w;       /* the first n_w parameters are connection weights (get L1/L2) */
     uint32_t in_off;    /* arena offset of the input */
@@ -76,7 +97,8 @@ typedef struct mct_layer {
     uint32_t aux_off;   /* arena offset of op-specific trace (GLU pre-activations, RMSNorm rms, ...) */
 } mct_layer;
 
-/* A network: the layer table and the sizes every buffer must have. */
+/* A network: the layer table and the sizes every buffer must have. On AVR the layer table lives in
+ * flash (MCT_CONST) and is read through mct_get_layer. */
 typedef struct mct_net {
     const mct_layer *layers;
     uint16_t n_layers;
@@ -87,6 +109,8 @@ typedef struct mct_net {
     uint32_t arena;       /* floats of trace arena per sample */
     uint32_t in_off;      /* arena offset of the network input */
     uint32_t out_off;     /* arena offset of the network output */
+    const uint8_t *cdata; /* const blob of layers not kept in RAM (MCT_CONST memory), or NULL */
+    uint32_t cdata_size;  /* bytes in cdata */
 } mct_net;
 
 /* Error codes returned by the checked entry points. */
@@ -160,10 +184,21 @@ typedef struct mct_sink {
 } mct_sink;
 
 /* ---- network ---- */
+/* Layer l of a network, copied into *tmp when the table lives in const memory (AVR flash); returns it. */
+static inline const mct_layer *mct_get_layer(const mct_net *net, uint16_t l, mct_layer *tmp) {
+#if defined(__AVR__)
+    mct_const_copy(tmp, &net->layers[l], sizeof *tmp);
+    return tmp;
+#else
+    (void)tmp;
+    return &net->layers[l];
+#endif
+}
 /* Check a layer table for consistent sizes, parameter counts and arena offsets: MCT_OK or MCT_E_NET. */
 int mct_net_check(const mct_net *net);
-/* Floats of scratch that mct_backward needs for nb samples (host != 0: room for the host's transposes). */
-uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host);
+/* Floats of scratch mct_backward needs for nb samples (host: room for transposes; with_gin: dL/dx too). */
+uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host, int with_gin);
+
 /* Forward pass of nb samples: copies x [nb][n_in] into the arena; returns the output [nb][n_out] in the arena. */
 float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb);
 /* Backward pass after mct_forward: gout [nb][n_out] is dL/dy; writes dL/dx to gin unless NULL; sends the
@@ -173,16 +208,21 @@ void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, 
 /* Apply gradient sums (divided by div) to the parameters of every trainable layer. */
 void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
                float *state, float div);
-/* Forward, loss and backward of nb samples with gradient sums stored in grads; returns the summed loss. */
+/* Forward, loss and backward of nb samples with gradient sums stored in grads; returns the summed loss
+ * (scratch as for mct_train_step, with host's transposes if host). */
 float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind, float loss_param,
                       const float *x, const float *t, uint32_t nb, float *arena, float *scratch,
                       uint32_t scratch_n, int host, float *grads);
+/* Are all n values finite? (1 = yes) */
+int mct_all_finite(const float *v, uint32_t n);
 /* Finish an update from gradient sums over nb samples: similarity penalty, apply, advance the state. */
 void mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                 const float *grads, uint32_t nb, float mean_loss);
-/* One training update on nb samples. With grads == NULL the gradients are applied as soon as they are
+/* One training update on nb samples (scratch: mct_scratch_size(net, nb, 0, 0) + n_out * nb floats;
+ * the last n_out * nb hold dL/dy). With grads == NULL the gradients are applied as soon as they are
  * known (no grads buffer: the device path; not with the similarity penalty: MCT_E_UNSUPPORTED). The mean
- * loss goes to *loss; a non-finite loss returns MCT_E_NONFINITE and leaves params and state untouched. */
+ * loss goes to *loss; a non-finite input, target, loss (or, buffered, gradient) returns MCT_E_NONFINITE
+ * and leaves params and state untouched. */
 int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                    uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
                    float *arena, float *scratch, uint32_t scratch_n, float *grads, float *loss);

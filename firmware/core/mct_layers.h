@@ -148,6 +148,12 @@ uint32_t mct_layer_aux_count(const mct_layer *L);
 void mct_dense_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Dense / Linear backward. */
 void mct_dense_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Bytes a frozen Dense / Linear takes in the const blob for its storage mode. */
+uint32_t mct_dense_const_bytes(const mct_layer *L);
+/* Forward of a frozen Dense / Linear kept in the const blob at c (f32 or int8 weights). */
+void mct_dense_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* Input gradient of a frozen Dense / Linear kept in the const blob (it has no parameter gradients). */
+void mct_dense_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b);
 /* Bias1d forward (layer_bias.c). */
 void mct_bias_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Bias1d backward. */

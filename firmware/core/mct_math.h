@@ -59,9 +59,9 @@ static inline float mct_expf(float x) {
 
 /* Natural logarithm: -inf at 0, NaN below 0, within 1.5 ulp elsewhere (subnormals included). */
 static inline float mct_logf(float x) {
-    uint32_t ix = mct_f2u(x);
+    uint32_t ix0 = mct_f2u(x), ax = ix0 & 0x7fffffffu, ix = ix0;
     int32_t e = 0;
-    if (ix < 0x00800000u) { x = x * 8388608.0f; ix = mct_f2u(x); e = -23; } /* subnormal, 0 */
+    if (ix < 0x00800000u) { x = x * 8388608.0f; ix = mct_f2u(x); e = -23; } /* positive subnormal, +0 */
     e += (int32_t)(ix >> 23) - 127;
     uint32_t mant = ix & 0x007fffffu;
     /* put the mantissa m in [sqrt(1/2), sqrt(2)) */
@@ -80,9 +80,9 @@ static inline float mct_logf(float x) {
     float f2 = f * f;
     float ef = (float)e;
     float y = ef * 0.693145752f + (f - (0.5f * f2 - (f2 * f * p + ef * 1.42860677e-06f)));
-    y = x == 0.0f ? -mct_u2f(0x7f800000u) : y;
-    y = ix >= 0x7f800000u ? x + x : y;                 /* +inf, NaN */
-    return (int32_t)mct_f2u(x) < 0 && x != 0.0f ? mct_u2f(0x7fc00000u) : y; /* x < 0 or -NaN */
+    y = ax == 0u ? -mct_u2f(0x7f800000u) : y;          /* +-0 */
+    y = ax >= 0x7f800000u ? x + x : y;                 /* +inf, NaN */
+    return (ix0 >> 31) && ax ? mct_u2f(0x7fc00000u) : y; /* below zero (or -NaN): NaN */
 }
 
 /* log(1 + x), accurate also for tiny x. */
@@ -90,6 +90,7 @@ static inline float mct_log1pf(float x) {
     float u = 1.0f + x;
     float d = u - 1.0f;
     float y = mct_logf(u) * (x / (d == 0.0f ? 1.0f : d));
+    y = u == mct_u2f(0x7f800000u) ? u : y;             /* log1p(+inf) = +inf */
     return d == 0.0f ? x : y;
 }
 

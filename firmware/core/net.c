@@ -52,20 +52,30 @@ int mct_net_check(const mct_net *net) {
     if (!net || !net->layers || net->n_layers == 0) return MCT_E_NET;
     uint32_t prev_out = net->in_off, prev_n = net->n_in;
     for (uint16_t l = 0; l < net->n_layers; l++) {
-        const mct_layer *L = &net->layers[l];
+        mct_layer Lc;
+        const mct_layer *L = mct_get_layer(net, l, &Lc);
         if (!layer_shape_ok(L) || L->n_in != prev_n || L->in_off != prev_out) return MCT_E_NET;
         if (mct_layer_param_count(L) != L->n_p || L->n_w > L->n_p) return MCT_E_NET;
-        if ((uint64_t)L->p_off + L->n_p > net->n_params) return MCT_E_NET;
+        if (L->storage != MCT_STORE_RAM) {
+            /* only frozen Dense/Linear layers live in the const blob */
+            if (L->op != MCT_OP_DENSE || L->storage > MCT_STORE_I8 || L->trainable || !net->cdata ||
+                (L->p_off & 3u) || (uint64_t)L->p_off + mct_dense_const_bytes(L) > net->cdata_size)
+                return MCT_E_NET;
+        } else if ((uint64_t)L->p_off + L->n_p > net->n_params) {
+            return MCT_E_NET;
+        }
         if ((uint64_t)L->in_off + L->n_in > net->arena || (uint64_t)L->out_off + L->n_out > net->arena) return MCT_E_NET;
         if ((uint64_t)L->aux_off + mct_layer_aux_count(L) > net->arena) return MCT_E_NET;
         if (L->n_in > net->max_width || L->n_out > net->max_width) return MCT_E_NET;
         if (L->lr_div <= 0.0f) return MCT_E_NET;
-        if (L->op == MCT_OP_RES_BEGIN) {
-            if (L->k <= l || L->k >= net->n_layers || net->layers[L->k].op != MCT_OP_RES_END ||
-                net->layers[L->k].k != l || L->out_off != L->in_off || net->layers[L->k].n_out != L->n_out)
+        if (L->op == MCT_OP_RES_BEGIN || L->op == MCT_OP_RES_END) {
+            mct_layer Pc;
+            if (L->k >= net->n_layers) return MCT_E_NET;
+            const mct_layer *P = mct_get_layer(net, L->k, &Pc);
+            if (P->k != l || P->n_out != L->n_out) return MCT_E_NET;
+            if (L->op == MCT_OP_RES_BEGIN && (L->k <= l || P->op != MCT_OP_RES_END || L->out_off != L->in_off))
                 return MCT_E_NET;
-        } else if (L->op == MCT_OP_RES_END) {
-            if (L->k >= l || net->layers[L->k].op != MCT_OP_RES_BEGIN || net->layers[L->k].k != l) return MCT_E_NET;
+            if (L->op == MCT_OP_RES_END && (L->k >= l || P->op != MCT_OP_RES_BEGIN)) return MCT_E_NET;
         } else if (L->out_off == L->in_off) {
             return MCT_E_NET; /* only RES_BEGIN may alias its input */
         }
@@ -76,13 +86,39 @@ int mct_net_check(const mct_net *net) {
     return MCT_OK;
 }
 
-uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host) {
-    uint32_t most = 0;
+/* Index of the first layer whose backward must run: 0 when dL/dx is wanted, else the first
+ * trainable layer that has parameters (n_layers when none has). */
+static uint16_t backward_stop(const mct_net *net, int want_gin) {
+    if (want_gin) return 0;
     for (uint16_t l = 0; l < net->n_layers; l++) {
-        uint32_t s = mct_layer_scratch(&net->layers[l], nb, host);
+        mct_layer Lc;
+        const mct_layer *L = mct_get_layer(net, l, &Lc);
+        if (L->trainable && L->n_p) return l;
+    }
+    return net->n_layers;
+}
+
+/* Widest gradient vector (per sample) of a backward pass that stops at layer stop. */
+static uint32_t grad_width(const mct_net *net, uint16_t stop) {
+    uint32_t w = 1;
+    for (uint16_t l = stop; l < net->n_layers; l++) {
+        mct_layer Lc;
+        const mct_layer *L = mct_get_layer(net, l, &Lc);
+        if (L->n_out > w) w = L->n_out;
+        if (l > stop && L->n_in > w) w = L->n_in;
+    }
+    return w;
+}
+
+uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host, int with_gin) {
+    uint16_t stop = backward_stop(net, with_gin);
+    uint32_t most = 0, w = with_gin ? net->max_width : grad_width(net, stop);
+    for (uint16_t l = stop; l < net->n_layers; l++) {
+        mct_layer Lc;
+        uint32_t s = mct_layer_scratch(mct_get_layer(net, l, &Lc), nb, host);
         most = s > most ? s : most;
     }
-    return 2u * net->max_width * nb + most;
+    return 2u * w * nb + most;
 }
 
 float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb) {
@@ -90,12 +126,16 @@ float *mct_forward(const mct_net *net, const float *params, const float *x, floa
     if (x && x != in)
         for (size_t j = 0; j < (size_t)net->n_in * nb; j++) in[j] = x[j];
     for (uint16_t l = 0; l < net->n_layers; l++) {
-        const mct_layer *L = &net->layers[l];
-        const float *p = params + L->p_off;
+        mct_layer Lc;
+        const mct_layer *L = mct_get_layer(net, l, &Lc);
+        const float *p = L->storage == MCT_STORE_RAM ? params + L->p_off : params;
         const float *xi = arena + (size_t)L->in_off * nb;
         float *y = arena + (size_t)L->out_off * nb, *aux = arena + (size_t)L->aux_off * nb;
         switch (L->op) {
-        case MCT_OP_DENSE: mct_dense_forward(L, p, xi, y, aux, nb); break;
+        case MCT_OP_DENSE:
+            if (L->storage == MCT_STORE_RAM) mct_dense_forward(L, p, xi, y, aux, nb);
+            else mct_dense_const_forward(L, net->cdata + L->p_off, xi, y, nb);
+            break;
         case MCT_OP_BIAS: mct_bias_forward(L, p, xi, y, aux, nb); break;
         case MCT_OP_ACT: mct_act_forward(L, p, xi, y, aux, nb); break;
         case MCT_OP_SOFTMAX: mct_softmax_forward(L, p, xi, y, aux, nb); break;
@@ -107,7 +147,8 @@ float *mct_forward(const mct_net *net, const float *params, const float *x, floa
         case MCT_OP_DYT: mct_dyt_forward(L, p, xi, y, aux, nb); break;
         case MCT_OP_CONV1D: mct_conv1d_forward(L, p, xi, y, aux, nb); break;
         case MCT_OP_RES_END: {
-            const float *skip = arena + (size_t)net->layers[L->k].in_off * nb;
+            mct_layer Pc;
+            const float *skip = arena + (size_t)mct_get_layer(net, L->k, &Pc)->in_off * nb;
             for (size_t j = 0; j < (size_t)L->n_out * nb; j++) y[j] = xi[j] + skip[j];
             break;
         }
@@ -117,25 +158,17 @@ float *mct_forward(const mct_net *net, const float *params, const float *x, floa
     return arena + (size_t)net->out_off * nb;
 }
 
-/* Index of the first layer whose backward must run: 0 when dL/dx is wanted, else the first
- * trainable layer that has parameters (n_layers when none has). */
-static uint16_t backward_stop(const mct_net *net, int want_gin) {
-    if (want_gin) return 0;
-    for (uint16_t l = 0; l < net->n_layers; l++)
-        if (net->layers[l].trainable && net->layers[l].n_p) return l;
-    return net->n_layers;
-}
-
 void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,
                   const mct_sink *sink, float *scratch, uint32_t scratch_n, int host) {
     uint16_t stop = backward_stop(net, gin != NULL);
-    size_t w = (size_t)net->max_width * nb;
+    size_t w = (size_t)(gin ? net->max_width : grad_width(net, stop)) * nb;
     float *bufs[2] = {scratch, scratch + w}, *tmp = scratch + 2 * w;
     const float *gy = gout;
     int cur = 0;
     (void)scratch_n;
     for (int l = (int)net->n_layers - 1; l >= (int)stop; l--) {
-        const mct_layer *L = &net->layers[l];
+        mct_layer Lc;
+        const mct_layer *L = mct_get_layer(net, (uint16_t)l, &Lc);
         mct_bwd b;
         b.x = arena + (size_t)L->in_off * nb;
         b.y = arena + (size_t)L->out_off * nb;
@@ -146,10 +179,13 @@ void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, 
         b.sink = L->trainable ? sink : NULL;
         b.tmp = tmp;
         b.host = host;
-        float *p = params + L->p_off;
+        float *p = L->storage == MCT_STORE_RAM ? params + L->p_off : params;
         size_t n = (size_t)L->n_out * nb;
         switch (L->op) {
-        case MCT_OP_DENSE: mct_dense_backward(L, p, &b); break;
+        case MCT_OP_DENSE:
+            if (L->storage == MCT_STORE_RAM) mct_dense_backward(L, p, &b);
+            else mct_dense_const_backward(L, net->cdata + L->p_off, &b);
+            break;
         case MCT_OP_BIAS: mct_bias_backward(L, p, &b); break;
         case MCT_OP_ACT: mct_act_backward(L, p, &b); break;
         case MCT_OP_SOFTMAX: mct_softmax_backward(L, p, &b); break;
@@ -165,7 +201,8 @@ void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, 
             if (b.gx) for (size_t j = 0; j < n; j++) b.gx[j] = gy[j];
             break;
         case MCT_OP_RES_BEGIN: {
-            const float *skip = arena + (size_t)net->layers[L->k].aux_off * nb;
+            mct_layer Pc;
+            const float *skip = arena + (size_t)mct_get_layer(net, L->k, &Pc)->aux_off * nb;
             if (b.gx) for (size_t j = 0; j < n; j++) b.gx[j] = gy[j] + skip[j];
             break;
         }
@@ -179,8 +216,9 @@ void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, 
 void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
                float *state, float div) {
     for (uint16_t l = 0; l < net->n_layers; l++) {
-        const mct_layer *L = &net->layers[l];
-        if (!L->trainable || !L->n_p) continue;
+        mct_layer Lc;
+        const mct_layer *L = mct_get_layer(net, l, &Lc);
+        if (!L->trainable || !L->n_p || L->storage != MCT_STORE_RAM) continue;
         float lr = mct_layer_lr(s, L);
         for (uint32_t j = 0; j < L->n_p; j++) {
             uint32_t q = L->p_off + j;

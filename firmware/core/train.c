@@ -18,15 +18,21 @@ static float batch_loss(const mct_net *net, uint8_t kind, float param, const flo
 /* Is x a finite float (not inf, not NaN)? */
 static int finite(float x) { return x == x && x - x == 0.0f; }
 
+int mct_all_finite(const float *v, uint32_t n) {
+    for (uint32_t j = 0; j < n; j++)
+        if (!finite(v[j])) return 0;
+    return 1;
+}
+
 float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind, float loss_param,
                       const float *x, const float *t, uint32_t nb, float *arena, float *scratch,
                       uint32_t scratch_n, int host, float *grads) {
     float *y = mct_forward(net, params, x, arena, nb);
-    /* the output gradient lives in the last max_width * nb floats of scratch, past the ping-pong pair */
-    float *gout = scratch + scratch_n - (size_t)net->max_width * nb;
+    /* dL/dy lives in the last n_out * nb floats of scratch, past what the backward pass uses */
+    float *gout = scratch + scratch_n - (size_t)net->n_out * nb;
     float sum = batch_loss(net, loss_kind, loss_param, y, t, nb, gout);
     mct_sink sink = {grads, 0, 0, 0, 0, 1.0f};
-    mct_backward(net, (float *)params, arena, nb, gout, NULL, &sink, scratch, scratch_n - net->max_width * nb, host);
+    mct_backward(net, (float *)params, arena, nb, gout, NULL, &sink, scratch, scratch_n - net->n_out * nb, host);
     return sum;
 }
 
@@ -41,26 +47,30 @@ void mct_update(const mct_net *net, float *params, const mct_opt *o, float *stat
 int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                    uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
                    float *arena, float *scratch, uint32_t scratch_n, float *grads, float *loss) {
-    if (nb == 0 || scratch_n < mct_scratch_size(net, nb, 0) + (uint32_t)net->max_width * nb) return MCT_E_ARG;
+    if (nb == 0 || scratch_n < mct_scratch_size(net, nb, 0, 0) + (uint32_t)net->n_out * nb) return MCT_E_ARG;
+    /* inputs and targets first: a saturating layer can hide an inf or NaN from the loss but not from
+     * the gradients, and the fused path applies gradients as soon as they exist */
+    *loss = 0.0f;
+    if (!mct_all_finite(x, net->n_in * nb) || !mct_all_finite(t, net->n_out * nb)) return MCT_E_NONFINITE;
     if (grads) {
-        /* buffered: grads are only written, params change in mct_update after the check */
+        /* buffered: grads are only written, params change in mct_update after the checks */
         float mean = mct_batch_grads(net, params, loss_kind, loss_param, x, t, nb, arena, scratch, scratch_n, 0,
                                      grads) / (float)nb;
         *loss = mean;
-        if (!finite(mean)) return MCT_E_NONFINITE;
+        if (!finite(mean) || !mct_all_finite(grads, net->n_params)) return MCT_E_NONFINITE;
         mct_update(net, params, o, state, ts, grads, nb, mean);
         return MCT_OK;
     }
     if (o->sim_penalty > 0.0f && (o->kind == MCT_OPT_MOMENTUM || o->kind == MCT_OPT_RMSPROP_MOMENTUM))
         return MCT_E_UNSUPPORTED;
     float *y = mct_forward(net, params, x, arena, nb);
-    float *gout = scratch + scratch_n - (size_t)net->max_width * nb;
+    float *gout = scratch + scratch_n - (size_t)net->n_out * nb;
     float mean = batch_loss(net, loss_kind, loss_param, y, t, nb, gout) / (float)nb;
     *loss = mean;
     if (!finite(mean)) return MCT_E_NONFINITE;
     mct_step s = mct_step_begin(o, ts, mean);
     mct_sink sink = {0, o, &s, state, net->n_params, (float)nb};
-    mct_backward(net, params, arena, nb, gout, NULL, &sink, scratch, scratch_n - net->max_width * nb, 0);
+    mct_backward(net, params, arena, nb, gout, NULL, &sink, scratch, scratch_n - net->n_out * nb, 0);
     mct_step_end(o, ts);
     return MCT_OK;
 }

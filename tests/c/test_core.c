@@ -28,7 +28,7 @@ static int g_passed, g_failed, g_errors;
     do {                                                                                            \
         if (!(cond)) {                                                                              \
             g_errors++;                                                                             \
-            if (g_errors <= 8) printf("    %s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
+            if (g_errors <= 10) printf("    %s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
         }                                                                                           \
     } while (0)
 
@@ -37,7 +37,7 @@ static int g_passed, g_failed, g_errors;
     do {                                                                                            \
         if (!(cond)) {                                                                              \
             g_errors++;                                                                             \
-            if (g_errors <= 8) {                                                                    \
+            if (g_errors <= 10) {                                                                    \
                 printf("    %s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);                 \
                 printf(__VA_ARGS__);                                                                \
                 putchar('\n');                                                                      \
@@ -617,16 +617,17 @@ typedef struct run {
     mct_train_state ts;
 } run;
 
-/* Allocate a run's buffers at exactly the documented sizes; params copied from p0, state zero. */
+/* Allocate a run's buffers at exactly the documented sizes; params copied from p0, state and grads zero. */
 static void run_init(run *r, const mct_net *net, const float *p0, uint8_t kind, uint32_t nb, int buffered) {
     r->params = fdup(p0, net->n_params);
     r->slots = mct_opt_slots(kind);
     r->state = r->slots ? falloc((size_t)r->slots * net->n_params) : NULL;
     if (r->state) memset(r->state, 0, sizeof(float) * r->slots * net->n_params);
     r->arena = falloc((size_t)net->arena * nb);
-    r->scratch_n = mct_scratch_size(net, nb, 0) + (uint32_t)net->max_width * nb;
+    r->scratch_n = mct_scratch_size(net, nb, 0, 0) + (uint32_t)net->n_out * nb;
     r->scratch = falloc(r->scratch_n);
     r->grads = buffered ? falloc(net->n_params) : NULL;
+    if (r->grads) memset(r->grads, 0, sizeof(float) * net->n_params);
     r->ts = mct_train_state_init();
 }
 
@@ -733,7 +734,8 @@ static void test_fused_equals_buffered_mixed(uint8_t kind) {
 }
 
 /* Fused and buffered agree with one layer type between two Linear layers, for every optimizer kind.
- * op/kind/alpha select the layer; n_out its output width (Conv1d: filter size k). */
+ * op/kind/alpha/k describe the layer (k: Conv1d filter size); op RES_BEGIN stands for a residual block
+ * around a Linear. */
 static void fused_vs_buffered_layer(uint8_t op, uint8_t kind, float alpha, uint16_t k, const char *name) {
     for (uint8_t ok = 0; ok <= MCT_OPT_ADAM; ok++) {
         netb b;
@@ -808,7 +810,7 @@ static void test_batch_grads_host_equals_device(void) {
     float *g[2], *arena[2], *scratch[2];
     float loss[2];
     for (int host = 0; host < 2; host++) {
-        uint32_t sn = mct_scratch_size(net, nb, host) + (uint32_t)net->max_width * nb;
+        uint32_t sn = mct_scratch_size(net, nb, host, 0) + (uint32_t)net->n_out * nb;
         g[host] = falloc(net->n_params);
         memset(g[host], 0, sizeof(float) * net->n_params);
         arena[host] = falloc((size_t)net->arena * nb);
@@ -831,33 +833,42 @@ static void test_batch_grads_host_equals_device(void) {
     free(p); free(p2); free(x); free(t);
 }
 
-/* The buffered update must not depend on what the grads buffer held before the step: frozen layers
- * have no gradient, and the similarity penalty of momentum must not read stale values there. */
+/* The buffered update must not depend on what the grads buffer held before the step (the host
+ * trainer hands in uninitialised memory): frozen layers have no gradient, and neither the similarity
+ * penalty of momentum nor any finiteness check may read stale values there. */
 static void test_buffered_step_ignores_stale_grads(void) {
     netb b;
     const mct_net *net = mixed_net(&b); /* has a frozen Linear */
-    mct_opt o = make_opt(MCT_OPT_MOMENTUM);
-    o.sim_penalty = 0.5f;
     const uint32_t nb = 2;
-    rng_seed(55);
-    float *p0 = falloc(net->n_params), *x = falloc((size_t)nb * net->n_in), *t = falloc((size_t)nb * net->n_out);
-    init_params(net, p0);
-    for (size_t j = 0; j < (size_t)nb * net->n_in; j++) x[j] = rng_uniform(-1.0f, 1.0f);
-    for (size_t j = 0; j < (size_t)nb * net->n_out; j++) t[j] = rng_uniform(0.0f, 1.0f);
-    run r[2];
-    for (int c = 0; c < 2; c++) {
-        run_init(&r[c], net, p0, o.kind, nb, 1);
-        for (uint32_t j = 0; j < net->n_params; j++) r[c].grads[j] = c == 0 ? 0.0f : 3.0f; /* stale contents */
-        for (int s = 0; s < 3; s++) {
-            float loss;
-            CHECK(run_step(&r[c], net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss) == MCT_OK);
+    const float stale[3] = {0.0f, 3.0f, (float)NAN};
+    for (int sim = 0; sim < 2; sim++) {
+        mct_opt o = make_opt(MCT_OPT_MOMENTUM);
+        o.sim_penalty = sim ? 0.5f : 0.0f;
+        rng_seed(55);
+        float *p0 = falloc(net->n_params), *x = falloc((size_t)nb * net->n_in);
+        float *t = falloc((size_t)nb * net->n_out);
+        init_params(net, p0);
+        for (size_t j = 0; j < (size_t)nb * net->n_in; j++) x[j] = rng_uniform(-1.0f, 1.0f);
+        for (size_t j = 0; j < (size_t)nb * net->n_out; j++) t[j] = rng_uniform(0.0f, 1.0f);
+        run r[3];
+        for (int c = 0; c < 3; c++) {
+            run_init(&r[c], net, p0, o.kind, nb, 1);
+            for (uint32_t j = 0; j < net->n_params; j++) r[c].grads[j] = stale[c];
+            for (int s = 0; s < 3; s++) {
+                float loss;
+                int rc = run_step(&r[c], net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss);
+                CHECKF(rc == MCT_OK, "sim %d, stale %g, step %d: status %d", sim, (double)stale[c], s, rc);
+            }
         }
+        for (int c = 1; c < 3; c++) {
+            CHECKF(same_bits(r[0].params, r[c].params, net->n_params), "sim %d: params depend on stale %g", sim,
+                   (double)stale[c]);
+            CHECKF(same_bits(r[0].state, r[c].state, net->n_params), "sim %d: state depends on stale %g", sim,
+                   (double)stale[c]);
+        }
+        for (int c = 0; c < 3; c++) run_free(&r[c]);
+        free(p0); free(x); free(t);
     }
-    CHECK(same_bits(r[0].params, r[1].params, net->n_params));
-    CHECK(same_bits(r[0].state, r[1].state, net->n_params));
-    run_free(&r[0]);
-    run_free(&r[1]);
-    free(p0); free(x); free(t);
 }
 
 /* The fused path refuses the similarity penalty (it needs all gradients first) and changes nothing. */
@@ -888,7 +899,7 @@ static void test_fused_rejects_similarity_penalty(void) {
     }
 }
 
-/* Bad arguments: no samples, or scratch smaller than mct_scratch_size + max_width * nb. */
+/* Bad arguments: no samples, or scratch smaller than mct_scratch_size(net, nb, 0, 0) + n_out * nb. */
 static void test_train_step_rejects_bad_args(void) {
     netb b;
     const mct_net *net = mixed_net(&b);
@@ -941,7 +952,6 @@ static void nonfinite_case(const mct_net *net, float bad, uint32_t where, const 
             int rc = run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss);
             CHECKF(rc == MCT_E_NONFINITE, "%s/%s/%s: status %d", what, k_opt_names[kind],
                    buffered ? "buffered" : "fused", rc);
-            CHECKF(!is_finite(loss), "%s: loss %g", what, (double)loss);
             CHECKF(same_bits(r.params, pk, net->n_params), "%s/%s/%s: params changed", what, k_opt_names[kind],
                    buffered ? "buffered" : "fused");
             if (sk) CHECKF(same_bits(r.state, sk, (size_t)r.slots * net->n_params), "%s: state %s", what, "changed");

@@ -1,0 +1,158 @@
+"""The device's version of a network: which layers keep training, which move to flash, and how the
+device's RAM parameters map back to the host network's.
+
+Trainable modes: 'all'; 'none' (the device only predicts); 'last:N' (the last N layers that have
+parameters); 'biases' (every Linear splits into a frozen Dense and a trainable bias, Bias1d layers
+train, all other parameters are frozen). Frozen Dense/Linear layers are stored in the const blob
+(flash), as f32 or, with quant='int8', as int8 weights with a scale per output; every other
+parameter stays in RAM. The host runs the same layer table through the same C kernels, so it can
+predict and train exactly as the device does (`DeviceModel.core()`).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from trainer.losses import Loss
+from trainer.modelfile import Checkpoint
+from trainer.module import core_net
+from trainer.optim import OPT_DTYPE, SLOTS, Optimizer, TrainParams
+from trainer.program import LayerDesc, Op, Program
+
+from .boards import Board
+from .cgen import DeviceModel
+
+TRAINABLE_HELP = "all, none, last:N (the last N layers with parameters) or biases"
+
+
+class DeviceSpecError(ValueError):
+    """A trainable or quantization choice that cannot be made for this network."""
+
+
+def _split_linear(layers: List[LayerDesc]) -> List[LayerDesc]:
+    """Every Linear becomes Dense + Bias1d (same math and bits: the bias is added after the full sum)."""
+    out: List[LayerDesc] = []
+    for d in layers:
+        if d.op == Op.DENSE and d.kind == 1:
+            io = d.n_in * d.n_out
+            out.append(replace(d, kind=0, n_p=io, n_w=io, name=d.name + " weights"))
+            out.append(LayerDesc(op=Op.BIAS, kind=0, n_in=d.n_out, n_out=d.n_out, lr_div=d.lr_div,
+                                 p_off=d.p_off + io, n_p=d.n_out, n_w=0, name=d.name + " bias"))
+        else:
+            out.append(replace(d))
+    return out
+
+
+def trainable_flags(layers: List[LayerDesc], trainable: str) -> List[bool]:
+    """Per-layer trainable flags for a trainable mode."""
+    t = trainable.strip().lower()
+    with_params = [i for i, d in enumerate(layers) if d.n_p]
+    if t == "all":
+        return [True] * len(layers)
+    if t == "none":
+        return [False] * len(layers)
+    if t == "biases":
+        return [d.op == Op.BIAS for d in layers]
+    if t.startswith("last:") and t[5:].isdigit():
+        n = int(t[5:])
+        if n > len(with_params):
+            raise DeviceSpecError(f"--trainable {trainable}: the network has only {len(with_params)} layers "
+                                  f"with parameters")
+        first = with_params[len(with_params) - n] if n else len(layers)
+        return [i >= first for i in range(len(layers))]
+    raise DeviceSpecError(f"--trainable must be {TRAINABLE_HELP}; got {trainable!r}")
+
+
+def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int, int]:
+    """Give the layers fresh consecutive arena regions (the table changed); returns (layers, arena, out_off)."""
+    top, cur = n_in, 0
+    for d in layers:
+        d.in_off = cur
+        if d.op == Op.RES_BEGIN:
+            d.out_off = cur
+        else:
+            d.out_off = top
+            top += d.n_out
+        d.aux_off = top
+        top += d.aux
+        cur = d.out_off
+    return layers, top, cur
+
+
+def _fix_residual_links(layers: List[LayerDesc], old_index: List[int]) -> None:
+    """Residual partners point at table indices; re-point them after layers were split."""
+    new_of = {old: new for new, old in enumerate(old_index)}
+    for d in layers:
+        if d.op in (Op.RES_BEGIN, Op.RES_END):
+            d.k = new_of[d.k]
+
+
+def const_blob_entry(d: LayerDesc, w: np.ndarray, b: Optional[np.ndarray], quant: str) -> Tuple[bytes, int]:
+    """Bytes of a frozen Dense/Linear in the const blob and its storage mode (see enum mct_storage)."""
+    if quant == "int8":
+        wi = w.reshape(d.n_in, d.n_out)
+        amax = np.abs(wi).max(axis=0)
+        scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+        q = np.clip(np.rint(wi / scale), -127, 127).astype(np.int8)
+        parts = [scale.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
+        blob = b"".join(parts) + q.tobytes()
+        return blob + b"\0" * (-len(blob) % 4), 2
+    parts = [w.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
+    return b"".join(parts), 1
+
+
+def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32", loss: Optional[Loss] = None,
+                       optimizer: Optional[Optimizer] = None, board: Optional[Board] = None,
+                       source: str = "model") -> DeviceModel:
+    """The firmware's view of a checkpoint (see the module docstring)."""
+    if quant not in ("f32", "int8"):
+        raise DeviceSpecError(f"--quant must be f32 or int8 here, got {quant!r}")
+    net = ck.net
+    host = net.program
+    full = net.params
+    mode = trainable.strip().lower()
+    layers = _split_linear(host.layers) if mode == "biases" else [replace(d) for d in host.layers]
+    old_index = []
+    for i, d in enumerate(host.layers):
+        old_index += [i, i] if (mode == "biases" and d.op == Op.DENSE and d.kind == 1) else [i]
+    _fix_residual_links(layers, old_index)
+    flags = trainable_flags(layers, trainable)
+    # parameters: trainable layers and small frozen ones in RAM, frozen Dense/Linear in the blob
+    ram: List[np.ndarray] = []
+    blob = b""
+    segments: List[Tuple[int, int, int]] = []     # (ram offset, host offset, count)
+    n_ram = 0
+    for d, tr in zip(layers, flags):
+        d.trainable = tr
+        src = d.p_off
+        if d.n_p == 0:
+            d.p_off = n_ram
+            continue
+        if not tr and d.op == Op.DENSE:
+            io = d.n_in * d.n_out
+            w = full[src:src + io]
+            b = full[src + io:src + io + d.n_out] if d.kind == 1 else None
+            data, d.storage = const_blob_entry(d, w, b, quant)
+            d.p_off = len(blob)
+            blob += data
+            continue
+        d.p_off = n_ram
+        ram.append(full[src:src + d.n_p])
+        segments.append((n_ram, src, d.n_p))
+        n_ram += d.n_p
+    layers, arena, out_off = _relayout(layers, host.n_in)
+    prog = Program(layers, host.n_in, host.n_out, n_ram, arena, 0, out_off, cdata=blob)
+    opt = optimizer or ck.optimizer or Optimizer("sgd", TrainParams(), net.param_count())
+    if loss is None:
+        from trainer import losses as losses_mod
+        name = ck.metadata.get("loss")
+        loss = losses_mod.by_name(name) if name else losses_mod.mse
+    params = np.concatenate(ram).astype(np.float32) if ram else np.zeros(0, np.float32)
+    rx_floats = 16 if board is not None and board.core == "avr" else 64
+    m = DeviceModel(program=prog, params=params, opt_cfg=opt._cfg.view(OPT_DTYPE).copy(), opt_slots=SLOTS[opt.kind],
+                    loss_kind=loss.kind, loss_param=loss.param, scratch=0, rx_max=5 + 4 * rx_floats,
+                    source=source, segments=segments, quant=quant)
+    m.scratch = int(m.core().scratch_size(1, 0))
+    return m
