@@ -106,7 +106,7 @@ static inline float mct_tanhf(float x) {
     float small = a + a * a2 * p;
     float large = 1.0f - 2.0f / (mct_expf(a + a) + 1.0f);
     float y = a < 0.625f ? small : large;
-    y = x < 0.0f ? -y : y;
+    y = (mct_f2u(x) >> 31) ? -y : y;
     return x != x ? x : y;
 }
 
@@ -129,7 +129,7 @@ static inline float mct_cos_kernel(float r) {
     return 1.0f - (0.5f * r2 - r2 * r2 * p);
 }
 
-/* Reduce x by pi/2: returns r in [-pi/4, pi/4] and the quadrant in *q (accurate for |x| <= 6000). */
+/* Reduce x by pi/2: returns r in [-pi/4, pi/4] and the quadrant in *q (accurate for |x| <= 8192). */
 static inline float mct_reduce_pio2(float x, uint32_t *q) {
     float k = mct_rintf(x * 0.636619747f);
     float r = x - k * 1.57080078f;       /* pi/2 in three parts; the first two have */
@@ -139,17 +139,17 @@ static inline float mct_reduce_pio2(float x, uint32_t *q) {
     return r;
 }
 
-/* Sine, within 2.5 ulp for |x| <= 6000 (absolute error near the zeros). */
+/* Sine, within 2.5 ulp for |x| <= 8192 (absolute error near the zeros). */
 static inline float mct_sinf(float x) {
     uint32_t q;
     float r = mct_reduce_pio2(x, &q);
     float s = mct_sin_kernel(r), c = mct_cos_kernel(r);
     float y = (q & 1u) ? c : s;
     y = (q & 2u) ? -y : y;
-    return x != x ? x : y;
+    return x != x || x == 0.0f ? x : y;      /* NaN, and sin(-0) = -0 */
 }
 
-/* Cosine, within 2.5 ulp for |x| <= 6000 (absolute error near the zeros). */
+/* Cosine, within 2.5 ulp for |x| <= 8192 (absolute error near the zeros). */
 static inline float mct_cosf(float x) {
     uint32_t q;
     float r = mct_reduce_pio2(x, &q);

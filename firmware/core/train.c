@@ -27,6 +27,13 @@ int mct_all_finite(const float *v, uint32_t n) {
 float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind, float loss_param,
                       const float *x, const float *t, uint32_t nb, float *arena, float *scratch,
                       uint32_t scratch_n, int host, float *grads) {
+    /* frozen layers get no gradients: zero their slots so the buffer has no stale values */
+    for (uint16_t l = 0; l < net->n_layers; l++) {
+        mct_layer Lc;
+        const mct_layer *L = mct_get_layer(net, l, &Lc);
+        if (!L->trainable && L->storage == MCT_STORE_RAM)
+            for (uint32_t j = 0; j < L->n_p; j++) grads[L->p_off + j] = 0.0f;
+    }
     float *y = mct_forward(net, params, x, arena, nb);
     /* dL/dy lives in the last n_out * nb floats of scratch, past what the backward pass uses */
     float *gout = scratch + scratch_n - (size_t)net->n_out * nb;
