@@ -13,7 +13,7 @@ from setuptools import Extension, setup
 
 march = os.environ.get("MCUTRAIN_MARCH", "native")
 cflags = ["-std=c99", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fopenmp",
-          "-DMCT_TILE_M=4", "-DMCT_TILE_N=16", "-Wall", "-Wextra", "-Wno-unused-function",
+          "-DMCT_HOST_KERNELS", "-DMCT_TILE_M=4", "-DMCT_TILE_N=16", "-Wall", "-Wextra", "-Wno-unused-function",
           "-Wno-unreachable-code"]
 if march:
     cflags.append("-march=" + march)

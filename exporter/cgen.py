@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -32,7 +32,23 @@ class DeviceModel:
     rx_max: int                 # bytes of the firmware's frame buffer
     source: str = "model"       # where it came from, for the header comment
     segments: List[Tuple[int, int, int]] = field(default_factory=list)  # (RAM offset, host offset, count)
-    quant: str = "f32"
+    quant: str = "f32"          # 'f32', 'int8' or 'int8-full' (see exporter.quantize)
+    # the f32 export with the same trainable layers, for quantized models (the memory plan's comparison)
+    baseline: Optional["DeviceModel"] = field(default=None, repr=False, compare=False)
+
+    def build_flags(self) -> List[str]:
+        """Compiler flags that leave out of the firmware what this model does not use (see mct.h)."""
+        ops = acts = 0
+        for d in self.program.layers:
+            ops |= 1 << int(d.op)
+            if d.op == Op.DENSE and d.storage in (1, 2):
+                ops |= 1
+            if d.op in (Op.ACT, Op.GLU):
+                acts |= 1 << d.kind
+        if ops & (1 << int(Op.QUANT)) or ops & (1 << int(Op.QDENSE)):
+            ops |= (1 << int(Op.QUANT)) | (1 << int(Op.DEQUANT)) | (1 << int(Op.QDENSE)) | (1 << int(Op.QLUT))
+        return [f"-DMCT_OPT_ONLY={int(self.opt_cfg[0]['kind'])}", f"-DMCT_LOSS_ONLY={self.loss_kind}",
+                f"-DMCT_OPS_MASK=0x{ops:x}u", f"-DMCT_ACTS_MASK=0x{acts:x}u"]
 
     def core(self) -> Any:
         """The host's C core running this very layer table (flash blob included)."""

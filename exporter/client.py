@@ -88,7 +88,8 @@ class Device:
         try:
             self.link.close()
         finally:
-            if self.process is not None:
+            if self.process is not None and self.process.poll() is None:
+                self.process.terminate()
                 try:
                     self.process.wait(timeout=2)
                 except subprocess.TimeoutExpired:

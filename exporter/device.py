@@ -4,14 +4,16 @@ device's RAM parameters map back to the host network's.
 Trainable modes: 'all'; 'none' (the device only predicts); 'last:N' (the last N layers that have
 parameters); 'biases' (every Linear splits into a frozen Dense and a trainable bias, Bias1d layers
 train, all other parameters are frozen). Frozen Dense/Linear layers are stored in the const blob
-(flash), as f32 or, with quant='int8', as int8 weights with a scale per output; every other
-parameter stays in RAM. The host runs the same layer table through the same C kernels, so it can
-predict and train exactly as the device does (`DeviceModel.core()`).
+(flash), as f32 or, with quant='int8', as int8 weights with a scale per output; with
+quant='int8-full' the frozen Dense/Linear layers and activations before the first trainable layer
+run in integers (QUANT/QDENSE/QLUT/DEQUANT, calibrated on sample inputs; see exporter.quantize).
+Every other parameter stays in RAM. The host runs the same layer table through the same C kernels,
+so it can predict and train exactly as the device does (`DeviceModel.core()`).
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from trainer.program import LayerDesc, Op, Program
 
 from .boards import Board
 from .cgen import DeviceModel
+from .quantize import QUANT_MODES, STORE_Q, QuantError, arena_floats, full_integer_layers, quantize_weights
 
 TRAINABLE_HELP = "all, none, last:N (the last N layers with parameters) or biases"
 
@@ -66,7 +69,8 @@ def trainable_flags(layers: List[LayerDesc], trainable: str) -> List[bool]:
 
 
 def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int, int]:
-    """Give the layers fresh consecutive arena regions (the table changed); returns (layers, arena, out_off)."""
+    """Give the layers fresh consecutive arena regions (the table changed; int8 outputs take a quarter of
+    the floats, rounded up); returns (layers, arena, out_off)."""
     top, cur = n_in, 0
     for d in layers:
         d.in_off = cur
@@ -74,7 +78,7 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
             d.out_off = cur
         else:
             d.out_off = top
-            top += d.n_out
+            top += arena_floats(d)
         d.aux_off = top
         top += d.aux
         cur = d.out_off
@@ -91,11 +95,8 @@ def _fix_residual_links(layers: List[LayerDesc], old_index: List[int]) -> None:
 
 def const_blob_entry(d: LayerDesc, w: np.ndarray, b: Optional[np.ndarray], quant: str) -> Tuple[bytes, int]:
     """Bytes of a frozen Dense/Linear in the const blob and its storage mode (see enum mct_storage)."""
-    if quant == "int8":
-        wi = w.reshape(d.n_in, d.n_out)
-        amax = np.abs(wi).max(axis=0)
-        scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
-        q = np.clip(np.rint(wi / scale), -127, 127).astype(np.int8)
+    if quant in ("int8", "int8-full"):
+        q, scale = quantize_weights(w, d.n_in, d.n_out)
         parts = [scale.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
         blob = b"".join(parts) + q.tobytes()
         return blob + b"\0" * (-len(blob) % 4), 2
@@ -105,10 +106,16 @@ def const_blob_entry(d: LayerDesc, w: np.ndarray, b: Optional[np.ndarray], quant
 
 def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32", loss: Optional[Loss] = None,
                        optimizer: Optional[Optimizer] = None, board: Optional[Board] = None,
-                       source: str = "model") -> DeviceModel:
-    """The firmware's view of a checkpoint (see the module docstring)."""
-    if quant not in ("f32", "int8"):
-        raise DeviceSpecError(f"--quant must be f32 or int8 here, got {quant!r}")
+                       source: str = "model", calibration: Any = None) -> DeviceModel:
+    """The firmware's view of a checkpoint (see the module docstring). quant='int8-full' needs calibration:
+    sample inputs (n, n_in) of the network. For the quantized modes the model's `baseline` is the f32
+    export with the same trainable layers (the memory plan reports the savings against it)."""
+    if quant not in QUANT_MODES:
+        raise DeviceSpecError(f"--quant must be one of {', '.join(QUANT_MODES)}; got {quant!r}")
+    if quant == "int8-full" and calibration is None:
+        raise DeviceSpecError("--quant int8-full needs calibration inputs: sample inputs of the network "
+                              f"(shape (n, {ck.net.program.n_in})) that set the int8 ranges of the activations; "
+                              "pass calibration=... (a few hundred typical inputs), or use --quant int8 or f32")
     net = ck.net
     host = net.program
     full = net.params
@@ -119,14 +126,30 @@ def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32
         old_index += [i, i] if (mode == "biases" and d.op == Op.DENSE and d.kind == 1) else [i]
     _fix_residual_links(layers, old_index)
     flags = trainable_flags(layers, trainable)
+    for d, tr in zip(layers, flags):
+        d.trainable = tr
+    baseline: Optional[DeviceModel] = None
+    qblobs: Dict[int, bytes] = {}
+    if quant != "f32":
+        baseline = build_device_model(ck, trainable, "f32", loss, optimizer, board, source)
+    if quant == "int8-full":
+        assert baseline is not None
+        try:
+            layers, qblobs = full_integer_layers(layers, full, baseline.program, baseline.params, calibration)
+        except QuantError as e:
+            raise DeviceSpecError(str(e)) from None
     # parameters: trainable layers and small frozen ones in RAM, frozen Dense/Linear in the blob
     ram: List[np.ndarray] = []
     blob = b""
     segments: List[Tuple[int, int, int]] = []     # (ram offset, host offset, count)
     n_ram = 0
-    for d, tr in zip(layers, flags):
-        d.trainable = tr
+    for d in layers:
+        tr = d.trainable
         src = d.p_off
+        if id(d) in qblobs:         # full-integer op: its constants go to the blob
+            d.storage, d.p_off = STORE_Q, len(blob)
+            blob += qblobs[id(d)]
+            continue
         if d.n_p == 0:
             d.p_off = n_ram
             continue
@@ -144,7 +167,12 @@ def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32
         n_ram += d.n_p
     layers, arena, out_off = _relayout(layers, host.n_in)
     prog = Program(layers, host.n_in, host.n_out, n_ram, arena, 0, out_off, cdata=blob)
-    opt = optimizer or ck.optimizer or Optimizer("sgd", TrainParams(), net.param_count())
+    opt = optimizer or ck.optimizer or TrainParams()
+    if isinstance(opt, TrainParams):            # a bare TrainParams trains as plain SGD
+        opt = Optimizer("sgd", opt, net.param_count())
+    if opt.coeffs.get("sim_penalty", 0.0) > 0 and opt.kind in ("momentum", "rmsprop_momentum"):
+        raise DeviceSpecError("the momentum similarity penalty needs every gradient before the update, which "
+                              "the device does not keep; export with a copy of the optimizer without it")
     if loss is None:
         from trainer import losses as losses_mod
         name = ck.metadata.get("loss")
@@ -153,6 +181,6 @@ def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32
     rx_floats = 16 if board is not None and board.core == "avr" else 64
     m = DeviceModel(program=prog, params=params, opt_cfg=opt._cfg.view(OPT_DTYPE).copy(), opt_slots=SLOTS[opt.kind],
                     loss_kind=loss.kind, loss_param=loss.param, scratch=0, rx_max=5 + 4 * rx_floats,
-                    source=source, segments=segments, quant=quant)
+                    source=source, segments=segments, quant=quant, baseline=baseline)
     m.scratch = int(m.core().scratch_size(1, 0))
     return m

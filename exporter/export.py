@@ -12,9 +12,10 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Tuple, Union
 
-from trainer import losses as losses_mod
+import numpy as np
+
 from trainer.losses import Loss
 from trainer.modelfile import Checkpoint, load_model
 
@@ -23,6 +24,7 @@ from .cgen import DeviceModel, model_c, model_h
 from .device import DeviceSpecError, build_device_model
 from .memplan import MemoryPlan, check_fits, plan
 from .project import write_project
+from .quantize import QuantError, QuantReport, evaluate
 
 
 class ExportError(ValueError):
@@ -37,33 +39,48 @@ class ExportResult:
     model: DeviceModel
     plan: MemoryPlan
     hash: str
+    quant_report: Optional[QuantReport] = None   # the device model against the f32 network (with eval_data)
 
 
-def _advice(ck: Checkpoint, board: Board, loss: Optional[Loss], current: str, quant: str, sim: bool) -> str:
-    """What to change so the model fits: the most trainable layers that still fit, biases only, int8,
-    or a bigger board."""
+def _advice(ck: Checkpoint, board: Board, loss: Optional[Loss], current: str, quant: str, sim: bool,
+            calibration: Any = None) -> str:
+    """What to change so the model fits: the most trainable layers that still fit, biases only, int8
+    (full-integer int8 when calibration data was given), or a bigger board."""
     n_with = sum(1 for d in ck.net.program.layers if d.n_p)
     start = n_with - 1 if current == "all" else int(current[5:]) - 1 if current.startswith("last:") else -1
-    tries = [f"last:{k}" for k in range(start, 0, -1)] + ["biases", "none"]
+    tries = [current] + [f"last:{k}" for k in range(start, 0, -1)] + ["biases", "none"]
+    quants = [quant] + (["int8"] if quant == "f32" else [])
+    if calibration is not None and quant != "int8-full":
+        quants.append("int8-full")
+    hints = {"int8": " with int8 weights in flash (--quant int8)",
+             "int8-full": " with the frozen layers in full-integer int8 (--quant int8-full)"}
     for t in tries:
-        for q in ([quant, "int8"] if quant == "f32" else [quant]):
+        for q in quants:
             if t == current and q == quant:
                 continue
-            m = build_device_model(ck, t, q, loss, board=board)
+            try:
+                m = build_device_model(ck, t, q, loss, board=board, calibration=calibration)
+            except DeviceSpecError:
+                continue
             if plan(m, board, sim).fits():
                 what = {"biases": "train only the biases on the device (--trainable biases)",
                         "none": "freeze every layer (--trainable none): the device then only predicts"
                         }.get(t, f"train only the last {t[5:]} layer(s) on the device (--trainable {t})")
-                return what + (" with int8 weights in flash (--quant int8)" if q != quant else "")
+                return what + (hints.get(q, "") if q != quant else "")
     return "use a smaller network or a board with more RAM"
 
 
 def export_project(model: Union[str, Path, Checkpoint], board_name: str, out: Union[str, Path],
                    quant: str = "f32", trainable: str = "all", loss: Optional[Loss] = None,
-                   force: bool = False, sim: bool = False) -> ExportResult:
+                   force: bool = False, sim: bool = False, calibration: Any = None,
+                   eval_data: Optional[Tuple[Any, Any]] = None) -> ExportResult:
     """Write a PlatformIO project for board_name into out; returns what was written.
 
-    sim=True checks the memory plan against the board's simulated stand-in (which may have less RAM)."""
+    sim=True checks the memory plan against the board's simulated stand-in (which may have less RAM).
+    quant: 'f32', 'int8' (int8 weights, float math) or 'int8-full' (full-integer frozen layers; needs
+    calibration, sample inputs (n, n_in)). eval_data=(x, y): the device model is run on the host through
+    the same C kernels and compared with the f32 network (loss, accuracy, output change): the result's
+    quant_report, also written to mcutrain.json."""
     board = get_board(board_name)
     ck = model if isinstance(model, Checkpoint) else load_model(model)
     source = Path(model).name if not isinstance(model, Checkpoint) else "a checkpoint"
@@ -71,12 +88,22 @@ def export_project(model: Union[str, Path, Checkpoint], board_name: str, out: Un
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())) and not force:
         raise ExportError(f"{dst} exists and is not empty; pass --force to replace it")
     try:
-        m = build_device_model(ck, trainable, quant, loss, board=board, source=source)
+        m = build_device_model(ck, trainable, quant, loss, board=board, source=source, calibration=calibration)
     except DeviceSpecError as e:
         raise ExportError(str(e)) from None
     mp = plan(m, board, sim)
     if not mp.fits():
-        check_fits(mp, _advice(ck, board, loss, trainable, quant, sim))
+        check_fits(mp, _advice(ck, board, loss, trainable, quant, sim, calibration))
+    report: Optional[QuantReport] = None
+    if eval_data is not None:
+        try:
+            ex, ey = eval_data
+        except (TypeError, ValueError):
+            raise ExportError("eval_data must be a pair (inputs, targets)") from None
+        try:
+            report = evaluate(ck, m, ex, ey, loss, trainable)
+        except QuantError as e:
+            raise ExportError(str(e)) from None
     files = {"src/model.h": model_h(m), "src/model.c": model_c(m),
              "mcutrain.json": json.dumps({
                  "board": board.name, "hash": m.hash().hex(), "quant": quant, "trainable": trainable,
@@ -84,12 +111,16 @@ def export_project(model: Union[str, Path, Checkpoint], board_name: str, out: Un
                  "n_trainable": m.n_trainable, "loss": str(_loss_of(m)), "segments": m.segments,
                  "optimizer": (ck.optimizer.config() if ck.optimizer else None),
                  "memory": {"ram": mp.ram, "flash": mp.flash, "ram_budget": mp.ram_budget,
-                            "flash_budget": mp.flash_budget},
+                            "flash_budget": mp.flash_budget, "f32_ram": mp.baseline_ram,
+                            "f32_flash": mp.baseline_flash},
+                 "quant_report": report.to_dict() if report else None,
+                 "calibration_samples": (int(np.asarray(calibration).reshape(-1, m.program.n_in).shape[0])
+                                         if quant == "int8-full" else None),
                  "source": source, "architecture": ck.net.spec()}, indent=2, sort_keys=True) + "\n"}
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=str(dst.parent)))
     try:
-        write_project(tmp / "p", board, files, source)
+        write_project(tmp / "p", board, files, source, m.build_flags())
         if dst.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old.", dir=str(dst.parent)))
             dst.rename(old / "p")
@@ -99,11 +130,9 @@ def export_project(model: Union[str, Path, Checkpoint], board_name: str, out: Un
             (tmp / "p").rename(dst)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return ExportResult(dst, board, m, mp, m.hash().hex())
+    return ExportResult(dst, board, m, mp, m.hash().hex(), report)
 
 
 def _loss_of(m: DeviceModel) -> Loss:
-    for candidate in (losses_mod.mse, losses_mod.logit_bce, losses_mod.cross_entropy, losses_mod.cosine):
-        if candidate.kind == m.loss_kind:
-            return candidate
-    return losses_mod.huber(m.loss_param)
+    from .quantize import loss_of_model
+    return loss_of_model(m.loss_kind, m.loss_param)

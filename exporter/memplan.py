@@ -1,5 +1,6 @@
 """Memory plan of an export on a board: flash (code estimate + constants) and RAM (parameters,
-optimizer state, trace arena, scratch, I/O buffers, stack margin), checked before anything is built."""
+optimizer state, trace arena, scratch, I/O buffers, stack margin), checked before anything is built.
+A quantized export also shows what it saves against the f32 export with the same trainable layers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,10 +8,12 @@ from typing import List, Optional, Tuple
 
 from .boards import Board
 from .cgen import DeviceModel
+from .quantize import I8_OUT_OPS, STORE_Q, arena_floats, qop_const_bytes
 
 LAYER_BYTES = 48          # sizeof(mct_layer)
 APP_FIXED_RAM = 120       # app bookkeeping, mct_net, mct_opt, hash, train state
-# RAM the platform's runtime takes besides our buffers (serial buffers, libc, Arduino core)
+# RAM the platform's runtime takes besides our buffers (serial buffers, libc, Arduino core) on the
+# real board; the simulated stand-ins run mcutrain's bare-metal ports, which need none of it
 RUNTIME_RAM = {"avr": 190, "host": 0}
 RUNTIME_RAM_DEFAULT = 2048
 
@@ -26,6 +29,9 @@ class MemoryPlan:
     rows: List[Tuple[str, int, int]] = field(default_factory=list)
     ram_budget: int = 0
     flash_budget: int = 0
+    quant: str = "f32"
+    baseline_ram: Optional[int] = None      # the f32 export's totals (quantized exports only)
+    baseline_flash: Optional[int] = None
 
     @property
     def ram(self) -> int:
@@ -36,6 +42,16 @@ class MemoryPlan:
     def flash(self) -> int:
         """Flash needed, bytes."""
         return sum(f for _, _, f in self.rows)
+
+    @property
+    def ram_saved(self) -> int:
+        """RAM bytes the quantization saves against the f32 export (0 for f32)."""
+        return 0 if self.baseline_ram is None else self.baseline_ram - self.ram
+
+    @property
+    def flash_saved(self) -> int:
+        """Flash bytes the quantization saves against the f32 export (0 for f32)."""
+        return 0 if self.baseline_flash is None else self.baseline_flash - self.flash
 
     def fits(self) -> bool:
         """Does it fit both budgets?"""
@@ -50,6 +66,9 @@ class MemoryPlan:
             lines.append(f"  {n:{w}}  {r:>10,}  {f:>10,}")
         lines.append(f"  {'total':{w}}  {self.ram:>10,}  {self.flash:>10,}")
         lines.append(f"  {'board has':{w}}  {self.ram_budget:>10,}  {self.flash_budget:>10,}")
+        if self.baseline_ram is not None and self.baseline_flash is not None:
+            lines.append(f"  {'f32 export':{w}}  {self.baseline_ram:>10,}  {self.baseline_flash:>10,}")
+            lines.append(f"  {self.quant + ' saves':{w}}  {self.ram_saved:>10,}  {self.flash_saved:>10,}")
         return "\n".join(lines)
 
 
@@ -57,19 +76,28 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
     """The memory plan of a device model on a board (sim: against the simulated stand-in's RAM)."""
     p = m.program
     table_bytes = LAYER_BYTES * len(p.layers) + 32
+    q_bytes = sum(qop_const_bytes(d) for d in p.layers if d.storage == STORE_Q)
+    i8_arena = sum(arena_floats(d) for d in p.layers if d.op in I8_OUT_OPS)     # floats of int8 tensors
     rows = [
         ("parameters (f32, RAM)", 4 * p.n_params, 4 * p.n_params),
         ("optimizer state", 4 * p.n_params * m.opt_slots, 0),
-        ("trace arena", 4 * p.arena, 0),
+        ("trace arena", 4 * (p.arena - i8_arena), 0),
         ("backward scratch", 4 * m.scratch, 0),
         ("target + frame buffer", 4 * p.n_out + m.rx_max, 0),
-        ("frozen layers (flash)", 0, len(bytes(p.cdata))),
+        ("frozen layers (flash)", 0, len(bytes(p.cdata)) - q_bytes),
         ("layer table", 0, table_bytes),
-        ("runtime + bookkeeping", RUNTIME_RAM.get(board.core, RUNTIME_RAM_DEFAULT) + APP_FIXED_RAM, 0),
+        ("runtime + bookkeeping", (0 if sim else RUNTIME_RAM.get(board.core, RUNTIME_RAM_DEFAULT)) + APP_FIXED_RAM, 0),
         ("stack margin", board.stack_margin, 0),
         ("code (estimate)", 0, board.code_estimate),
     ]
-    return MemoryPlan(board, rows, board.sim_ram if sim else board.ram, board.flash)
+    if q_bytes:   # full-integer int8: its constants and its int8 activations
+        rows[6:6] = [("full-integer layers (flash)", 0, q_bytes)]
+        rows[3:3] = [("int8 activations (arena)", 4 * i8_arena, 0)]
+    mp = MemoryPlan(board, rows, board.sim_ram if sim else board.ram, board.flash, quant=m.quant)
+    if m.baseline is not None:
+        base = plan(m.baseline, board, sim)
+        mp.baseline_ram, mp.baseline_flash = base.ram, base.flash
+    return mp
 
 
 def check_fits(mp: MemoryPlan, advice: Optional[str] = None) -> None:

@@ -68,20 +68,27 @@ class SimSession:
             self._report = self.sim.report(self)
         return self._report
 
-    def close(self) -> None:
-        """Stop the firmware if it still runs."""
-        if self._report is None:
-            try:
-                self.report()
-            except Exception:
-                pass
-        self.device.close()
+    def close(self, quiet: bool = False) -> None:
+        """Stop the firmware if it still runs (through report(), whose errors, e.g. a stack overflow the
+        simulator saw, are raised unless quiet)."""
+        try:
+            process = getattr(self.device.link, "process", None) or self.device.process
+            ended = process is not None and process.poll() is not None
+            if self._report is None and not ended:   # an ended simulator was reported when it ended
+                try:
+                    self.report()
+                except Exception:
+                    if not quiet:
+                        raise
+        finally:
+            self.device.close()
 
     def __enter__(self) -> "SimSession":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        # an error inside the block wins over one from stopping the firmware
+        self.close(quiet=exc_type is not None)
 
 
 class Simulator:

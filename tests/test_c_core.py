@@ -2,7 +2,8 @@
 
 The program is built twice from the same sources and run once per build:
 - the device tiling (1 x 4 register tiles) with AddressSanitizer (leak detection on) and UBSan,
-- the host tiling (-DMCT_TILE_M=4 -DMCT_TILE_N=16) at -O3, as the Cython extension is built.
+- the host kernels and tiling (-DMCT_HOST_KERNELS -DMCT_TILE_M=4 -DMCT_TILE_N=16) at -O3, as the Cython
+  extension is built.
 Each C test is reported as its own pytest item (test_c[build-name]); test_c_program_clean checks the
 exit code, the summary line and that no sanitizer reported anything. Separately, every
 firmware/core/*.c must compile on its own with -std=c99 -Wall -Wextra -Werror -pedantic.
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.skipif(GCC is None, reason="gcc is not installed: the C
 
 WARN = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 SANITIZE = ["-ffp-contract=off", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-HOST_TILES = ["-ffp-contract=off", "-DMCT_TILE_M=4", "-DMCT_TILE_N=16", "-O3"]
+HOST_TILES = ["-ffp-contract=off", "-DMCT_HOST_KERNELS", "-DMCT_TILE_M=4", "-DMCT_TILE_N=16", "-O3"]
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "SUMMARY: ")
 
 

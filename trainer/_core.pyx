@@ -59,6 +59,7 @@ cdef extern from "mct.h" nogil:
     size_t MCT_TRAIN_STATE_SIZE "sizeof(mct_train_state)"
 
 cdef extern from "mct_math.h" nogil:
+    float mct_div(float, float)
     float mct_expf(float)
     float mct_logf(float)
     float mct_log1pf(float)
@@ -240,7 +241,7 @@ cdef class CoreNet:
                         g0[j] = g0[j] + gc[j]
             for c in range(nt):
                 total = total + ls[c]
-            total = total / <float>nb
+            total = mct_div(total, <float>nb)
             if not (total == total and total - total == 0):
                 status = 2
             elif not mct_all_finite(&b[A * per + S], self.net.n_params):

@@ -27,6 +27,11 @@ class Op(IntEnum):
     CONV1D = 11
     RES_BEGIN = 12
     RES_END = 13
+    # full-integer int8 ops (exporter, quant='int8-full'): frozen, forward only, constants in the const blob
+    QUANT = 14
+    DEQUANT = 15
+    QDENSE = 16
+    QLUT = 17
 
 
 class Act(IntEnum):

@@ -11,49 +11,103 @@
 #define MCT_TILE_M 1
 #endif
 #ifndef MCT_TILE_N
+#if defined(__ARM_FP)
+#define MCT_TILE_N 8          /* 32 single-precision registers: eight accumulators fit */
+#else
 #define MCT_TILE_N 4
 #endif
+#endif
 
-/* One full MCT_TILE_M x MCT_TILE_N tile of C = A B. */
-static void gemm_tile(const float *A, const float *B, float *C, uint32_t K, uint32_t N) {
-    float acc[MCT_TILE_M][MCT_TILE_N];
-    for (uint32_t m = 0; m < MCT_TILE_M; m++) {
-        float a = A[m * K];
-        for (uint32_t n = 0; n < MCT_TILE_N; n++) acc[m][n] = a * B[n];
+/* Keep the tile kernel out of its caller so its accumulators stay in registers (GCC, Clang). */
+#if defined(__GNUC__)
+#define MCT_NOINLINE __attribute__((noinline))
+#else
+#define MCT_NOINLINE
+#endif
+
+#if MCT_TILE_M == 1 && (MCT_TILE_N == 4 || MCT_TILE_N == 8)
+/* The device tile: one row, four (or eight) outputs in named accumulators, which a compiler keeps in
+ * registers also at -Os (an array would live on the stack). */
+#if MCT_TILE_N == 8
+#define MCT_EACH(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#else
+#define MCT_EACH(X) X(0) X(1) X(2) X(3)
+#endif
+#define MCT_ACC_DECL(i) float s##i = a * B[i];
+#define MCT_ACC_ADD(i) s##i = s##i + a * b[i];
+#define MCT_ACC_STORE(i) C[i] = s##i;
+MCT_NOINLINE static void gemm_tile(const float *A, const float *B, float *C, uint32_t K, uint32_t N) {
+    float a = A[0];
+    const float *b = B;
+    MCT_EACH(MCT_ACC_DECL)
+    for (uint32_t k = 1; k < K; k++) {
+        b += N;
+        a = A[k];
+        MCT_EACH(MCT_ACC_ADD)
+    }
+    MCT_EACH(MCT_ACC_STORE)
+}
+#else
+/* One full MCT_TILE_M x MCT_TILE_N tile of C = A B. The n loop is outside the m loop so that a
+ * compiler keeps the tile in vector registers, one B load serving every row. */
+MCT_NOINLINE static void gemm_tile(const float *A, const float *B, float *C, uint32_t K, uint32_t N) {
+    float acc[MCT_TILE_M][MCT_TILE_N], a[MCT_TILE_M];
+    for (uint32_t m = 0; m < MCT_TILE_M; m++) a[m] = A[(size_t)m * K];
+    for (uint32_t n = 0; n < MCT_TILE_N; n++) {
+        float b = B[n];
+        for (uint32_t m = 0; m < MCT_TILE_M; m++) acc[m][n] = a[m] * b;
     }
     for (uint32_t k = 1; k < K; k++) {
         const float *b = B + (size_t)k * N;
-        for (uint32_t m = 0; m < MCT_TILE_M; m++) {
-            float a = A[m * K + k];
-            for (uint32_t n = 0; n < MCT_TILE_N; n++) acc[m][n] = acc[m][n] + a * b[n];
+        for (uint32_t m = 0; m < MCT_TILE_M; m++) a[m] = A[(size_t)m * K + k];
+        for (uint32_t n = 0; n < MCT_TILE_N; n++) {
+            float bn = b[n];
+            for (uint32_t m = 0; m < MCT_TILE_M; m++) acc[m][n] = acc[m][n] + a[m] * bn;
         }
     }
     for (uint32_t m = 0; m < MCT_TILE_M; m++)
         for (uint32_t n = 0; n < MCT_TILE_N; n++) C[(size_t)m * N + n] = acc[m][n];
 }
+#endif
 
 /* A partial tile (rows mr <= TILE_M, columns nr <= TILE_N), same summation order. */
 static void gemm_edge(const float *A, const float *B, float *C, uint32_t K, uint32_t N, uint32_t mr, uint32_t nr) {
+#if MCT_TILE_M == 1
+    (void)mr;
+    for (uint32_t n = 0; n < nr; n++) {      /* the device: one scalar accumulator per leftover column */
+        float s = A[0] * B[n];
+        for (uint32_t k = 1; k < K; k++) s = s + A[k] * B[(size_t)k * N + n];
+        C[n] = s;
+    }
+    return;
+#endif
+    float acc[MCT_TILE_M][MCT_TILE_N];
     for (uint32_t m = 0; m < mr; m++) {
-        const float *a = A + (size_t)m * K;
-        for (uint32_t n = 0; n < nr; n++) {
-            float acc = a[0] * B[n];
-            for (uint32_t k = 1; k < K; k++) acc = acc + a[k] * B[(size_t)k * N + n];
-            C[(size_t)m * N + n] = acc;
+        float a = A[(size_t)m * K];
+        for (uint32_t n = 0; n < nr; n++) acc[m][n] = a * B[n];
+    }
+    for (uint32_t k = 1; k < K; k++) {
+        const float *b = B + (size_t)k * N;
+        for (uint32_t m = 0; m < mr; m++) {
+            float a = A[(size_t)m * K + k];
+            for (uint32_t n = 0; n < nr; n++) acc[m][n] = acc[m][n] + a * b[n];
         }
     }
+    for (uint32_t m = 0; m < mr; m++)
+        for (uint32_t n = 0; n < nr; n++) C[(size_t)m * N + n] = acc[m][n];
 }
 
 void mct_gemm(const float *A, const float *B, float *C, uint32_t M, uint32_t K, uint32_t N) {
-    uint32_t m = 0;
-    for (; m + MCT_TILE_M <= M; m += MCT_TILE_M) {
+    for (uint32_t m = 0; m < M; m += MCT_TILE_M) {
+        uint32_t mr = M - m < MCT_TILE_M ? M - m : MCT_TILE_M;
         const float *a = A + (size_t)m * K;
         float *c = C + (size_t)m * N;
-        uint32_t n = 0;
-        for (; n + MCT_TILE_N <= N; n += MCT_TILE_N) gemm_tile(a, B + n, c + n, K, N);
-        if (n < N) gemm_edge(a, B + n, c + n, K, N, MCT_TILE_M, N - n);
+        for (uint32_t n = 0; n < N; n += MCT_TILE_N) {
+            uint32_t nr = N - n < MCT_TILE_N ? N - n : MCT_TILE_N;
+            if (mr == MCT_TILE_M && nr == MCT_TILE_N) gemm_tile(a, B + n, c + n, K, N);
+            else gemm_edge(a, B + n, c + n, K, N, mr, nr);
+        }
     }
-    if (m < M) gemm_edge(A + (size_t)m * K, B, C + (size_t)m * N, K, N, M - m, N);
 }
 
 void mct_gemm_bt(const float *A, const float *B, float *C, uint32_t M, uint32_t K, uint32_t N) {
@@ -84,13 +138,49 @@ void mct_gemm_bt(const float *A, const float *B, float *C, uint32_t M, uint32_t 
 }
 
 void mct_transpose(const float *A, float *AT, uint32_t rows, uint32_t cols) {
-    for (uint32_t r = 0; r < rows; r++)
-        for (uint32_t c = 0; c < cols; c++) AT[(size_t)c * rows + r] = A[(size_t)r * cols + c];
+    /* 8 x 8 blocks keep both the reads and the writes within a few cache lines */
+    for (uint32_t r0 = 0; r0 < rows; r0 += 8) {
+        uint32_t r1 = r0 + 8 < rows ? r0 + 8 : rows;
+        for (uint32_t c0 = 0; c0 < cols; c0 += 8) {
+            uint32_t c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            for (uint32_t r = r0; r < r1; r++)
+                for (uint32_t c = c0; c < c1; c++) AT[(size_t)c * rows + r] = A[(size_t)r * cols + c];
+        }
+    }
+}
+
+/* The fused update of one sample's weight gradients x[i] * gy[o] (the device path), with a loop per
+ * optimizer kind so that no per-weight branch on the kind remains; the update is mct_opt_elem_k's. */
+#define FUSED_LOOP(KIND, REG)                                                                              \
+    for (uint32_t i = 0; i < n_in; i++) {                                                                 \
+        float xi = x[i], *wr = W + (size_t)i * n_out, *sr = st + (size_t)i * n_out;                      \
+        for (uint32_t o = 0; o < n_out; o++)                                                            \
+            mct_opt_elem_k((KIND), (REG), oc, sc, lr, &wr[o], xi * gy[o], sr + o, stride, 1);           \
+    }
+#define FUSED_ROWS(KIND)                                                                                   \
+    if (mct_opt_regularizes(oc)) FUSED_LOOP(KIND, 1) else FUSED_LOOP(KIND, 0)
+
+/* Weights of one sample (batch of 1, so the gradient sum is the single product) updated in place. */
+static void fused_weights_1(const mct_layer *L, float *W, uint32_t q0, const float *x, const float *gy,
+                            uint32_t n_in, uint32_t n_out, const mct_sink *sink) {
+    const mct_opt *oc = sink->opt;      /* pointers, not copies: this runs on the device, stack is tight */
+    const mct_step *sc = sink->step;
+    float lr = mct_layer_lr(sc, L);
+    uint32_t stride = sink->n_params;
+    float *st = sink->state ? sink->state + q0 : W;   /* SGD keeps no slots; never read then */
+    switch (MCT_OPT_KIND(oc->kind)) {
+    case MCT_OPT_MOMENTUM: FUSED_ROWS(MCT_OPT_MOMENTUM) break;
+    case MCT_OPT_RMSPROP: FUSED_ROWS(MCT_OPT_RMSPROP) break;
+    case MCT_OPT_RMSPROP_MOMENTUM: FUSED_ROWS(MCT_OPT_RMSPROP_MOMENTUM) break;
+    case MCT_OPT_ADAM: FUSED_ROWS(MCT_OPT_ADAM) break;
+    default: FUSED_ROWS(MCT_OPT_SGD) break;
+    }
 }
 
 void mct_matmul_backward(const mct_layer *L, float *p, uint32_t j0, const float *x, const float *gy, float *gx,
                          uint32_t nb, uint32_t n_in, uint32_t n_out, const mct_sink *sink, float *tmp, int host) {
     const float *W = p + j0;
+    host = host && MCT_HOST;
     /* input gradient first: it needs the weights before an APPLY-mode sink changes them */
     if (gx) {
         if (host) {
@@ -102,21 +192,54 @@ void mct_matmul_backward(const mct_layer *L, float *p, uint32_t j0, const float 
     }
     if (!sink) return;
     if (host && sink->grads) {                           /* dW = x^T gy, summed over samples in order */
-        mct_transpose(x, tmp, nb, n_in);                 /* x^T: [n_in][nb] */
-        mct_gemm(tmp, gy, sink->grads + L->p_off + j0, n_in, nb, n_out);
+        float *dW = sink->grads + L->p_off + j0;
+        if (n_out < MCT_TILE_N && n_in >= MCT_TILE_N) {
+            /* narrow outputs: dW^T = gy^T x has the wide side on the tile's columns; same sums */
+            float *gyT = tmp, *dWT = tmp + (size_t)n_out * nb;
+            mct_transpose(gy, gyT, nb, n_out);
+            mct_gemm(gyT, x, dWT, n_out, nb, n_in);
+            mct_transpose(dWT, dW, n_out, n_in);
+        } else {
+            mct_transpose(x, tmp, nb, n_in);             /* x^T: [n_in][nb] */
+            mct_gemm(tmp, gy, dW, n_in, nb, n_out);
+        }
         return;
     }
-    for (uint32_t i = 0; i < n_in; i++) {
+    if (sink->grads) {
+        for (uint32_t i = 0; i < n_in; i++)
+            for (uint32_t o = 0; o < n_out; o++) {
+                float g = x[i] * gy[o];
+                for (uint32_t s = 1; s < nb; s++) g = g + x[(size_t)s * n_in + i] * gy[(size_t)s * n_out + o];
+                sink->grads[L->p_off + j0 + i * n_out + o] = g;
+            }
+        return;
+    }
+    if (nb == 1 && sink->div == 1.0f) {
+        fused_weights_1(L, p + j0, L->p_off + j0, x, gy, n_in, n_out, sink);
+        return;
+    }
+    for (uint32_t i = 0; i < n_in; i++)
         for (uint32_t o = 0; o < n_out; o++) {
             float g = x[i] * gy[o];
             for (uint32_t s = 1; s < nb; s++) g = g + x[(size_t)s * n_in + i] * gy[(size_t)s * n_out + o];
             mct_sink_put(sink, L, p, j0 + i * n_out + o, g);
         }
-    }
 }
 
 void mct_bias_grads(const mct_layer *L, float *p, uint32_t j0, const float *gy, uint32_t nb, uint32_t n,
                     const mct_sink *sink) {
+    if (!sink->grads && nb == 1) {  /* one sample: its gradient is gy itself, applied as a range */
+        mct_opt_apply_range(sink->opt, sink->step, mct_layer_lr(sink->step, L), p + j0, gy,
+                            sink->state ? sink->state + L->p_off + j0 : 0, sink->n_params, n, 0, sink->div);
+        return;
+    }
+    if (sink->grads) {      /* the same sums, row by row so that they vectorise */
+        float *g = sink->grads + L->p_off + j0;
+        for (uint32_t o = 0; o < n; o++) g[o] = gy[o];
+        for (uint32_t s = 1; s < nb; s++)
+            for (uint32_t o = 0; o < n; o++) g[o] = g[o] + gy[(size_t)s * n + o];
+        return;
+    }
     for (uint32_t o = 0; o < n; o++) {
         float g = gy[o];
         for (uint32_t s = 1; s < nb; s++) g = g + gy[(size_t)s * n + o];

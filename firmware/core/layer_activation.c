@@ -1,21 +1,26 @@
 /* layer_activation.c - elementwise activations without parameters: ReLU, LeakyReLU(alpha),
- * Sigmoid, Tanh, SiLU, Softplus, Sine, Cosine (kind = enum mct_act). The loops are written per
- * kind so a host compiler can vectorise each one. */
+ * Sigmoid, Tanh, SiLU, Softplus, Sine, Cosine (kind = enum mct_act). Each kind has its own loop
+ * over the batch calling its own inline function, so a host compiler inlines and vectorises it. */
 #include "mct_layers.h"
+
+/* y[j] = F for j < n (F may use x[j] and alpha), if activation K is compiled in. */
+#define MAP(K, F) if (MCT_WITH_ACT(K)) for (uint32_t j = 0; j < n; j++) y[j] = (F)
+/* gx[j] = gy[j] * D for j < n (D may use x[j], y[j] and alpha), if activation K is compiled in. */
+#define GRAD(K, D) if (MCT_WITH_ACT(K)) for (uint32_t j = 0; j < n; j++) gx[j] = gy[j] * (D)
 
 void mct_act_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb) {
     (void)p; (void)aux;
     uint32_t n = (uint32_t)L->n_out * nb;
-    float a = L->alpha;
+    float alpha = L->alpha;
     switch (L->kind) {
-    case MCT_ACT_RELU: for (uint32_t j = 0; j < n; j++) y[j] = mct_act1(MCT_ACT_RELU, a, x[j]); break;
-    case MCT_ACT_LEAKY_RELU: for (uint32_t j = 0; j < n; j++) y[j] = mct_act1(MCT_ACT_LEAKY_RELU, a, x[j]); break;
-    case MCT_ACT_SIGMOID: for (uint32_t j = 0; j < n; j++) y[j] = mct_act1(MCT_ACT_SIGMOID, a, x[j]); break;
-    case MCT_ACT_TANH: for (uint32_t j = 0; j < n; j++) y[j] = mct_act1(MCT_ACT_TANH, a, x[j]); break;
-    case MCT_ACT_SILU: for (uint32_t j = 0; j < n; j++) y[j] = mct_act1(MCT_ACT_SILU, a, x[j]); break;
-    case MCT_ACT_SOFTPLUS: for (uint32_t j = 0; j < n; j++) y[j] = mct_act1(MCT_ACT_SOFTPLUS, a, x[j]); break;
-    case MCT_ACT_SINE: for (uint32_t j = 0; j < n; j++) y[j] = mct_act1(MCT_ACT_SINE, a, x[j]); break;
-    default: for (uint32_t j = 0; j < n; j++) y[j] = mct_act1(MCT_ACT_COSINE, a, x[j]); break;
+    case MCT_ACT_RELU: MAP(MCT_ACT_RELU, mct_relu(x[j])); break;
+    case MCT_ACT_LEAKY_RELU: MAP(MCT_ACT_LEAKY_RELU, mct_leaky(x[j], alpha)); break;
+    case MCT_ACT_SIGMOID: MAP(MCT_ACT_SIGMOID, mct_sigmoidf(x[j])); break;
+    case MCT_ACT_TANH: MAP(MCT_ACT_TANH, mct_tanhf(x[j])); break;
+    case MCT_ACT_SILU: MAP(MCT_ACT_SILU, mct_silu(x[j])); break;
+    case MCT_ACT_SOFTPLUS: MAP(MCT_ACT_SOFTPLUS, mct_softplus(x[j])); break;
+    case MCT_ACT_SINE: MAP(MCT_ACT_SINE, mct_sinf(x[j])); break;
+    default: MAP(MCT_ACT_COSINE, mct_cosf(x[j])); break;
     }
 }
 
@@ -24,15 +29,15 @@ void mct_act_backward(const mct_layer *L, float *p, const mct_bwd *b) {
     if (!b->gx) return;
     uint32_t n = (uint32_t)L->n_out * b->nb;
     const float *x = b->x, *y = b->y, *gy = b->gy;
-    float *gx = b->gx, a = L->alpha;
+    float *gx = b->gx, alpha = L->alpha;
     switch (L->kind) {
-    case MCT_ACT_RELU: for (uint32_t j = 0; j < n; j++) gx[j] = gy[j] * mct_dact1(MCT_ACT_RELU, a, x[j], y[j]); break;
-    case MCT_ACT_LEAKY_RELU: for (uint32_t j = 0; j < n; j++) gx[j] = gy[j] * mct_dact1(MCT_ACT_LEAKY_RELU, a, x[j], y[j]); break;
-    case MCT_ACT_SIGMOID: for (uint32_t j = 0; j < n; j++) gx[j] = gy[j] * mct_dact1(MCT_ACT_SIGMOID, a, x[j], y[j]); break;
-    case MCT_ACT_TANH: for (uint32_t j = 0; j < n; j++) gx[j] = gy[j] * mct_dact1(MCT_ACT_TANH, a, x[j], y[j]); break;
-    case MCT_ACT_SILU: for (uint32_t j = 0; j < n; j++) gx[j] = gy[j] * mct_dact1(MCT_ACT_SILU, a, x[j], y[j]); break;
-    case MCT_ACT_SOFTPLUS: for (uint32_t j = 0; j < n; j++) gx[j] = gy[j] * mct_dact1(MCT_ACT_SOFTPLUS, a, x[j], y[j]); break;
-    case MCT_ACT_SINE: for (uint32_t j = 0; j < n; j++) gx[j] = gy[j] * mct_dact1(MCT_ACT_SINE, a, x[j], y[j]); break;
-    default: for (uint32_t j = 0; j < n; j++) gx[j] = gy[j] * mct_dact1(MCT_ACT_COSINE, a, x[j], y[j]); break;
+    case MCT_ACT_RELU: GRAD(MCT_ACT_RELU, mct_drelu(x[j])); break;
+    case MCT_ACT_LEAKY_RELU: GRAD(MCT_ACT_LEAKY_RELU, mct_dleaky(x[j], alpha)); break;
+    case MCT_ACT_SIGMOID: GRAD(MCT_ACT_SIGMOID, mct_dsigmoid(y[j])); break;
+    case MCT_ACT_TANH: GRAD(MCT_ACT_TANH, mct_dtanh(y[j])); break;
+    case MCT_ACT_SILU: GRAD(MCT_ACT_SILU, mct_dsilu(x[j])); break;
+    case MCT_ACT_SOFTPLUS: GRAD(MCT_ACT_SOFTPLUS, mct_sigmoidf(x[j])); break;
+    case MCT_ACT_SINE: GRAD(MCT_ACT_SINE, mct_cosf(x[j])); break;
+    default: GRAD(MCT_ACT_COSINE, -mct_sinf(x[j])); break;
     }
 }

@@ -6,7 +6,7 @@
 
 /* Gate value a and its derivative da/dz at pre-activation z (beta only for the Swish gate). */
 static float gate(uint8_t kind, float alpha, float beta, float z, float *da) {
-    if (kind == MCT_ACT_SWISH) {
+    if (kind == MCT_ACT_SWISH && MCT_WITH_ACT(MCT_ACT_SWISH)) {
         float s = mct_sigmoidf(beta * z);
         *da = s * (1.0f + beta * z * (1.0f - s));
         return z * s;

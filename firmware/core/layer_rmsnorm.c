@@ -10,9 +10,9 @@ void mct_rmsnorm_forward(const mct_layer *L, const float *p, const float *x, flo
         float *ys = y + (size_t)s * n;
         float ss = 0.0f;
         for (uint32_t j = 0; j < n; j++) ss = ss + xs[j] * xs[j];
-        float r = mct_sqrtf(ss / (float)n + L->alpha);
+        float r = mct_sqrtf(mct_div(ss, (float)n) + L->alpha);
         aux[s] = r;
-        for (uint32_t j = 0; j < n; j++) ys[j] = p[j] * (xs[j] / r);
+        for (uint32_t j = 0; j < n; j++) ys[j] = p[j] * mct_div(xs[j], r);
     }
 }
 
@@ -25,13 +25,13 @@ void mct_rmsnorm_backward(const mct_layer *L, float *p, const mct_bwd *b) {
             float r = b->aux[s];
             float dot = 0.0f;
             for (uint32_t j = 0; j < n; j++) dot = dot + gs[j] * p[j] * xs[j];
-            float c = dot / ((float)n * r * r * r);
-            for (uint32_t j = 0; j < n; j++) gx[j] = p[j] * gs[j] / r - xs[j] * c;
+            float c = mct_div(dot, (float)n * r * r * r);
+            for (uint32_t j = 0; j < n; j++) gx[j] = mct_div(p[j] * gs[j], r) - xs[j] * c;
         }
     if (!b->sink) return;
     for (uint32_t j = 0; j < n; j++) {
-        float g = b->gy[j] * (b->x[j] / b->aux[0]);
-        for (uint32_t s = 1; s < nb; s++) g = g + b->gy[(size_t)s * n + j] * (b->x[(size_t)s * n + j] / b->aux[s]);
+        float g = b->gy[j] * mct_div(b->x[j], b->aux[0]);
+        for (uint32_t s = 1; s < nb; s++) g = g + b->gy[(size_t)s * n + j] * mct_div(b->x[(size_t)s * n + j], b->aux[s]);
         mct_sink_put(b->sink, L, p, j, g);
     }
 }

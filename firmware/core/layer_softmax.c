@@ -14,10 +14,10 @@ void mct_softmax_forward(const mct_layer *L, const float *p, const float *x, flo
         float sum = 0.0f;
         for (uint32_t j = 0; j < n; j++) {
             float z = xs[j] - m;
-            ys[j] = mct_expf(T == 1.0f ? z : z / T);
+            ys[j] = mct_expf(T == 1.0f ? z : mct_div(z, T));
             sum = sum + ys[j];
         }
-        for (uint32_t j = 0; j < n; j++) ys[j] = ys[j] / sum;
+        for (uint32_t j = 0; j < n; j++) ys[j] = mct_div(ys[j], sum);
     }
 }
 
@@ -33,7 +33,7 @@ void mct_softmax_backward(const mct_layer *L, float *p, const mct_bwd *b) {
         for (uint32_t j = 0; j < n; j++) dot = dot + ys[j] * gs[j];
         for (uint32_t j = 0; j < n; j++) {
             float g = ys[j] * (gs[j] - dot);
-            gx[j] = T == 1.0f ? g : g / T;
+            gx[j] = T == 1.0f ? g : mct_div(g, T);
         }
     }
 }

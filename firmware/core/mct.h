@@ -19,6 +19,34 @@ extern "C" {
 
 #define MCT_VERSION 1
 
+/* Firmware for one model compiles only what it uses (the exporter sets these build flags):
+ *   MCT_OPT_ONLY=k   the one optimizer kind (enum mct_opt_kind) the device trains with;
+ *   MCT_LOSS_ONLY=k  the one loss (enum mct_loss_kind) it trains on;
+ *   MCT_OPS_MASK=m   the layer ops it uses: bit op (enum mct_op) set, plus bit 0 for frozen Dense
+ *                    layers kept in flash; ops left out are rejected by mct_net_check;
+ *   MCT_ACTS_MASK=m  the activations it uses: bit kind (enum mct_act).
+ * Without them (the host) everything is compiled in. The host build also defines MCT_HOST_KERNELS
+ * (batch paths that transpose into scratch, see gemm.c) and wider MCT_TILE_M / MCT_TILE_N. */
+#ifdef MCT_OPT_ONLY
+#define MCT_OPT_KIND(k) ((void)(k), (uint8_t)(MCT_OPT_ONLY))
+#else
+#define MCT_OPT_KIND(k) (k)
+#endif
+#ifdef MCT_LOSS_ONLY
+#define MCT_LOSS_KIND(k) ((void)(k), (uint8_t)(MCT_LOSS_ONLY))
+#else
+#define MCT_LOSS_KIND(k) (k)
+#endif
+#ifndef MCT_OPS_MASK
+#define MCT_OPS_MASK 0xFFFFFFFFu
+#endif
+#ifndef MCT_ACTS_MASK
+#define MCT_ACTS_MASK 0xFFFFu
+#endif
+/* Is layer op (or activation kind) compiled in? A constant for constant arguments. */
+#define MCT_WITH_OP(op) ((((uint32_t)(MCT_OPS_MASK)) >> (op)) & 1u)
+#define MCT_WITH_ACT(kind) ((((uint32_t)(MCT_ACTS_MASK)) >> (kind)) & 1u)
+
 /* Constant tables (exported parameters) live in flash. On AVR flash is a separate address space:
  * such data carries MCT_CONST (PROGMEM) and is read with mct_const_copy. */
 #if defined(__AVR__)
@@ -32,9 +60,27 @@ extern "C" {
 #endif
 
 /* Read a float from const memory (4-byte aligned offset into the blob). */
-static inline float mct_cload_f32(const uint8_t *p) { float v; mct_const_copy(&v, p, sizeof v); return v; }
+static inline float mct_cload_f32(const uint8_t *p) {
+#if defined(__AVR__)
+    union { uint32_t u; float f; } v;
+    v.u = pgm_read_dword(p);
+    return v.f;
+#else
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+#endif
+}
 /* Read an int32 from const memory. */
-static inline int32_t mct_cload_i32(const uint8_t *p) { int32_t v; mct_const_copy(&v, p, sizeof v); return v; }
+static inline int32_t mct_cload_i32(const uint8_t *p) {
+#if defined(__AVR__)
+    return (int32_t)pgm_read_dword(p);
+#else
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+#endif
+}
 /* Read an int8 from const memory. */
 static inline int8_t mct_cload_i8(const uint8_t *p) {
 #if defined(__AVR__)
@@ -58,16 +104,42 @@ enum mct_op {
     MCT_OP_DYT = 10,      /* y = g * tanh(a * x) + b: scalar a, g[n], b[n] learned */
     MCT_OP_CONV1D = 11,   /* single-channel valid cross-correlation, k = filter size, n_out = n_in - k + 1 */
     MCT_OP_RES_BEGIN = 12,/* start of a residual block: identity; k = index of its RES_END */
-    MCT_OP_RES_END = 13   /* end of a residual block: y = body(x) + x; k = index of its RES_BEGIN */
+    MCT_OP_RES_END = 13,  /* end of a residual block: y = body(x) + x; k = index of its RES_BEGIN */
+    /* Full-integer int8 ops (layer_quant.c), forward only: always frozen, storage MCT_STORE_Q, no params
+     * (n_p = n_w = 0), constants in the const blob at byte offset p_off (4-byte aligned; layouts below),
+     * and they come before the first trainable layer (mct_net_check). They read and/or write int8
+     * tensors: in the arena an int8 tensor of n values takes mct_i8_floats(n) = ceil(n / 4) floats per
+     * sample; sample s of a batch starts at byte 4 * ceil(n / 4) * s of the tensor's region. The network's
+     * input and output and every non-Q op's input and output are f32. Rounding is always to nearest,
+     * ties away from zero; zero points are clamped to [-128, 127] when read. A dL/dx asked for through
+     * them is 0 (a quantized block is piecewise constant in its input). */
+    MCT_OP_QUANT = 14,    /* f32 -> int8: q = clamp(round(x * inv_scale) + zp, -128, 127), the product in f32
+                           * (NaN gives -128). Blob: f32 inv_scale, i32 zp (8 bytes). */
+    MCT_OP_DEQUANT = 15,  /* int8 -> f32: y = (float)(q - zp) * scale. Blob: f32 scale, i32 zp (8 bytes). */
+    MCT_OP_QDENSE = 16,   /* int8 -> int8 dense, kind 0. Blob: i32 zx, i32 zy, i32 bias[n_out], i32 mult[n_out],
+                           * i32 shift[n_out], then int8 W[n_out][n_in] (row o = output o's weights), padded to
+                           * 4 bytes. Per output o, in integers only:
+                           *   acc = bias[o] + sum_i (x[i] - zx) * W[o][i]     (the sum in int32, exact;
+                           *         adding the bias saturates to +-(2^31 - 1))
+                           *   y[o] = clamp(zy + round(acc * mult[o] / 2^shift[o]), -128, 127)
+                           * with the product in int64 and shift clamped to [1, 62]. The exporter makes the
+                           * weights symmetric per output (zero point 0), bias = b / (sx * sw[o]) and
+                           * mult[o] / 2^shift[o] = sx * sw[o] / sy with mult in [2^30, 2^31). */
+    MCT_OP_QLUT = 17      /* int8 -> int8 elementwise table: y = T[x + 128]; kind = the activation it stands for
+                           * (informational). Blob: int8 T[256] (256 bytes). */
 };
+
+/* Floats of arena per sample an int8 tensor of n values occupies (see MCT_OP_QUANT). */
+static inline uint32_t mct_i8_floats(uint32_t n) { return (n + 3u) / 4u; }
 
 /* Where a layer's parameters live (mct_layer.storage). Only frozen Dense/Linear layers may live in
  * the const blob (net->cdata, flash on a device), at byte offset p_off:
  *   MCT_STORE_F32: W f32 [n_in][n_out], then b f32 [n_out] for Linear.
  *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_in][n_out]:
  *                  y[o] = (sum_i x[i] * W[i][o]) * scale[o] (+ b[o]).
- * Full-integer layers (MCT_OP_Q*) always live in the blob. */
-enum mct_storage { MCT_STORE_RAM = 0, MCT_STORE_F32 = 1, MCT_STORE_I8 = 2 };
+ *   MCT_STORE_Q:   the constants of a full-integer op (MCT_OP_QUANT ... MCT_OP_QLUT, layouts there);
+ *                  those ops always have this storage. */
+enum mct_storage { MCT_STORE_RAM = 0, MCT_STORE_F32 = 1, MCT_STORE_I8 = 2, MCT_STORE_Q = 3 };
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU). */
 enum mct_act {
@@ -184,6 +256,15 @@ typedef struct mct_sink {
 } mct_sink;
 
 /* ---- network ---- */
+/* Arena offset (in_off, or aux_off when aux) of layer l, read without copying the whole layer. */
+static inline uint32_t mct_layer_off(const mct_net *net, uint16_t l, int aux) {
+    const uint32_t *f = aux ? &net->layers[l].aux_off : &net->layers[l].in_off;
+#if defined(__AVR__)
+    return pgm_read_dword(f);
+#else
+    return *f;
+#endif
+}
 /* Layer l of a network, copied into *tmp when the table lives in const memory (AVR flash); returns it. */
 static inline const mct_layer *mct_get_layer(const mct_net *net, uint16_t l, mct_layer *tmp) {
 #if defined(__AVR__)

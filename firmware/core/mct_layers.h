@@ -12,6 +12,14 @@
 #include "mct.h"
 #include "mct_math.h"
 
+/* The host build (MCT_HOST_KERNELS) has the batch paths that transpose into scratch and copies the
+ * optimizer settings into locals for vectorisation; device builds leave both out. */
+#ifdef MCT_HOST_KERNELS
+#define MCT_HOST 1
+#else
+#define MCT_HOST 0
+#endif
+
 /* Everything a layer's backward pass needs. */
 typedef struct mct_bwd {
     const float *x;         /* layer input [nb][n_in] */
@@ -40,17 +48,19 @@ void mct_matmul_backward(const mct_layer *L, float *p, uint32_t j0, const float 
 void mct_bias_grads(const mct_layer *L, float *p, uint32_t j0, const float *gy, uint32_t nb, uint32_t n,
                     const mct_sink *sink);
 
-/* ---- optimizer, per element (optim.c defines the range versions) ---- */
-/* Update one parameter w with gradient g (already divided by the batch size); st points to its first slot. */
-static inline void mct_opt_elem(const mct_opt *o, const mct_step *s, float lr, float *w, float g, float *st,
-                                uint32_t stride, int weight) {
+/* ---- optimizer, per element ---- */
+/* Update one parameter w with gradient g (already divided by the batch size) for optimizer kind (a
+ * separate argument so loops over many parameters can pass a constant); st points to its first slot.
+ * reg = 0 skips clipping and L1/L2 (the caller knows all three are off: same result, less work). */
+static inline void mct_opt_elem_k(uint8_t kind, int reg, const mct_opt *o, const mct_step *s, float lr, float *w,
+                                  float g, float *st, uint32_t stride, int weight) {
     float wv = *w;
-    if (o->clip > 0.0f) g = g > o->clip ? o->clip : (g < -o->clip ? -o->clip : g);
-    if (weight) {
+    if (reg && o->clip > 0.0f) g = g > o->clip ? o->clip : (g < -o->clip ? -o->clip : g);
+    if (reg && weight) {
         if (o->l1 != 0.0f) g = g + o->l1 * (wv > 0.0f ? 1.0f : (wv < 0.0f ? -1.0f : 0.0f));
         if (o->l2 != 0.0f) g = g + 2.0f * o->l2 * wv;
     }
-    switch (o->kind) {
+    switch (MCT_OPT_KIND(kind)) {
     case MCT_OPT_MOMENTUM: {
         float v = o->momentum * st[0] + s->sim * g;
         st[0] = v;
@@ -60,13 +70,13 @@ static inline void mct_opt_elem(const mct_opt *o, const mct_step *s, float lr, f
     case MCT_OPT_RMSPROP: {
         float a = o->beta * st[0] + (1.0f - o->beta) * (g * g);
         st[0] = a;
-        wv = wv - lr * (g / mct_sqrtf(a + o->eps));
+        wv = wv - lr * mct_div(g, mct_sqrtf(a + o->eps));
         break;
     }
     case MCT_OPT_RMSPROP_MOMENTUM: {
         float a = o->beta * st[0] + (1.0f - o->beta) * (g * g);
         st[0] = a;
-        float v = o->momentum * st[stride] + s->sim * (g / mct_sqrtf(a + o->eps));
+        float v = o->momentum * st[stride] + s->sim * mct_div(g, mct_sqrtf(a + o->eps));
         st[stride] = v;
         wv = wv - lr * v;
         break;
@@ -76,7 +86,7 @@ static inline void mct_opt_elem(const mct_opt *o, const mct_step *s, float lr, f
         float v = o->beta * st[stride] + (1.0f - o->beta) * (g * g);
         st[0] = m;
         st[stride] = v;
-        wv = wv - lr * ((m / s->c1) / (mct_sqrtf(v / s->c2) + o->eps));
+        wv = wv - lr * mct_div(mct_div(m, s->c1), mct_sqrtf(mct_div(v, s->c2)) + o->eps);
         break;
     }
     default: /* MCT_OPT_SGD */
@@ -86,9 +96,22 @@ static inline void mct_opt_elem(const mct_opt *o, const mct_step *s, float lr, f
     *w = wv;
 }
 
+/* Does the optimizer clip or regularize (else mct_opt_elem_k may skip those steps)? */
+static inline int mct_opt_regularizes(const mct_opt *o) { return o->clip > 0.0f || o->l1 != 0.0f || o->l2 != 0.0f; }
+
+/* Update one parameter with the optimizer's own kind (see mct_opt_elem_k). */
+static inline void mct_opt_elem(const mct_opt *o, const mct_step *s, float lr, float *w, float g, float *st,
+                                uint32_t stride, int weight) {
+    mct_opt_elem_k(o->kind, 1, o, s, lr, w, g, st, stride, weight);
+}
+
+/* Update n parameters w[0..n) from gradient sums g (divided by div); the first n_w are connection weights. */
+void mct_opt_apply_range(const mct_opt *o, const mct_step *s, float lr, float *w, const float *g, float *st,
+                         uint32_t stride, uint32_t n, uint32_t n_w, float div);
+
 /* Learning rate of a layer: the step's, divided by the layer's LR-wrapper divisor. */
 static inline float mct_layer_lr(const mct_step *s, const mct_layer *L) {
-    return L->lr_div == 1.0f ? s->lr : s->lr / L->lr_div;
+    return L->lr_div == 1.0f ? s->lr : mct_div(s->lr, L->lr_div);
 }
 
 /* Hand the batch-summed gradient of layer parameter j (p = the layer's parameters) to the sink. */
@@ -96,7 +119,7 @@ static inline void mct_sink_put(const mct_sink *k, const mct_layer *L, float *p,
     if (k->grads) {
         k->grads[L->p_off + j] = gsum;
     } else {
-        float g = k->div == 1.0f ? gsum : gsum / k->div;
+        float g = k->div == 1.0f ? gsum : mct_div(gsum, k->div);
         mct_opt_elem(k->opt, k->step, mct_layer_lr(k->step, L), &p[j], g,
                      k->state ? k->state + L->p_off + j : NULL, k->n_params, j < L->n_w);
     }
@@ -104,19 +127,40 @@ static inline void mct_sink_put(const mct_sink *k, const mct_layer *L, float *p,
 
 /* ---- activations, per element ---- */
 /* Logistic sigmoid 1 / (1 + e^-x). */
-static inline float mct_sigmoidf(float x) { return 1.0f / (1.0f + mct_expf(-x)); }
+static inline float mct_sigmoidf(float x) { return mct_div(1.0f, 1.0f + mct_expf(-x)); }
+
+/* ReLU. */
+static inline float mct_relu(float x) { return x > 0.0f ? x : 0.0f; }
+/* ReLU's derivative at x. */
+static inline float mct_drelu(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+/* Leaky ReLU with slope alpha below zero. */
+static inline float mct_leaky(float x, float alpha) { return x < 0.0f ? alpha * x : x; }
+/* Leaky ReLU's derivative at x. */
+static inline float mct_dleaky(float x, float alpha) { return x < 0.0f ? alpha : 1.0f; }
+/* Sigmoid's derivative from its output y. */
+static inline float mct_dsigmoid(float y) { return y * (1.0f - y); }
+/* tanh's derivative from its output y. */
+static inline float mct_dtanh(float y) { return 1.0f - y * y; }
+/* SiLU: x sigmoid(x). */
+static inline float mct_silu(float x) { return x * mct_sigmoidf(x); }
+/* SiLU's derivative at x. */
+static inline float mct_dsilu(float x) { float s = mct_sigmoidf(x); return s * (1.0f + x * (1.0f - s)); }
+/* Softplus log(1 + e^x), without overflow. */
+static inline float mct_softplus(float x) {
+    return (x > 0.0f ? x : 0.0f) + mct_log1pf(mct_expf(-(x < 0.0f ? -x : x)));
+}
 
 /* Activation function of kind (enum mct_act, not SWISH) at x; alpha is the leaky slope. */
 static inline float mct_act1(uint8_t kind, float alpha, float x) {
     switch (kind) {
-    case MCT_ACT_RELU: return x > 0.0f ? x : 0.0f;
-    case MCT_ACT_LEAKY_RELU: return x < 0.0f ? alpha * x : x;
-    case MCT_ACT_SIGMOID: return mct_sigmoidf(x);
-    case MCT_ACT_TANH: return mct_tanhf(x);
-    case MCT_ACT_SILU: return x * mct_sigmoidf(x);
-    case MCT_ACT_SOFTPLUS: return (x > 0.0f ? x : 0.0f) + mct_log1pf(mct_expf(-(x < 0.0f ? -x : x)));
-    case MCT_ACT_SINE: return mct_sinf(x);
-    case MCT_ACT_COSINE: return mct_cosf(x);
+    case MCT_ACT_RELU: if (!MCT_WITH_ACT(MCT_ACT_RELU)) return 0.0f; return mct_relu(x);
+    case MCT_ACT_LEAKY_RELU: if (!MCT_WITH_ACT(MCT_ACT_LEAKY_RELU)) return 0.0f; return mct_leaky(x, alpha);
+    case MCT_ACT_SIGMOID: if (!MCT_WITH_ACT(MCT_ACT_SIGMOID)) return 0.0f; return mct_sigmoidf(x);
+    case MCT_ACT_TANH: if (!MCT_WITH_ACT(MCT_ACT_TANH)) return 0.0f; return mct_tanhf(x);
+    case MCT_ACT_SILU: if (!MCT_WITH_ACT(MCT_ACT_SILU)) return 0.0f; return mct_silu(x);
+    case MCT_ACT_SOFTPLUS: if (!MCT_WITH_ACT(MCT_ACT_SOFTPLUS)) return 0.0f; return mct_softplus(x);
+    case MCT_ACT_SINE: if (!MCT_WITH_ACT(MCT_ACT_SINE)) return 0.0f; return mct_sinf(x);
+    case MCT_ACT_COSINE: if (!MCT_WITH_ACT(MCT_ACT_COSINE)) return 0.0f; return mct_cosf(x);
     default: return x;
     }
 }
@@ -124,14 +168,14 @@ static inline float mct_act1(uint8_t kind, float alpha, float x) {
 /* Derivative of activation kind at x, given y = mct_act1(kind, alpha, x). */
 static inline float mct_dact1(uint8_t kind, float alpha, float x, float y) {
     switch (kind) {
-    case MCT_ACT_RELU: return x > 0.0f ? 1.0f : 0.0f;
-    case MCT_ACT_LEAKY_RELU: return x < 0.0f ? alpha : 1.0f;
-    case MCT_ACT_SIGMOID: return y * (1.0f - y);
-    case MCT_ACT_TANH: return 1.0f - y * y;
-    case MCT_ACT_SILU: { float s = mct_sigmoidf(x); return s * (1.0f + x * (1.0f - s)); }
-    case MCT_ACT_SOFTPLUS: return mct_sigmoidf(x);
-    case MCT_ACT_SINE: return mct_cosf(x);
-    case MCT_ACT_COSINE: return -mct_sinf(x);
+    case MCT_ACT_RELU: if (!MCT_WITH_ACT(MCT_ACT_RELU)) return 0.0f; return mct_drelu(x);
+    case MCT_ACT_LEAKY_RELU: if (!MCT_WITH_ACT(MCT_ACT_LEAKY_RELU)) return 0.0f; return mct_dleaky(x, alpha);
+    case MCT_ACT_SIGMOID: if (!MCT_WITH_ACT(MCT_ACT_SIGMOID)) return 0.0f; return mct_dsigmoid(y);
+    case MCT_ACT_TANH: if (!MCT_WITH_ACT(MCT_ACT_TANH)) return 0.0f; return mct_dtanh(y);
+    case MCT_ACT_SILU: if (!MCT_WITH_ACT(MCT_ACT_SILU)) return 0.0f; return mct_dsilu(x);
+    case MCT_ACT_SOFTPLUS: if (!MCT_WITH_ACT(MCT_ACT_SOFTPLUS)) return 0.0f; return mct_sigmoidf(x);
+    case MCT_ACT_SINE: if (!MCT_WITH_ACT(MCT_ACT_SINE)) return 0.0f; return mct_cosf(x);
+    case MCT_ACT_COSINE: if (!MCT_WITH_ACT(MCT_ACT_COSINE)) return 0.0f; return -mct_sinf(x);
     default: return 1.0f;
     }
 }
@@ -194,5 +238,24 @@ void mct_dyt_backward(const mct_layer *L, float *p, const mct_bwd *b);
 void mct_conv1d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Conv1d backward. */
 void mct_conv1d_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Full-integer ops (layer_quant.c); c = the op's constants in the const blob, x and y in the arena (int8
+ * tensors as described at MCT_OP_QUANT). Is op one of them? */
+static inline int mct_is_qop(uint8_t op) { return op >= MCT_OP_QUANT && op <= MCT_OP_QLUT; }
+/* Does the op read an int8 tensor? */
+static inline int mct_reads_i8(uint8_t op) { return op == MCT_OP_QDENSE || op == MCT_OP_QLUT || op == MCT_OP_DEQUANT; }
+/* Does the op write an int8 tensor? */
+static inline int mct_writes_i8(uint8_t op) { return op == MCT_OP_QUANT || op == MCT_OP_QDENSE || op == MCT_OP_QLUT; }
+/* Bytes a full-integer op takes in the const blob (0 for other ops). */
+uint64_t mct_qop_const_bytes(const mct_layer *L);
+/* QUANT forward: f32 x [nb][n_in] -> int8 y. */
+void mct_quantize_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* DEQUANT forward: int8 x -> f32 y [nb][n_out]. */
+void mct_dequantize_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* QDENSE forward: int8 x -> int8 y. */
+void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* QLUT forward: int8 x -> int8 y. */
+void mct_qlut_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* Backward of any full-integer op: only dL/dx, which is 0 (when asked for). */
+void mct_qop_backward(const mct_layer *L, const mct_bwd *b);
 
 #endif /* MCT_LAYERS_H */

@@ -23,6 +23,14 @@ static inline uint32_t mct_f2u(float f) { uint32_t u; memcpy(&u, &f, sizeof u); 
 /* Reinterpret the bits of a uint32_t as a float. */
 static inline float mct_u2f(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
 
+/* a / b with a subnormal quotient flushed to a signed zero. avr-libc's division rounds some
+ * subnormal quotients the other way; everywhere else the quotient is the IEEE one, so with this
+ * every target gives the same bits. The core divides only through it. */
+static inline float mct_div(float a, float b) {
+    float q = a / b;
+    return (mct_f2u(q) & 0x7f800000u) ? q : q * 0.0f;
+}
+
 /* Round a float (|x| < 2^22) to the nearest integer, ties to even, as a float. */
 static inline float mct_rintf(float x) {
     const float magic = 12582912.0f; /* 1.5 * 2^23 */
@@ -89,7 +97,7 @@ static inline float mct_logf(float x) {
 static inline float mct_log1pf(float x) {
     float u = 1.0f + x;
     float d = u - 1.0f;
-    float y = mct_logf(u) * (x / (d == 0.0f ? 1.0f : d));
+    float y = mct_logf(u) * mct_div(x, d == 0.0f ? 1.0f : d);
     y = u == mct_u2f(0x7f800000u) ? u : y;             /* log1p(+inf) = +inf */
     return d == 0.0f ? x : y;
 }
@@ -104,7 +112,7 @@ static inline float mct_tanhf(float x) {
     p = p * a2 + 1.33327946e-01f;
     p = p * a2 - 3.33333284e-01f;
     float small = a + a * a2 * p;
-    float large = 1.0f - 2.0f / (mct_expf(a + a) + 1.0f);
+    float large = 1.0f - mct_div(2.0f, mct_expf(a + a) + 1.0f);
     float y = a < 0.625f ? small : large;
     y = (mct_f2u(x) >> 31) ? -y : y;
     return x != x ? x : y;

@@ -1,6 +1,6 @@
-/* optim.c - optimizers: learning-rate schedules, per-step values and the similarity penalty.
- * The per-parameter update itself is mct_opt_elem (mct_layers.h), shared by the buffered path
- * (mct_apply) and the fused device path (mct_sink_put). */
+/* optim.c - optimizers: learning-rate schedules, per-step values, the similarity penalty, and the
+ * update of a parameter range. The per-parameter update itself is mct_opt_elem_k (mct_layers.h),
+ * shared by the buffered path (mct_opt_apply_range) and the fused device path (mct_sink_put). */
 #include "mct_layers.h"
 
 uint8_t mct_opt_slots(uint8_t kind) {
@@ -23,16 +23,16 @@ float mct_lr_at(const mct_opt *o, uint32_t step) {
     float lr = o->lr;
     if (o->decay_steps && o->schedule == MCT_LR_LINEAR) {
         uint32_t t = step < o->decay_steps ? step : o->decay_steps;
-        lr = o->lr + (o->lr_final - o->lr) * ((float)t / (float)o->decay_steps);
+        lr = o->lr + (o->lr_final - o->lr) * mct_div((float)t, (float)o->decay_steps);
     } else if (o->decay_steps && o->schedule == MCT_LR_COSINE) {
         if (step >= o->decay_steps) {
             lr = o->lr_final;
         } else {
-            float c = mct_cosf(3.14159274f * ((float)step / (float)o->decay_steps));
+            float c = mct_cosf(3.14159274f * mct_div((float)step, (float)o->decay_steps));
             lr = o->lr_final + (o->lr - o->lr_final) * (0.5f * (1.0f + c));
         }
     }
-    if (o->warmup_steps && step < o->warmup_steps) lr = lr * ((float)(step + 1) / (float)o->warmup_steps);
+    if (o->warmup_steps && step < o->warmup_steps) lr = lr * mct_div((float)(step + 1), (float)o->warmup_steps);
     return lr;
 }
 
@@ -59,7 +59,7 @@ float mct_opt_similarity(const mct_opt *o, const float *state, const float *grad
         gg = gg + grads[j] * grads[j];
     }
     if (vv == 0.0f || gg == 0.0f) return 1.0f;
-    float c = dot / (mct_sqrtf(vv) * mct_sqrtf(gg));
+    float c = mct_div(dot, mct_sqrtf(vv) * mct_sqrtf(gg));
     /* velocity and gradient agree (c = 1): step boosted; the step reverses (c = -1): damped */
     return mct_logf(2.0f * (c + 1.0f) + o->sim_penalty) * 1.44269502f + 0.25f;
 }
@@ -68,4 +68,43 @@ void mct_step_end(const mct_opt *o, mct_train_state *ts) {
     ts->step++;
     ts->b1t = ts->b1t * o->beta1;
     ts->b2t = ts->b2t * o->beta;
+}
+
+/* The loops of mct_opt_apply_range for one optimizer kind: weights [0, n_w) and the rest, with or
+ * without the division by the batch size. Constant kind, class and division let the compiler drop
+ * the branches and vectorise. */
+#define APPLY_LOOP(KIND, WEIGHT, FROM, TO, G)                                                     \
+    for (uint32_t j = (FROM); j < (TO); j++) mct_opt_elem_k((KIND), reg, oc, sc, lr, &w[j], (G), st + j, stride, (WEIGHT))
+#define APPLY_KIND(KIND)                                                                          \
+    do {                                                                                          \
+        if (div == 1.0f) {                                                                        \
+            APPLY_LOOP(KIND, 1, 0, n_w, g[j]);                                                    \
+            APPLY_LOOP(KIND, 0, n_w, n, g[j]);                                                    \
+        } else {                                                                                  \
+            APPLY_LOOP(KIND, 1, 0, n_w, mct_div(g[j], div));                                              \
+            APPLY_LOOP(KIND, 0, n_w, n, mct_div(g[j], div));                                              \
+        }                                                                                         \
+    } while (0)
+
+void mct_opt_apply_range(const mct_opt *o, const mct_step *s, float lr, float *w, const float *g, float *st,
+                         uint32_t stride, uint32_t n, uint32_t n_w, float div) {
+#if MCT_HOST
+    /* local copies: the parameter stores below cannot alias them, so their loads leave the loops */
+    const mct_opt oc_local = *o;
+    const mct_step sc_local = *s;
+    const mct_opt *oc = &oc_local;
+    const mct_step *sc = &sc_local;
+#else
+    const mct_opt *oc = o;    /* a device keeps its stack small instead */
+    const mct_step *sc = s;
+#endif
+    const int reg = mct_opt_regularizes(oc);
+    if (!st) st = w;     /* SGD keeps no slots; the pointer is never read */
+    switch (MCT_OPT_KIND(oc->kind)) {
+    case MCT_OPT_MOMENTUM: APPLY_KIND(MCT_OPT_MOMENTUM); break;
+    case MCT_OPT_RMSPROP: APPLY_KIND(MCT_OPT_RMSPROP); break;
+    case MCT_OPT_RMSPROP_MOMENTUM: APPLY_KIND(MCT_OPT_RMSPROP_MOMENTUM); break;
+    case MCT_OPT_ADAM: APPLY_KIND(MCT_OPT_ADAM); break;
+    default: APPLY_KIND(MCT_OPT_SGD); break;
+    }
 }

@@ -19,9 +19,9 @@ static float batch_loss(const mct_net *net, uint8_t kind, float param, const flo
 static int finite(float x) { return x == x && x - x == 0.0f; }
 
 int mct_all_finite(const float *v, uint32_t n) {
-    for (uint32_t j = 0; j < n; j++)
-        if (!finite(v[j])) return 0;
-    return 1;
+    uint32_t bad = 0;   /* no early exit: an integer OR over the exponent test vectorises */
+    for (uint32_t j = 0; j < n; j++) bad |= (mct_f2u(v[j]) & 0x7f800000u) == 0x7f800000u;
+    return !bad;
 }
 
 float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind, float loss_param,
@@ -62,7 +62,8 @@ int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *s
     if (grads) {
         /* buffered: grads are only written, params change in mct_update after the checks */
         float mean = mct_batch_grads(net, params, loss_kind, loss_param, x, t, nb, arena, scratch, scratch_n, 0,
-                                     grads) / (float)nb;
+                                     grads);
+        mean = mct_div(mean, (float)nb);
         *loss = mean;
         if (!finite(mean) || !mct_all_finite(grads, net->n_params)) return MCT_E_NONFINITE;
         mct_update(net, params, o, state, ts, grads, nb, mean);
@@ -72,7 +73,7 @@ int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *s
         return MCT_E_UNSUPPORTED;
     float *y = mct_forward(net, params, x, arena, nb);
     float *gout = scratch + scratch_n - (size_t)net->n_out * nb;
-    float mean = batch_loss(net, loss_kind, loss_param, y, t, nb, gout) / (float)nb;
+    float mean = mct_div(batch_loss(net, loss_kind, loss_param, y, t, nb, gout), (float)nb);
     *loss = mean;
     if (!finite(mean)) return MCT_E_NONFINITE;
     mct_step s = mct_step_begin(o, ts, mean);

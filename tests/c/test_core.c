@@ -1130,6 +1130,212 @@ static void test_train_step_loss_is_batch_mean(void) {
 }
 
 /* ------------------------------------------------------------------------------------------------ */
+/* full-integer int8 ops: QUANT, QDENSE, QLUT, DEQUANT                                              */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Append a full-integer op (frozen, constants at byte p_off of the blob) to a network. Its int8 output
+ * takes ceil(n_out / 4) floats per sample, as documented in mct.h (DEQUANT writes f32). */
+static int nb_add_q(netb *b, uint8_t op, uint16_t n_out, uint32_t p_off) {
+    int idx = nb_add(b, op, 0, n_out, 0, 0.0f);
+    mct_layer *L = &b->L[idx];
+    L->trainable = 0;
+    L->storage = MCT_STORE_Q;
+    L->p_off = p_off;
+    if (op != MCT_OP_DEQUANT) b->arena -= L->n_out - (L->n_out + 3u) / 4u;   /* int8 output */
+    return idx;
+}
+
+/* Little-endian writers into a test blob. */
+static void put_f32(uint8_t *p, float v) { memcpy(p, &v, 4); }
+static void put_i32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
+
+/* The blob of the hand-worked network below (offsets: QUANT 0, QDENSE 8, QLUT 80, DEQUANT 336). */
+static uint32_t g_qblob_words[86];
+
+/* QUANT(3) -> QDENSE(3, 3) -> QLUT(3) -> DEQUANT(3), constants chosen so every value is worked out by
+ * hand in test_quant_ops_by_hand; returns the net (cdata set). */
+static const mct_net *hand_q_net(netb *b) {
+    uint8_t *c = (uint8_t *)g_qblob_words;
+    memset(g_qblob_words, 0, sizeof g_qblob_words);
+    /* QUANT: inv_scale 2, zero point -1 */
+    put_f32(c + 0, 2.0f); put_i32(c + 4, -1);
+    /* QDENSE: zx -1, zy 3; bias {10, -7, 0}; mult/2^shift = 0.5, 3/16, 0.5; W[o][i] rows */
+    put_i32(c + 8, -1); put_i32(c + 12, 3);
+    put_i32(c + 16, 10); put_i32(c + 20, -7); put_i32(c + 24, 0);
+    put_i32(c + 28, 1 << 30); put_i32(c + 32, 3 << 29); put_i32(c + 36, 1 << 30);
+    put_i32(c + 40, 31); put_i32(c + 44, 33); put_i32(c + 48, 31);
+    static const int8_t w[9] = {1, -2, 3, -128, 127, 0, 0, 0, 1};
+    memcpy(c + 52, w, 9);
+    /* QLUT at 64 + 16 = 80 (QDENSE takes 8 + 36 + 12 padded = 56 bytes, 8 + 56 = 64; keep 16 spare):
+     * T[i] = 127 - i, i.e. y = -1 - x */
+    for (int i = 0; i < 256; i++) c[80 + i] = (uint8_t)(int8_t)(127 - i);
+    /* DEQUANT: scale 0.5, zero point -4 */
+    put_f32(c + 336, 0.5f); put_i32(c + 340, -4);
+    nb_init(b, 3);
+    nb_add_q(b, MCT_OP_QUANT, 3, 0);
+    nb_add_q(b, MCT_OP_QDENSE, 3, 8);
+    nb_add_q(b, MCT_OP_QLUT, 3, 80);
+    nb_add_q(b, MCT_OP_DEQUANT, 3, 336);
+    const mct_net *net = nb_finish(b);
+    b->net.cdata = c;
+    b->net.cdata_size = 344;
+    return net;
+}
+
+/* Every op on numbers worked out by hand: ties round away from zero, NaN and overflow saturate,
+ * the zero points are subtracted and added where documented, int8 tensors sit in the arena at the
+ * documented stride. */
+static void test_quant_ops_by_hand(void) {
+    netb b;
+    const mct_net *net = hand_q_net(&b);
+    CHECK(mct_net_check(net) == MCT_OK);
+    CHECK(net->arena == 3u + 1u + 1u + 1u + 3u);   /* f32 input, three int8 tensors of 3, f32 output */
+    const uint32_t nb = 2;
+    float x[6] = {1.25f, -0.75f, 0.2f, 0.0f, 100.0f, -0.25f};
+    x[3] = (float)NAN;
+    float *arena = falloc((size_t)net->arena * nb);
+    const float *y = mct_forward(net, NULL, x, arena, nb);
+    /* QUANT: round(x * 2) - 1 -> {3-1, -2-1, 0-1}, {NaN -> -128, 200-1 -> 127, -1-1} */
+    const int8_t q0[8] = {2, -3, -1, 0, -128, 127, -2, 0};
+    const int8_t *qa = (const int8_t *)(arena + (size_t)b.L[0].out_off * nb);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 3; i++)
+            CHECKF(qa[4 * s + i] == q0[4 * s + i], "QUANT sample %d value %d: %d want %d", s, i, qa[4 * s + i],
+                   q0[4 * s + i]);
+    /* QDENSE, x - zx = {3, -2, 0} and {-127, 128, -1}:
+     *   s0: o0 10+3+4+0 = 17 -> 8.5 -> 9 (+3 = 12); o1 -7-384-254 = -645 -> -120.9375 -> -121 (-118);
+     *       o2 0 -> 3
+     *   s1: o0 10-127-256-3 = -376 -> -188 (+3 -> -128); o1 -7+16256+16256 = 32505 -> 6095 (-> 127);
+     *       o2 -1 -> -0.5 -> -1 (+3 = 2) */
+    const int8_t q1[8] = {12, -118, 3, 0, -128, 127, 2, 0};
+    const int8_t *qd = (const int8_t *)(arena + (size_t)b.L[1].out_off * nb);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 3; i++)
+            CHECKF(qd[4 * s + i] == q1[4 * s + i], "QDENSE sample %d output %d: %d want %d", s, i,
+                   qd[4 * s + i], q1[4 * s + i]);
+    /* QLUT: -1 - x; DEQUANT: (q + 4) * 0.5 */
+    const float want[6] = {-4.5f, 60.5f, 0.0f, 65.5f, -62.0f, 0.5f};
+    for (int j = 0; j < 6; j++) CHECKF(y[j] == want[j], "output %d: %g want %g", j, (double)y[j], (double)want[j]);
+    /* sample order does not matter: the second sample alone gives its own row */
+    float *arena1 = falloc(net->arena);
+    const float *y1 = mct_forward(net, NULL, x + 3, arena1, 1);
+    CHECK(same_bits(y1, want + 3, 3));
+    free(arena1);
+    free(arena);
+}
+
+/* QUANT rounds the f32 product to nearest with ties away from zero, also just below a tie and at the
+ * saturation limits (checked against a double-precision re-derivation). */
+static void test_quant_rounding(void) {
+    netb b;
+    static uint32_t words[4];
+    uint8_t *c = (uint8_t *)words;
+    put_f32(c, 1.0f); put_i32(c + 4, 0);        /* QUANT: identity scale */
+    put_f32(c + 8, 1.0f); put_i32(c + 12, 0);   /* DEQUANT */
+    const float xs[] = {0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f, 0.49999997f, -0.49999997f, 0.50000006f,
+                        126.5f, 127.49f, 127.5f, -127.5f, -128.5f, 1e30f, -1e30f, (float)INFINITY,
+                        -(float)INFINITY, 0.0f, -0.0f, 3.4999998f, -3.4999998f};
+    const uint16_t n = (uint16_t)(sizeof xs / sizeof xs[0]);
+    nb_init(&b, n);
+    nb_add_q(&b, MCT_OP_QUANT, n, 0);
+    nb_add_q(&b, MCT_OP_DEQUANT, n, 8);
+    const mct_net *net = nb_finish(&b);
+    b.net.cdata = c;
+    b.net.cdata_size = 16;
+    CHECK(mct_net_check(net) == MCT_OK);
+    float *arena = falloc(net->arena);
+    const float *y = mct_forward(net, NULL, xs, arena, 1);
+    for (uint16_t i = 0; i < n; i++) {
+        double v = (double)xs[i];
+        double r = v >= 0 ? floor(v + 0.5) : -floor(-v + 0.5);
+        r = r < -128 ? -128 : (r > 127 ? 127 : r);
+        CHECKF(y[i] == (float)r, "x = %.9g: %g want %g", v, (double)y[i], r);
+    }
+    free(arena);
+}
+
+/* The checker accepts full-integer ops only frozen, in the blob, before every trainable layer, and
+ * between a QUANT and a DEQUANT. */
+static void test_net_check_quant_rules(void) {
+    netb b;
+    const mct_net *net;
+    /* a valid prefix in front of trainable layers */
+    net = hand_q_net(&b);
+    nb_add(&b, MCT_OP_DENSE, 1, 2, 0, 0.0f);
+    net = nb_finish(&b);
+    CHECK(mct_net_check(net) == MCT_OK);
+#define QMUT(stmt, what)                                                                             \
+    do {                                                                                            \
+        net = hand_q_net(&b);                                                                       \
+        stmt;                                                                                       \
+        CHECKF(mct_net_check(net) == MCT_E_NET, "%s accepted", what);                              \
+    } while (0)
+    QMUT(b.L[1].trainable = 1, "a trainable QDENSE");
+    QMUT(b.L[2].storage = MCT_STORE_I8, "a QLUT not in MCT_STORE_Q");
+    QMUT(b.L[1].p_off = 10, "a misaligned QDENSE");
+    QMUT(b.L[3].p_off = 340, "DEQUANT constants past the blob");
+    QMUT(b.net.cdata_size = 300, "a short blob");
+    QMUT(b.net.cdata = NULL, "no blob");
+    QMUT(b.L[1].kind = 1, "QDENSE kind 1");
+    QMUT(b.L[1].n_p = 1; b.net.n_params = 1, "a QDENSE with a parameter");
+    QMUT(b.net.arena -= 1, "the output past the arena");
+    QMUT((b.net.n_layers = 3, b.net.out_off = b.L[2].out_off), "an int8 network output");
+    QMUT((b.L[1].op = MCT_OP_DENSE, b.L[1].storage = MCT_STORE_RAM), "a float layer reading int8");
+    QMUT(b.L[0].op = MCT_OP_QLUT, "a QLUT reading the f32 input");
+    QMUT(b.L[3].op = MCT_OP_QLUT; b.L[3].p_off = 80; b.net.out_off = b.L[3].out_off, "no DEQUANT");
+#undef QMUT
+    /* a full-integer op after a trainable layer */
+    static uint32_t words[4];
+    uint8_t *c = (uint8_t *)words;
+    put_f32(c, 1.0f); put_i32(c + 4, 0);
+    put_f32(c + 8, 1.0f); put_i32(c + 12, 0);
+    nb_init(&b, 3);
+    nb_add(&b, MCT_OP_DENSE, 1, 4, 0, 0.0f);
+    nb_add_q(&b, MCT_OP_QUANT, 4, 0);
+    nb_add_q(&b, MCT_OP_DEQUANT, 4, 8);
+    net = nb_finish(&b);
+    b.net.cdata = c;
+    b.net.cdata_size = 16;
+    CHECKF(mct_net_check(net) == MCT_E_NET, "QUANT after a trainable Linear accepted");
+    b.L[0].trainable = 0;
+    CHECKF(mct_net_check(net) == MCT_OK, "QUANT after a frozen Linear rejected");
+}
+
+/* A full-integer prefix in front of trainable layers: training by the fused (device) and the buffered
+ * paths agrees for every optimizer, and dL/dx through the int8 block is 0. */
+static void test_quant_prefix_trains(void) {
+    for (uint8_t ok = 0; ok <= MCT_OPT_ADAM; ok++) {
+        netb b;
+        hand_q_net(&b);
+        nb_add(&b, MCT_OP_DENSE, 1, 4, 0, 0.0f);
+        nb_add(&b, MCT_OP_ACT, MCT_ACT_TANH, 4, 0, 0.0f);
+        nb_add(&b, MCT_OP_DENSE, 1, 2, 0, 0.0f);
+        const mct_net *net = nb_finish(&b);
+        mct_opt o = make_opt(ok);
+        fused_vs_buffered(net, &o, MCT_LOSS_MSE, 0.0f, 2, 5, 900u + ok, k_opt_names[ok]);
+    }
+    netb b;
+    hand_q_net(&b);
+    nb_add(&b, MCT_OP_DENSE, 1, 2, 0, 0.0f);
+    const mct_net *net = nb_finish(&b);
+    const uint32_t nb = 2;
+    rng_seed(77);
+    float *p = falloc(net->n_params), *arena = falloc((size_t)net->arena * nb);
+    init_params(net, p);
+    float x[6] = {0.3f, -0.2f, 0.1f, 0.5f, 0.25f, -0.4f}, gout[4] = {1.0f, -1.0f, 0.5f, 2.0f}, gin[6];
+    for (int j = 0; j < 6; j++) gin[j] = 123.0f;
+    float *grads = falloc(net->n_params);
+    uint32_t sn = mct_scratch_size(net, nb, 1, 1);
+    float *scratch = falloc(sn);
+    mct_forward(net, p, x, arena, nb);
+    mct_sink sink = {grads, 0, 0, 0, 0, 1.0f};
+    mct_backward(net, p, arena, nb, gout, gin, &sink, scratch, sn, 1);
+    for (int j = 0; j < 6; j++) CHECKF(gin[j] == 0.0f, "dL/dx[%d] = %g", j, (double)gin[j]);
+    CHECK(mct_all_finite(grads, net->n_params));
+    free(p); free(arena); free(grads); free(scratch);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
 
 int main(void) {
     RUN(test_linear_forward_by_hand);
@@ -1172,6 +1378,10 @@ int main(void) {
     RUN(test_loss_cross_entropy);
     RUN(test_loss_cosine);
     RUN(test_train_step_loss_is_batch_mean);
+    RUN(test_quant_ops_by_hand);
+    RUN(test_quant_rounding);
+    RUN(test_net_check_quant_rules);
+    RUN(test_quant_prefix_trains);
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed ? 1 : 0;
 }

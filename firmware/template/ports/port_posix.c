@@ -1,10 +1,12 @@
 /* port_posix.c - the native build: the host side of the serial line is stdin/stdout, or a pty when
- * the program runs with --pty (it prints "PTY /dev/pts/N" and serves that terminal). Saves go to a
+ * the program runs with --pty (it prints "PTY /dev/pts/N" and serves that terminal, client after
+ * client, until QUIT or a signal ends it). Saves go to a
  * file: $MCUTRAIN_STORE, else mcutrain_store.bin in the working directory. For tests of power cuts,
  * $MCUTRAIN_STORE_FAIL_AFTER=N ends the program abruptly after N bytes of a save were written. */
 #ifdef MCT_PORT_POSIX
 #define _XOPEN_SOURCE 600
 #define _DEFAULT_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +18,7 @@
 
 #define STORE_BYTES (64u * 1024u)
 
-static int fd_in = 0, fd_out = 1;
+static int fd_in = 0, fd_out = 1, pty_mode = 0;
 static long fail_after = -1;
 
 /* Open a pty master in raw mode, print the slave's name, and serve it. */
@@ -28,6 +30,7 @@ static void open_pty(void) {
     printf("PTY %s\n", ptsname(m));
     fflush(stdout);
     fd_in = fd_out = m;
+    pty_mode = 1;
 }
 
 extern int mct_posix_argc;
@@ -45,8 +48,12 @@ int port_getc(void) {
     for (;;) {
         ssize_t n = read(fd_in, &c, 1);
         if (n == 1) return c;
-        if (n == 0) return -1;     /* the host closed the line */
-        if (n < 0) return -1;      /* EIO: the pty's other side is gone */
+        if (n < 0 && errno == EINTR) continue;
+        if (pty_mode && n < 0 && errno == EIO) {   /* no client has the pty open: wait for the next one */
+            usleep(20000);
+            continue;
+        }
+        return -1;                 /* stdin closed: the host is gone */
     }
 }
 

@@ -1,0 +1,410 @@
+"""Quantization for the exporter, and the accuracy report of every quantization mode.
+
+Modes (`build_device_model(quant=...)`):
+- 'f32': every frozen Dense/Linear keeps f32 weights in flash.
+- 'int8': frozen Dense/Linear layers keep int8 weights (symmetric, one f32 scale per output) in flash
+  and compute in float (MCT_STORE_I8), for targets with an FPU.
+- 'int8-full': full-integer int8 for targets without an FPU. Each run of consecutive frozen Dense/Linear
+  layers and elementwise activations before the first trainable layer (with at least one Dense in it)
+  becomes QUANT -> QDENSE / QLUT ... -> DEQUANT (enum mct_op in firmware/core/mct.h):
+  * activations are asymmetric int8 with a zero point; every tensor entering or leaving a layer of the
+    run gets its scale and zero point from the min/max (widened to include 0) that the f32 network
+    reaches on the user's calibration inputs;
+  * weights are symmetric int8 per output channel (the same scheme as 'int8'), the bias is int32 at
+    scale sx * sw[o], and the output is requantized with a fixed-point multiplier and shift per channel;
+  * each activation becomes a 256-entry table T[q] = Q_out(act(D_in(q))), where D_in is the device's
+    DEQUANT, act is the C core's own f32 activation (run through the core) and Q_out the device's QUANT,
+    so the table is exactly what the device would compute in float from the dequantized input.
+  Trainable layers (and frozen layers that cannot be converted: Softmax, RMSNorm, GLU, ...) stay f32;
+  frozen Dense/Linear layers after the first trainable layer keep int8 weights as in 'int8'.
+  Rounding on the device is to nearest with ties away from zero; the host rounds the constants
+  (weights, biases) to nearest even (numpy rint).
+
+`evaluate` runs the device's layer table on the host through the same C kernels (DeviceModel.core())
+and compares it with the f32 network: loss, accuracy (one-hot targets) and the largest output change.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from trainer.losses import Loss
+from trainer.modelfile import Checkpoint
+from trainer.program import LayerDesc, Op, Program
+
+QUANT_MODES = ("f32", "int8", "int8-full")
+INT32_MAX = 2 ** 31 - 1
+# ops whose output is an int8 tensor in the arena (mct_i8_floats(n) floats per sample)
+I8_OUT_OPS = (Op.QUANT, Op.QDENSE, Op.QLUT)
+STORE_Q = 3          # enum mct_storage MCT_STORE_Q
+
+
+class QuantError(ValueError):
+    """Quantization that cannot be done (missing or unusable calibration data); the message says why."""
+
+
+# ----------------------------------------------------------------------------- weights
+
+def quantize_weights(w: np.ndarray, n_in: int, n_out: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-output-channel int8 weights of a Dense W [n_in][n_out]: (q int8 [n_in][n_out], scale f32
+    [n_out]) with W ~= q * scale, scale = max|W[:, o]| / 127 (1 for an all-zero column), q in [-127, 127]."""
+    wi = np.asarray(w, np.float32).reshape(n_in, n_out)
+    amax = np.abs(wi).max(axis=0)
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(wi / scale), -127, 127).astype(np.int8)
+    return q, scale
+
+
+# ----------------------------------------------------------------------------- activations
+
+@dataclass(frozen=True)
+class QParams:
+    """Asymmetric int8 quantization of a tensor: real = (q - zero_point) * scale."""
+    scale: float          # a float32 value
+    zero_point: int       # in [-128, 127]
+
+    @staticmethod
+    def from_range(lo: float, hi: float) -> "QParams":
+        """Parameters covering [lo, hi] widened to include 0 (so 0 is exact), 255 steps."""
+        lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise QuantError(f"calibration range [{lo}, {hi}] is not finite")
+        span = hi - lo
+        scale = np.float32(span / 255.0) if span > 1e-30 else np.float32(1.0)
+        if scale == 0 or not np.isfinite(scale):
+            scale = np.float32(1.0)
+        zp = int(np.clip(np.rint(-128.0 - lo / float(scale)), -128, 127))
+        return QParams(float(scale), zp)
+
+    @property
+    def inv_scale(self) -> np.float32:
+        """The f32 multiplier QUANT uses (1 / scale rounded to float32)."""
+        return np.float32(1.0 / float(np.float32(self.scale)))
+
+    def quantize(self, x: np.ndarray) -> np.ndarray:
+        """int8 codes exactly as the device's QUANT computes them (f32 product, ties away from zero)."""
+        return quantize_like_core(np.asarray(x, np.float32), self.inv_scale, self.zero_point)
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        """f32 values exactly as the device's DEQUANT computes them."""
+        return (np.asarray(q, np.int32) - np.int32(self.zero_point)).astype(np.float32) * np.float32(self.scale)
+
+
+def quantize_like_core(x: np.ndarray, inv_scale: np.float32, zp: int) -> np.ndarray:
+    """The C core's QUANT on the host: clamp(round(x * inv_scale) + zp, -128, 127) with the product in f32,
+    ties away from zero, NaN -> -128."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = np.asarray(x, np.float32) * np.float32(inv_scale)
+        nan = ~(v > np.float32(-512.0))
+        v = np.clip(np.where(nan, np.float32(-512.0), v), np.float32(-512.0), np.float32(512.0))
+    t = np.trunc(v)
+    f = v - t
+    q = t.astype(np.int32) + (f >= np.float32(0.5)).astype(np.int32) - (f <= np.float32(-0.5)).astype(np.int32)
+    return np.clip(q + int(zp), -128, 127).astype(np.int8)
+
+
+def requant_multiplier(real: float) -> Tuple[int, int]:
+    """Fixed-point form (mult, shift) of a positive real multiplier: real ~= mult / 2^shift with mult in
+    [2^30, 2^31) and shift in [1, 62] (a multiplier below 2^-32 gets shift 62 and a smaller mult, one at or
+    above 2^30 saturates to (2^31 - 1, 1))."""
+    if not real > 0 or not math.isfinite(real):
+        return 0, 31
+    f, e = math.frexp(real)            # real = f * 2^e, f in [0.5, 1)
+    mult, shift = int(round(f * 2 ** 31)), 31 - e
+    if mult == 2 ** 31:
+        mult, shift = 2 ** 30, shift - 1
+    if shift > 62:
+        mult, shift = int(round(real * 2.0 ** 62)), 62
+    if shift < 1:
+        mult, shift = INT32_MAX, 1
+    return mult, shift
+
+
+def _pad4(b: bytes) -> bytes:
+    return b + b"\0" * (-len(b) % 4)
+
+
+def quant_blob(qp: QParams) -> bytes:
+    """Constants of a QUANT op: f32 inv_scale, i32 zero point."""
+    return np.array([qp.inv_scale], "<f4").tobytes() + np.array([qp.zero_point], "<i4").tobytes()
+
+
+def dequant_blob(qp: QParams) -> bytes:
+    """Constants of a DEQUANT op: f32 scale, i32 zero point."""
+    return np.array([qp.scale], "<f4").tobytes() + np.array([qp.zero_point], "<i4").tobytes()
+
+
+@dataclass
+class QDenseConsts:
+    """The integer constants of a QDENSE layer (see MCT_OP_QDENSE)."""
+    zx: int
+    zy: int
+    bias: np.ndarray      # int64 [n_out], within int32
+    mult: np.ndarray      # int64 [n_out]
+    shift: np.ndarray     # int64 [n_out]
+    w: np.ndarray         # int8 [n_out][n_in]
+
+    def blob(self) -> bytes:
+        """The layer's bytes in the const blob."""
+        return _pad4(np.array([self.zx, self.zy], "<i4").tobytes() + self.bias.astype("<i4").tobytes() +
+                     self.mult.astype("<i4").tobytes() + self.shift.astype("<i4").tobytes() +
+                     np.ascontiguousarray(self.w, np.int8).tobytes())
+
+
+def qdense_consts(w: np.ndarray, b: Optional[np.ndarray], n_in: int, n_out: int, qin: QParams,
+                  qout: QParams) -> QDenseConsts:
+    """Integer form of y = x W (+ b) between the input quantization qin and the output quantization qout."""
+    q, sw = quantize_weights(w, n_in, n_out)
+    sx, sy = float(qin.scale), float(qout.scale)
+    acc_scale = sx * sw.astype(np.float64)
+    bias = np.zeros(n_out, np.int64)
+    if b is not None:
+        bias = np.rint(np.asarray(b, np.float64) / acc_scale)
+        bias = np.clip(bias, -INT32_MAX, INT32_MAX).astype(np.int64)
+    ms = [requant_multiplier(float(a) / sy) for a in acc_scale]
+    return QDenseConsts(qin.zero_point, qout.zero_point, bias, np.array([m for m, _ in ms], np.int64),
+                        np.array([s for _, s in ms], np.int64), np.ascontiguousarray(q.T))
+
+
+def act_through_core(kind: int, alpha: float, x: np.ndarray) -> np.ndarray:
+    """The C core's f32 activation `kind` (enum mct_act) of every value of x, through a one-layer program."""
+    from trainer.module import core_net
+    x = np.ascontiguousarray(np.asarray(x, np.float32).ravel())
+    n = x.shape[0]
+    d = LayerDesc(op=Op.ACT, kind=int(kind), n_in=n, n_out=n, alpha=float(alpha), in_off=0, out_off=n,
+                  aux_off=2 * n, trainable=False, name="activation")
+    prog = Program([d], n, n, 0, 2 * n, 0, n)
+    return core_net(prog).forward(np.zeros(1, np.float32), x[None, :])[0]
+
+
+def qlut_table(kind: int, alpha: float, qin: QParams, qout: QParams) -> np.ndarray:
+    """The 256 int8 outputs of a QLUT for activation `kind`: T[q + 128] = Q_out(act(D_in(q)))."""
+    codes = np.arange(-128, 128, dtype=np.int32)
+    return qout.quantize(act_through_core(kind, alpha, qin.dequantize(codes)))
+
+
+def qop_const_bytes(d: LayerDesc) -> int:
+    """Bytes a full-integer op takes in the const blob (as mct_qop_const_bytes)."""
+    if d.op in (Op.QUANT, Op.DEQUANT):
+        return 8
+    if d.op == Op.QDENSE:
+        return 8 + 12 * d.n_out + (d.n_in * d.n_out + 3) // 4 * 4
+    if d.op == Op.QLUT:
+        return 256
+    return 0
+
+
+def arena_floats(d: LayerDesc) -> int:
+    """Floats per sample the layer's output takes in the arena (int8 tensors: a quarter, rounded up)."""
+    return (d.n_out + 3) // 4 if d.op in I8_OUT_OPS else d.n_out
+
+
+# ----------------------------------------------------------------------------- the frozen prefix
+
+def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
+    """Maximal runs [a, b) of frozen Dense/Linear layers and elementwise activations before the first
+    trainable layer that contain at least one Dense/Linear (trainable flags must be set)."""
+    first = next((i for i, d in enumerate(layers) if d.trainable), len(layers))
+    runs: List[Tuple[int, int]] = []
+    a = None
+    for i in range(first + 1):
+        ok = i < first and layers[i].op in (Op.DENSE, Op.ACT) and layers[i].storage == 0
+        if ok and a is None:
+            a = i
+        elif not ok and a is not None:
+            if any(layers[j].op == Op.DENSE for j in range(a, i)):
+                runs.append((a, i))
+            a = None
+    return runs
+
+
+def as_calibration(x: Any, n_in: int) -> np.ndarray:
+    """Calibration inputs as a float32 batch (n, n_in); QuantError when missing, misshapen or not finite."""
+    from trainer.module import ShapeError, as_batch
+    if x is None:
+        raise QuantError("--quant int8-full needs calibration inputs (sample inputs of the network, shape "
+                         f"(n, {n_in})) to choose the int8 ranges of the activations: pass calibration=... "
+                         "(a few hundred typical inputs), or export with --quant int8 or f32")
+    try:
+        xb, _ = as_batch(x, n_in, "calibration data")
+    except ShapeError as e:
+        raise QuantError(str(e)) from None
+    if not np.all(np.isfinite(xb)):
+        raise QuantError("calibration data has NaN or infinite values")
+    return xb
+
+
+def calibrate(program: Program, params: np.ndarray, x: np.ndarray) -> List[Tuple[Tuple[float, float], Tuple[float, float]]]:
+    """(min, max) of each layer's input and output over the calibration batch x, running `program` (an f32
+    layer table) through the C core: one ((in_lo, in_hi), (out_lo, out_hi)) per layer."""
+    from trainer.module import core_net
+    nb = x.shape[0]
+    buf = np.concatenate([np.asarray(params, np.float32), np.zeros(1, np.float32)])
+    _, arena = core_net(program).traced_forward(buf, np.ascontiguousarray(x, np.float32))
+
+    def rng(off: int, n: int) -> Tuple[float, float]:
+        t = arena[off * nb: off * nb + n * nb]
+        if not np.all(np.isfinite(t)):
+            raise QuantError("the f32 network produces NaN or infinite values on the calibration data")
+        return float(t.min()), float(t.max())
+
+    return [(rng(d.in_off, d.n_in), rng(d.out_off, d.n_out)) for d in program.layers]
+
+
+def full_integer_layers(layers: List[LayerDesc], host_params: np.ndarray, f32_program: Program,
+                        f32_params: np.ndarray, calibration: Any) -> Tuple[List[LayerDesc], Dict[int, bytes]]:
+    """Replace each convertible run of `layers` (trainable flags set, p_off still into host_params) by
+    QUANT -> QDENSE/QLUT ... -> DEQUANT; returns the new list and the const blob bytes of each new op,
+    keyed by id(layer). f32_program/f32_params: the same layers as an f32 table (for calibration).
+    Residual partners (k) are re-pointed at the new indices."""
+    runs = convertible_runs(layers)
+    if not runs:
+        raise QuantError("--quant int8-full converts frozen Dense/Linear layers before the first trainable layer, "
+                         "and there are none: freeze layers (--trainable none, or last:N with a smaller N), or "
+                         "export with --quant int8 or f32")
+    if len(f32_program.layers) != len(layers) or any(a.op != b.op for a, b in zip(f32_program.layers, layers)):
+        raise AssertionError("internal: the f32 calibration table does not match the device layers")
+    x = as_calibration(calibration, f32_program.n_in)
+    ranges = calibrate(f32_program, f32_params, x)
+    partner = {id(d): layers[d.k] for d in layers if d.op in (Op.RES_BEGIN, Op.RES_END)}
+    out: List[LayerDesc] = []
+    blobs: Dict[int, bytes] = {}
+
+    def q_op(op: Op, n_in: int, n_out: int, data: bytes, name: str, kind: int = 0, alpha: float = 0.0) -> None:
+        d = LayerDesc(op=op, kind=kind, n_in=n_in, n_out=n_out, alpha=alpha, trainable=False, storage=STORE_Q,
+                      name=name)
+        out.append(d)
+        blobs[id(d)] = data
+
+    starts = {a: b for a, b in runs}
+    i = 0
+    while i < len(layers):
+        if i not in starts:
+            out.append(layers[i])
+            i += 1
+            continue
+        a, b = i, starts[i]
+        qcur = QParams.from_range(*ranges[a][0])
+        q_op(Op.QUANT, layers[a].n_in, layers[a].n_in, quant_blob(qcur), f"quantize input of {layers[a].name}")
+        for j in range(a, b):
+            d = layers[j]
+            qnext = QParams.from_range(*ranges[j][1])
+            if d.op == Op.DENSE:
+                io = d.n_in * d.n_out
+                w = host_params[d.p_off:d.p_off + io]
+                bias = host_params[d.p_off + io:d.p_off + io + d.n_out] if d.kind == 1 else None
+                c = qdense_consts(w, bias, d.n_in, d.n_out, qcur, qnext)
+                q_op(Op.QDENSE, d.n_in, d.n_out, c.blob(), f"{d.name} (int8)")
+            else:
+                t = qlut_table(d.kind, d.alpha, qcur, qnext)
+                q_op(Op.QLUT, d.n_in, d.n_out, t.astype(np.int8).tobytes(), f"{d.name} (int8 table)",
+                     kind=d.kind, alpha=d.alpha)
+            qcur = qnext
+        q_op(Op.DEQUANT, layers[b - 1].n_out, layers[b - 1].n_out, dequant_blob(qcur),
+             f"dequantize output of {layers[b - 1].name}")
+        i = b
+    pos = {id(d): n for n, d in enumerate(out)}
+    for d in out:
+        if id(d) in partner:
+            d.k = pos[id(partner[id(d)])]
+    return out, blobs
+
+
+# ----------------------------------------------------------------------------- accuracy report
+
+@dataclass
+class QuantReport:
+    """The device model against the f32 network on the user's evaluation data."""
+    quant: str
+    trainable: str
+    samples: int
+    loss: str
+    f32_loss: float
+    device_loss: float
+    f32_accuracy: Optional[float]      # None unless the targets are one-hot
+    device_accuracy: Optional[float]
+    max_abs_diff: float                # largest |device output - f32 output|
+    mean_abs_diff: float
+
+    @property
+    def loss_change(self) -> float:
+        """device loss - f32 loss."""
+        return self.device_loss - self.f32_loss
+
+    @property
+    def accuracy_change(self) -> Optional[float]:
+        """device accuracy - f32 accuracy (None without one-hot targets)."""
+        if self.f32_accuracy is None or self.device_accuracy is None:
+            return None
+        return self.device_accuracy - self.f32_accuracy
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain data (for mcutrain.json)."""
+        d = asdict(self)
+        d["loss_change"] = self.loss_change
+        d["accuracy_change"] = self.accuracy_change
+        return d
+
+    def summary(self) -> str:
+        """One paragraph for people."""
+        lines = [f"quantization {self.quant} (trainable {self.trainable}) on {self.samples} evaluation samples:",
+                 f"  {self.loss} loss  f32 {self.f32_loss:.6g}  device {self.device_loss:.6g}  "
+                 f"change {self.loss_change:+.3g}"]
+        if self.f32_accuracy is not None and self.device_accuracy is not None:
+            lines.append(f"  accuracy  f32 {self.f32_accuracy:.2%}  device {self.device_accuracy:.2%}  "
+                         f"change {100 * (self.device_accuracy - self.f32_accuracy):+.2f} points")
+        lines.append(f"  outputs differ by at most {self.max_abs_diff:.3g} (mean {self.mean_abs_diff:.3g})")
+        return "\n".join(lines)
+
+
+def loss_of_model(kind: int, param: float) -> Loss:
+    """The Loss object of a loss kind (enum mct_loss_kind) and parameter."""
+    from trainer import losses as losses_mod
+    for candidate in (losses_mod.mse, losses_mod.logit_bce, losses_mod.cross_entropy, losses_mod.cosine):
+        if candidate.kind == kind:
+            return candidate
+    return losses_mod.huber(param)
+
+
+def _one_hot(y: np.ndarray) -> bool:
+    return bool(np.all((y == 0) | (y == 1)) and np.all(y.sum(axis=1) == 1))
+
+
+def evaluate(ck: Checkpoint, device_model: Any, x: Any, y: Any, loss: Optional[Loss] = None,
+             trainable: str = "") -> QuantReport:
+    """Compare the f32 network of ck with the device model run on the host through the same C kernels
+    (DeviceModel.core().forward) on inputs x (n, n_in) and targets y (n, n_out): loss (the device model's
+    unless given), accuracy for one-hot targets, and the largest output difference."""
+    from trainer.module import ShapeError, as_batch
+    p = device_model.program
+    try:
+        xb, _ = as_batch(x, p.n_in, "evaluation inputs")
+        yb, _ = as_batch(y, p.n_out, "evaluation targets")
+    except ShapeError as e:
+        raise QuantError(str(e)) from None
+    if xb.shape[0] != yb.shape[0]:
+        raise QuantError(f"evaluation data: {xb.shape[0]} inputs but {yb.shape[0]} targets")
+    if not (np.all(np.isfinite(xb)) and np.all(np.isfinite(yb))):
+        raise QuantError("evaluation data has NaN or infinite values")
+    loss = loss or loss_of_model(device_model.loss_kind, device_model.loss_param)
+    y_ref = np.asarray(ck.net.forward(xb), np.float32)
+    params = np.concatenate([np.asarray(device_model.params, np.float32), np.zeros(1, np.float32)])
+    y_dev = device_model.core().forward(params, xb)
+    acc_ref = acc_dev = None
+    if _one_hot(yb):
+        cls = yb.argmax(axis=1)
+        acc_ref = float(np.mean(y_ref.argmax(axis=1) == cls))
+        acc_dev = float(np.mean(y_dev.argmax(axis=1) == cls))
+    diff = np.abs(y_dev.astype(np.float64) - y_ref.astype(np.float64))
+    return QuantReport(quant=device_model.quant, trainable=trainable, samples=int(xb.shape[0]), loss=str(loss),
+                       f32_loss=loss(y_ref, yb)[0], device_loss=loss(y_dev, yb)[0], f32_accuracy=acc_ref,
+                       device_accuracy=acc_dev, max_abs_diff=float(diff.max()), mean_abs_diff=float(diff.mean()))
+
+
+__all__ = ["QUANT_MODES", "QuantError", "quantize_weights", "QParams", "quantize_like_core", "requant_multiplier",
+           "qdense_consts", "QDenseConsts", "qlut_table", "act_through_core", "qop_const_bytes", "arena_floats",
+           "convertible_runs", "calibrate", "full_integer_layers", "QuantReport", "evaluate", "as_calibration",
+           "quant_blob", "dequant_blob"]

@@ -1,0 +1,265 @@
+"""simavr stand-in: AVR boards (the Uno's ATmega328P) in libsimavr, through mcutrain's own harness.
+
+The firmware (env:sim-BOARD, built with platforms/simavr and ports/port_simavr.c) speaks the protocol
+over USART0; the harness (firmware/sim/avr_run.c, compiled once into sim.cache_dir() with gcc and
+libsimavr) bridges that UART to a pty, so the Device client talks to it as to a board. The harness also
+counts the exact cycles between the firmware's markers (one PREDICT's forward pass, one TRAIN step),
+tracks the lowest stack pointer, stops the run when the stack grows into the static data (a stack
+overflow: SimError with the numbers, never a silent pass), and keeps the EEPROM in a file so saves
+persist across runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import select
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .boards import Board
+from .client import Device
+from .paths import firmware_dir
+from .sim import SIMULATORS, SimError, SimSession, Simulator, cache_dir, require_tools, run_checked
+
+SIMAVR_HEADER = Path("/usr/include/simavr/sim_avr.h")
+START_TIMEOUT = 15.0        # seconds for the harness to offer its pty
+REPLY_TIMEOUT = 60.0        # seconds the client waits for an answer (soft-float training is slow)
+EXIT_TIMEOUT = 10.0         # seconds the harness may take to end after QUIT
+REGION_NAMES = {0: "predict", 1: "train"}   # port_mark regions
+PTY_LINE = re.compile(rb"^PTY (\S+)\r?$", re.M)
+EXIT_OVERFLOW = 97           # the harness's status for a stack overflow
+
+
+def build_harness() -> Path:
+    """The harness, compiled once per source version into the cache folder."""
+    require_tools("gcc")
+    if not SIMAVR_HEADER.is_file():
+        raise SimError("libsimavr not found: install it (Debian/Ubuntu: sudo apt-get install simavr libsimavr-dev)")
+    src = firmware_dir() / "sim" / "avr_run.c"
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
+    exe = cache_dir() / f"avr_run-{digest}"
+    if not exe.is_file():
+        tmp = exe.with_name(f"{exe.name}.{os.getpid()}.tmp")
+        run_checked(["gcc", "-O2", "-Wall", f"-I{SIMAVR_HEADER.parent}", str(src), "-o", str(tmp),
+                     "-lsimavr", "-lutil"])
+        os.replace(tmp, exe)
+    return exe
+
+
+def avr_sizes(elf: Path) -> Dict[str, int]:
+    """Flash and static RAM of an AVR firmware from `avr-size -A`: flash = .text + the .data image,
+    RAM = .data + .bss + .noinit."""
+    out = run_checked(["avr-size", "-A", "-d", str(elf)]).stdout
+    sec: Dict[str, int] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
+            sec[parts[0]] = int(parts[1])
+    data, bss, noinit = sec.get(".data", 0), sec.get(".bss", 0), sec.get(".noinit", 0)
+    return {"text": sec.get(".text", 0), "data": data, "bss": bss + noinit,
+            "flash": sec.get(".text", 0) + data, "ram_static": data + bss + noinit}
+
+
+def overflow_message(rep: Dict[str, Any], board: str) -> str:
+    """The stack overflow the harness found, with its numbers."""
+    o = rep.get("overflow") or {}
+    static = rep.get("data_size", 0) + rep.get("bss_size", 0)
+    floor, ramend = rep.get("ram_floor", 0), rep.get("ramend", 0)
+    return (f"stack overflow on the simulated {board}: the stack grew {o.get('below_floor', '?')} B into the "
+            f"static data (SP 0x{o.get('sp', 0):04x} below ram_floor 0x{floor:04x} at PC 0x{o.get('pc', 0):04x}, "
+            f"cycle {o.get('cycle', '?')}): {static} B of static RAM (.data + .bss) leave {ramend + 1 - floor} B "
+            f"for the stack (RAM ends at 0x{ramend:04x}); freeze or quantize more layers (--trainable, "
+            f"--quant int8) or use a smaller network")
+
+
+def read_report(path: Path) -> Optional[Dict[str, Any]]:
+    """The harness's JSON report, if it wrote one."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_pty_line(fd: int, timeout: float) -> Optional[str]:
+    """The device of the first "PTY /dev/..." line read from a pipe within timeout seconds (None: none
+    came, or the writer closed the pipe). Reads the raw descriptor, so no line waits in a buffer."""
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not select.select([fd], [], [], 0.1)[0]:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        buf += chunk
+        m = PTY_LINE.search(buf)
+        if m:
+            return m.group(1).decode()
+    return None
+
+
+class AvrLink:
+    """The serial line to the simulated AVR. It notices when the harness has ended (a stack overflow, a
+    crash, the firmware's exit) instead of waiting for the timeout, and raises SimError saying why."""
+
+    def __init__(self, port: str, process: subprocess.Popen, log: Path, report: Path, board: str,
+                 timeout: float = REPLY_TIMEOUT) -> None:
+        import serial  # pyserial
+        try:
+            self._serial = serial.Serial(port, 1000000, timeout=0.2)
+        except (serial.SerialException, OSError) as e:
+            raise SimError(f"cannot open the simavr harness's pty {port}: {e}") from None
+        self.process = process
+        self.log = log
+        self.report = report
+        self.board = board
+        self.timeout = timeout
+
+    def ended(self) -> SimError:
+        """Why the harness ended, as an error."""
+        rep = read_report(self.report)
+        if rep and rep.get("overflow"):
+            return SimError(overflow_message(rep, self.board))
+        tail = self.log.read_text(errors="replace").strip()[-1500:] if self.log.is_file() else ""
+        return SimError(f"the simavr harness ended (exit status {self.process.returncode}) while the host waited "
+                        f"for the firmware:\n{tail}")
+
+    def read(self, n: int) -> bytes:
+        """Up to n bytes; fewer only after `timeout` seconds without them."""
+        out = b""
+        deadline = time.monotonic() + (self.timeout if self.timeout is not None else REPLY_TIMEOUT)
+        while len(out) < n:
+            try:
+                out += self._serial.read(n - len(out))
+            except OSError:       # the pty went away (pyserial's SerialException is an OSError)
+                try:
+                    self.process.wait(timeout=EXIT_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    raise
+                raise self.ended() from None
+            if len(out) < n:
+                if self.process.poll() is not None:
+                    raise self.ended()
+                if time.monotonic() > deadline:
+                    break
+        return out
+
+    def write(self, data: bytes) -> int:
+        """Send bytes to the firmware."""
+        if self.process.poll() is not None:
+            raise self.ended()
+        return self._serial.write(data)
+
+    def close(self) -> None:
+        """Close the pty."""
+        self._serial.close()
+
+
+class SimavrSimulator(Simulator):
+    """AVR boards in simavr (board files: [sim] kind = "simavr", mcu, freq)."""
+    kind = "simavr"
+    tools = ["avr-gcc", "gcc"]           # avr-size comes with gcc-avr (binutils-avr)
+
+    def store_path(self, project: Path, board: Board) -> Path:
+        """The EEPROM image of the simulated board (the platform's `-t upload` uses the same file)."""
+        return Path(project) / f"mcutrain_store_{self.env_name(board)}.bin"
+
+    def command(self, harness: Path, firmware: Path, board: Board, store: Path, report: Path,
+                max_cycles: int = 0) -> List[str]:
+        """The harness's command line."""
+        s = board.sim or {}
+        cmd = [str(harness), str(firmware), f"mcu={s.get('mcu', 'atmega328p')}", f"freq={int(s.get('freq', 16000000))}",
+               "serial=pty", f"eeprom={store}", f"report={report}", "ram_floor=auto"]
+        return cmd + ([f"max_cycles={max_cycles}"] if max_cycles else [])
+
+    def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
+               store: Optional[Path]) -> SimSession:
+        """Start the firmware in the harness (which always measures: counting cycles costs nothing) with
+        the EEPROM image `store` (default: store_path) and connect a Device to its pty."""
+        require_tools(*self.tools)
+        harness = build_harness()
+        firmware = Path(firmware).resolve()
+        store = Path(store or self.store_path(project, board)).resolve()
+        store.parent.mkdir(parents=True, exist_ok=True)
+        log = firmware.parent / "simavr.log"
+        report = firmware.parent / "simavr_report.json"
+        report.unlink(missing_ok=True)
+        cmd = self.command(harness, firmware, board, store, report, int((board.sim or {}).get("max_cycles", 0)))
+        with open(log, "wb") as logf:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=logf)
+        try:
+            port = self._wait_for_pty(proc, log)
+            dev = Device(AvrLink(port, proc, log, report, board.name), proc)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        extra = {"command": cmd, "log": log, "report": report, "store": store, "port": port,
+                 "mcu": (board.sim or {}).get("mcu")}
+        return SimSession(dev, board, self, self.env_name(board), firmware, extra)
+
+    @staticmethod
+    def _wait_for_pty(proc: subprocess.Popen, log: Path) -> str:
+        """The pty the harness announces on its output ("PTY /dev/pts/N")."""
+        assert proc.stdout is not None
+        port = read_pty_line(proc.stdout.fileno(), START_TIMEOUT)
+        if port:
+            return port
+        proc.poll()
+        raise SimError(f"the simavr harness offered no pty (exit status {proc.returncode}): "
+                       f"{log.read_text(errors='replace').strip()[-1500:] if log.is_file() else ''}")
+
+    def report(self, session: SimSession) -> Dict[str, Any]:
+        """QUIT the firmware and collect the harness's measurements: exact cycles per PREDICT and per TRAIN
+        step (region total / pairs, with min and max), static RAM and flash of the ELF, the peak stack
+        the harness saw (exact: the lowest stack pointer) and the one STATS reports (stack painting)."""
+        dev, proc = session.device, session.device.process
+        assert proc is not None
+        stack_painted = stack_avail = saves = None
+        if proc.poll() is None:
+            stack_painted, stack_avail, saves = dev.stats()
+            try:
+                dev.quit()
+            except SimError:
+                if proc.poll() is None:
+                    raise
+        try:
+            code = proc.wait(timeout=EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise SimError(f"the simavr harness did not end after QUIT (killed); log: {session.extra['log']}") from None
+        rep = read_report(Path(session.extra["report"]))
+        log_tail = Path(session.extra["log"]).read_text(errors="replace").strip()[-1500:]
+        if rep is None:
+            raise SimError(f"the simavr harness ended (status {code}) without a report: {log_tail}")
+        if rep.get("overflow") or code == EXIT_OVERFLOW:
+            raise SimError(overflow_message(rep, session.board.name))
+        if code != 0:
+            raise SimError(f"the simavr harness ended with status {code} ({rep.get('reason')}): {log_tail}")
+        sizes = avr_sizes(session.firmware)
+        peak = int(rep["stack_peak"])
+        out: Dict[str, Any] = {
+            "board": session.board.name, "simulator": self.kind, "mcu": (session.board.sim or {}).get("mcu"),
+            "core": session.board.core,
+            "frequency": rep.get("frequency"), "unit": "cycles", "predict": None, "train": None,
+            "predict_calls": 0, "train_calls": 0, "cycles_total": rep.get("cycles"),
+            "ram_static": sizes["ram_static"], "flash": sizes["flash"], "text": sizes["text"],
+            "data": sizes["data"], "bss": sizes["bss"], "stack_peak": peak, "stack_painted": stack_painted,
+            "stack_available": stack_avail, "saves": saves, "ram_total": sizes["ram_static"] + peak,
+            "ram_budget": session.board.sim_ram, "flash_budget": session.board.flash}
+        for reg in rep.get("regions", []):
+            name = REGION_NAMES.get(int(reg["region"]))
+            if name and reg["pairs"]:
+                out[name] = reg["total"] / reg["pairs"]
+                out[f"{name}_calls"] = reg["pairs"]
+                out[f"{name}_min"], out[f"{name}_max"] = reg["min"], reg["max"]
+                out[f"{name}_stack"] = reg["stack_peak"]
+        return out
+
+
+SIMULATORS[SimavrSimulator.kind] = SimavrSimulator

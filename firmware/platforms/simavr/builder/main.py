@@ -1,0 +1,131 @@
+# SConscript of mcutrain's offline "simavr" dev-platform: Debian's avr-gcc + avr-libc from PATH, no
+# downloads. `pio run -e sim-BOARD` builds firmware.elf and checks its static RAM and flash against the
+# MCU; `pio run -e sim-BOARD -t upload` (or -t exec) runs it in simavr through mcutrain's harness
+# (harness/avr_run.c, built here with the host gcc and libsimavr): it prints "PTY /dev/pts/N", serves
+# the firmware's serial line there until the firmware quits, and writes simavr_report.json.
+#
+# Options (platformio.ini): custom_mcu (atmega328p), custom_f_cpu (16000000), custom_ram_size and
+# custom_flash_size (bytes; default: the MCU's), custom_store (EEPROM image file; default
+# mcutrain_store_<env>.bin in the project).
+#
+# Flash is the Uno's scarcest resource: the build uses link-time optimization (as Arduino's AVR core
+# does) and linker relaxation (short calls and jumps where they reach); the exported model's build flags
+# (MCT_OPS_MASK and friends, see mct.h) leave out of the core what the model does not use.
+import os
+import shutil
+import subprocess
+import sys
+
+from SCons.Script import AlwaysBuild, Default, DefaultEnvironment
+
+env = DefaultEnvironment()
+platform = env.PioPlatform()
+
+# RAM and flash bytes of the MCUs simavr knows that mcutrain's boards use
+MCU_MEMORY = {
+    "atmega328p": (2048, 32768), "atmega328": (2048, 32768), "atmega168": (1024, 16384),
+    "atmega644p": (4096, 65536), "atmega1284p": (16384, 131072), "atmega2560": (8192, 262144),
+}
+APT = {"avr-gcc": "gcc-avr avr-libc", "avr-size": "binutils-avr", "gcc": "gcc"}
+
+for tool in ("avr-gcc", "avr-size"):
+    if not shutil.which(tool):
+        sys.stderr.write("Error: %s not found: install it (Debian/Ubuntu: sudo apt-get install %s)\n"
+                         % (tool, APT[tool]))
+        env.Exit(1)
+
+mcu = env.GetProjectOption("custom_mcu", "atmega328p")
+f_cpu = env.GetProjectOption("custom_f_cpu", "16000000")
+ram_default, flash_default = MCU_MEMORY.get(mcu, (0, 0))
+ram_size = int(env.GetProjectOption("custom_ram_size", str(ram_default)))
+flash_size = int(env.GetProjectOption("custom_flash_size", str(flash_default)))
+
+env.Replace(
+    CC="avr-gcc", CXX="avr-g++", AS="avr-gcc", AR="avr-gcc-ar", RANLIB="avr-gcc-ranlib",
+    OBJCOPY="avr-objcopy", SIZETOOL="avr-size", PROGNAME="firmware", PROGSUFFIX=".elf",
+    SIZEPRINTCMD="$SIZETOOL -A $SOURCES",
+)
+mcu_flags = ["-mmcu=" + mcu]
+env.Append(
+    ASFLAGS=mcu_flags + ["-x", "assembler-with-cpp"],
+    CCFLAGS=mcu_flags + ["-Os", "-flto", "-Wall", "-ffunction-sections", "-fdata-sections", "-ffp-contract=off",
+                         "-fno-math-errno"],
+    CFLAGS=["-std=gnu99"],
+    CPPDEFINES=[("F_CPU", f_cpu + "UL")],
+    LINKFLAGS=mcu_flags + ["-Os", "-flto", "-mrelax", "-Wl,--gc-sections"],
+)
+
+
+def section_sizes(elf):
+    """{section: bytes} from `avr-size -A`."""
+    out = subprocess.run([env.subst("$SIZETOOL"), "-A", elf], capture_output=True, text=True, check=True).stdout
+    sizes = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
+            sizes[parts[0]] = int(parts[1])
+    return sizes
+
+
+def check_size(target, source, env):
+    """Print static RAM (.data + .bss + .noinit) and flash (.text + .data); fail the build (and remove the
+    ELF, so the next build checks again) when either exceeds the MCU."""
+    elf = str(target[0])
+    s = section_sizes(elf)
+    ram = s.get(".data", 0) + s.get(".bss", 0) + s.get(".noinit", 0)
+    flash = s.get(".text", 0) + s.get(".data", 0)
+    print("RAM:   %6d B static (.data + .bss) of %d B%s" % (
+        ram, ram_size, "; %d B left for the stack" % (ram_size - ram) if ram < ram_size else ""))
+    print("Flash: %6d B (.text + .data) of %d B" % (flash, flash_size))
+    over = []
+    if ram_size and ram > ram_size:
+        over.append("static RAM %d B > %d B" % (ram, ram_size))
+    if flash_size and flash > flash_size:
+        over.append("flash %d B > %d B" % (flash, flash_size))
+    if over:
+        sys.stderr.write("Error: the firmware does not fit the %s: %s\n" % (mcu, " and ".join(over)))
+        os.remove(elf)
+        return 1
+    return 0
+
+
+def build_harness(build_dir):
+    """Compile harness/avr_run.c with the host gcc against libsimavr (once per build folder)."""
+    src = os.path.join(platform.get_dir(), "harness", "avr_run.c")
+    exe = os.path.join(build_dir, "avr_run")
+    if os.path.isfile(exe) and os.path.getmtime(exe) >= os.path.getmtime(src):
+        return exe
+    if not shutil.which("gcc"):
+        raise RuntimeError("gcc not found: install it (Debian/Ubuntu: sudo apt-get install gcc)")
+    if not os.path.isfile("/usr/include/simavr/sim_avr.h"):
+        raise RuntimeError("libsimavr not found: install it "
+                           "(Debian/Ubuntu: sudo apt-get install simavr libsimavr-dev)")
+    r = subprocess.run(["gcc", "-O2", "-I/usr/include/simavr", src, "-o", exe, "-lsimavr", "-lutil"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("building the simavr harness failed:\n" + r.stderr)
+    return exe
+
+
+def run_in_simavr(target, source, env):
+    """Run the firmware in the harness on a pty until it quits; the harness's status is the result."""
+    build_dir = env.subst("$BUILD_DIR")
+    try:
+        harness = build_harness(build_dir)
+    except RuntimeError as e:
+        sys.stderr.write("Error: %s\n" % e)
+        return 1
+    store = env.GetProjectOption("custom_store", "") or os.path.join(
+        env.subst("$PROJECT_DIR"), "mcutrain_store_%s.bin" % env.subst("$PIOENV"))
+    cmd = [harness, str(source[0]), "mcu=" + mcu, "freq=" + f_cpu, "serial=pty", "eeprom=" + store,
+           "report=" + os.path.join(build_dir, "simavr_report.json")]
+    print("Running in simavr (%s at %s Hz); connect the device client to the PTY below" % (mcu, f_cpu))
+    sys.stdout.flush()
+    return subprocess.call(cmd)
+
+
+program = env.BuildProgram()
+env.AddPostAction(program, env.VerboseAction(check_size, "Checking RAM and flash of $TARGET"))
+for alias in ("upload", "exec"):
+    AlwaysBuild(env.Alias(alias, program, env.VerboseAction(run_in_simavr, "Running $SOURCE in simavr")))
+Default([program])

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Set up mcutrain on Debian/Ubuntu: cross compilers and simulators (apt, when run as root or with
+# sudo), then mcutrain itself in the current Python environment (pip install -e, which builds the
+# C extension). Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(gcc make gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-system-misc
+              gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf gcc-avr avr-libc simavr libsimavr-dev)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; else SUDO="none"; fi
+    if [ "$SUDO" = "none" ] || ! command -v apt-get >/dev/null; then
+        echo "mcutrain setup: please install these packages yourself: ${missing[*]}" >&2
+    else
+        echo "mcutrain setup: installing ${missing[*]}"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+fi
+
+PY=${PYTHON:-python3}
+"$PY" -m pip install -q --upgrade pip >/dev/null
+"$PY" -m pip install -q -e ".[test]"
+echo "mcutrain setup: done ($("$PY" -c 'import trainer; print("mcutrain", trainer.__version__)'))"

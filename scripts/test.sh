@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh) and run every test. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+PY=${PYTHON:-python3}
+# each run gets its own PlatformIO core folder (tests set one per session too)
+export PLATFORMIO_CORE_DIR="${PLATFORMIO_CORE_DIR:-$PWD/.pio-core}"
+set +e
+"$PY" -m pytest -q "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure" >&2
+    exit 1
+fi
+exit $rc

@@ -1,0 +1,363 @@
+"""Exported firmware on the QEMU stand-ins: every simulated Cortex-M core (M4F mps2-an386 for nano33ble and
+nucleo_f401re, M3 mps2-an385 for bluepill, M0 microbit for pico, M7 mps2-an500 for teensy41, M33
+mps2-an505 for nucleo_l552ze_q) and rv32imc (QEMU virt) for the esp32c3, built offline by
+platforms/qemu-arm and platforms/qemu-riscv and driven through exporter.sim_qemu over QEMU's pty.
+
+The device must compute exactly what the host's C core computes for its layer table (DeviceModel.core()):
+the same outputs, the same loss at every step and, after training on the device, the same parameters,
+optimizer state and train state, bit for bit (all builds use -ffp-contract=off).
+
+Needs qemu-system-arm, qemu-system-misc, gcc-arm-none-eabi, libnewlib-arm-none-eabi, gcc-riscv64-unknown-elf,
+picolibc-riscv64-unknown-elf, gcc and PlatformIO; a missing tool fails with the SimError that names the
+package to install (no skips)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, List, Tuple
+
+import numpy as np
+import pytest
+
+from exporter import pio, sim
+from exporter.boards import get_board
+from exporter.cgen import DeviceModel
+from exporter.export import ExportResult, export_project
+from exporter.memplan import MemoryPlanError
+from exporter.sim import SimError, SimSession
+from exporter.sim_qemu import elf_sizes, set_env_option
+from trainer import LR, Checkpoint, Residual, Sequential, TrainParams, losses
+from trainer import layers as L
+from trainer.losses import Loss
+from trainer.module import Module
+from trainer.optim import TRAIN_STATE_DTYPE, Optimizer
+from trainer.problems import ModularAddition10
+
+# one board per simulated core (nucleo_f401re, the other M4F board, runs in the int8 test)
+CORE_BOARDS = ["nano33ble", "bluepill", "pico", "teensy41", "nucleo_l552ze_q", "esp32c3"]
+ALL_BOARDS = CORE_BOARDS + ["nucleo_f401re"]
+OPTIMIZERS = ["sgd", "momentum", "rmsprop", "rmsprop_momentum", "adam"]
+STEPS = 100
+EPOCHS = 5          # the networks of the issue learn 20 samples in 5 passes (100 steps)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_tool_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This session's own PlatformIO core folder (platform names are registered per core folder, so sharing
+    one with other checkouts breaks builds), build cache (the core's objects are shared between exports
+    with the same flags) and mcutrain cache (the QEMU plugin)."""
+    base = tmp_path_factory.mktemp("simqemu")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PLATFORMIO_CORE_DIR", str(base / "pio-core"))
+    mp.setenv("PLATFORMIO_BUILD_CACHE_DIR", str(base / "pio-build-cache"))
+    mp.setenv("MCUTRAIN_CACHE", str(base / "cache"))
+    yield base
+    mp.undo()
+
+
+# ---- networks ----
+def mixed_net() -> Module:
+    """A small network through most layer kinds (fits the micro:bit's 16 KB with Adam's two slots)."""
+    return Sequential(
+        L.Linear(8, 10), L.RMSNorm(10), L.Swish(10),
+        Residual(L.Linear(10, 10), L.Tanh()),
+        L.GLU(10, 8, "swish"), L.DyT(8),
+        LR(Sequential(L.Linear(8, 8), L.Sigmoid()), 2.0),
+        L.Diag(8), L.LeakyRelu(0.25), L.Conv1d(8, 6, 3), L.SiLU(), L.ScalarScale(6), L.Softplus(),
+        L.Sine(), L.Dense(6, 6), L.Cosine(), L.Bias1d(6), L.Relu(), L.Linear(6, 4), L.Softmax(0.8),
+    ).rand_params(seed=11)
+
+
+def quant_net() -> Module:
+    """Three Linear layers: with trainable='last:1' the first two are frozen int8 weights in flash."""
+    return Sequential(L.Linear(12, 16), L.Relu(), L.Linear(16, 8), L.Tanh(), L.Linear(8, 4),
+                      L.Softmax()).rand_params(seed=5)
+
+
+def readme_net() -> Module:
+    """The README network: 20 -> 35 (sigmoid) -> 10 (softmax)."""
+    return Sequential(L.Linear(20, 35), L.Sigmoid(), L.Linear(35, 10), L.Softmax()).rand_params(seed=456645)
+
+
+def relu_net() -> Module:
+    """64 -> 32 (ReLU) -> 10 (softmax)."""
+    return Sequential(L.Linear(64, 32), L.Relu(), L.Linear(32, 10), L.Softmax()).rand_params(seed=21)
+
+
+def optimizer_and_loss(net: Module, kind: str) -> Tuple[Optimizer, Loss]:
+    """An optimizer of the kind (with a cosine schedule, warm-up, L1, L2 and clipping) and a loss; every
+    optimizer gets another loss so all losses run on every core."""
+    tp = TrainParams(lr=2e-2, schedule="cosine", lr_final=1e-3, decay_steps=80, warmup_steps=10,
+                     l1=1e-4, l2=1e-3, clip=2.0)
+    return {"sgd": lambda: (net.new_sgd(tp), losses.mse),
+            "momentum": lambda: (net.new_momentum(tp, 0.9), losses.huber(0.5)),
+            "rmsprop": lambda: (net.new_rmsprop(tp, 0.9), losses.cross_entropy),
+            "rmsprop_momentum": lambda: (net.new_rmsprop_with_momentum(tp, 0.8, 0.9), losses.logit_bce),
+            "adam": lambda: (net.new_adam(tp, 0.9, 0.999, 1e-8), losses.cosine)}[kind]()
+
+
+def export(net: Module, opt: Optimizer, loss: Loss, board: str, out: Path, **kw: object) -> ExportResult:
+    """Export a network for a board's simulated stand-in."""
+    return export_project(Checkpoint(net, opt), board, out, loss=loss, sim=True, **kw)
+
+
+# ---- the host's twin of the device ----
+@dataclass
+class HostTwin:
+    """The host's C core running the device's layer table, with buffers laid out as the device's."""
+    model: DeviceModel
+    core: Any = field(init=False)
+    params: np.ndarray = field(init=False)
+    state: np.ndarray = field(init=False)
+    ts: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        m = self.model
+        self.core = m.core()
+        self.params = np.concatenate([m.params, np.zeros(1, np.float32)])
+        self.state = np.zeros(max(m.opt_slots * m.program.n_params, 1), np.float32)
+        ts = np.zeros(1, TRAIN_STATE_DTYPE)
+        ts["b1t"] = 1
+        ts["b2t"] = 1
+        self.ts = ts.view(np.uint8)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Outputs for a batch (n, n_in)."""
+        return self.core.forward(self.params, np.ascontiguousarray(x, np.float32))
+
+    def train(self, x: np.ndarray, t: np.ndarray) -> float:
+        """One training step as the device does it; returns the loss."""
+        m = self.model
+        rc, loss = self.core.train_fused(m.opt_cfg.view(np.uint8), self.ts, self.params, self.state, m.loss_kind,
+                                         m.loss_param, x.reshape(1, -1).astype(np.float32),
+                                         t.reshape(1, -1).astype(np.float32))
+        assert rc == 0
+        return float(loss)
+
+    @property
+    def n_params(self) -> int:
+        return self.model.program.n_params
+
+
+def bits(v: object) -> bytes:
+    """The float32 bits of a value or an array."""
+    return np.asarray(v, np.float32).tobytes()
+
+
+def assert_same_bits(device: np.ndarray, host: np.ndarray, what: str) -> None:
+    """Equal bit for bit, with the first difference in the message."""
+    d, h = np.asarray(device, np.float32).ravel(), np.asarray(host, np.float32).ravel()
+    assert d.shape == h.shape, f"{what}: {d.shape} values on the device, {h.shape} on the host"
+    diff = np.flatnonzero(d.view(np.uint32) != h.view(np.uint32))
+    assert diff.size == 0, (f"{what}: {diff.size} of {d.size} differ; first at {diff[0]}: device "
+                            f"{d[diff[0]]!r} ({d.view(np.uint32)[diff[0]]:08x}), host {h[diff[0]]!r} "
+                            f"({h.view(np.uint32)[diff[0]]:08x})")
+
+
+def train_lockstep(s: SimSession, twin: HostTwin, xs: np.ndarray, ts: np.ndarray) -> List[float]:
+    """Train the device and the host twin on the same samples; every step's loss and step number must agree.
+    Returns the losses."""
+    out = []
+    for k, (x, t) in enumerate(zip(xs, ts)):
+        loss_dev, step = s.device.train(x, t)
+        loss_host = twin.train(x, t)
+        assert bits(loss_dev) == bits(loss_host), \
+            f"step {k}: loss {loss_dev!r} on the device, {loss_host!r} on the host"
+        assert step == k + 1
+        out.append(loss_dev)
+    return out
+
+
+def assert_pulled_state_equal(s: SimSession, twin: HostTwin) -> None:
+    """The device's parameters, optimizer slots and train state equal the host twin's, bit for bit."""
+    p, st, tsd = s.device.pull()
+    assert_same_bits(p, twin.params[:twin.n_params], "parameters")
+    assert_same_bits(st, twin.state[:st.size], "optimizer state")
+    assert bytes(tsd) == twin.ts.tobytes(), "train state (step, Adam powers)"
+
+
+def samples(rng: np.random.Generator, n: int, n_in: int, n_out: int) -> Tuple[np.ndarray, np.ndarray]:
+    """n inputs (standard normal) with one-hot targets."""
+    x = rng.standard_normal((n, n_in)).astype(np.float32)
+    t = np.eye(n_out, dtype=np.float32)[rng.integers(0, n_out, n)]
+    return x, t
+
+
+# ---- exact parity on every core ----
+@pytest.mark.parametrize("kind", OPTIMIZERS)
+@pytest.mark.parametrize("board", CORE_BOARDS)
+def test_predict_and_train_match_host_bit_for_bit(board: str, kind: str, tmp_path: Path) -> None:
+    net = mixed_net()
+    opt, loss = optimizer_and_loss(net, kind)
+    r = export(net, opt, loss, board, tmp_path / "p")
+    twin = HostTwin(r.model)
+    rng = np.random.default_rng(1)
+    x_eval = rng.standard_normal((5, 8)).astype(np.float32)
+    x_eval[4] *= np.float32(1e-39)          # subnormal inputs: every core must handle them as x86-64 does
+    assert np.all(np.abs(x_eval[4]) < np.finfo(np.float32).tiny)
+    xs, ts = samples(rng, STEPS, 8, 4)
+    with sim.start(r.path, r.board) as s:
+        info = s.device.info()
+        assert info.hash == r.hash and info.n_params == twin.n_params and info.step == 0
+        assert_same_bits(s.device.predict(x_eval), twin.predict(x_eval), "PREDICT before training")
+        train_lockstep(s, twin, xs, ts)
+        assert_pulled_state_equal(s, twin)
+        assert_same_bits(s.device.predict(x_eval), twin.predict(x_eval), "PREDICT after training")
+        assert not np.array_equal(twin.params[:twin.n_params], r.model.params), "training changed nothing"
+
+
+@pytest.mark.parametrize("board", ALL_BOARDS)
+def test_int8_export_predicts_the_host_quantized_output(board: str, tmp_path: Path) -> None:
+    net = quant_net()
+    opt, loss = net.new_momentum(TrainParams(lr=0.05), 0.9), losses.cross_entropy
+    r = export(net, opt, loss, board, tmp_path / "p", quant="int8", trainable="last:1")
+    assert len(bytes(r.model.program.cdata)) > 0, "the frozen layers should be in flash"
+    twin = HostTwin(r.model)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 12)).astype(np.float32)
+    xs, ts = samples(rng, 20, 12, 4)
+    with sim.start(r.path, r.board) as s:
+        y = s.device.predict(x)
+        assert_same_bits(y, twin.predict(x), "int8 PREDICT")
+        assert not np.array_equal(y, net(x)), "the int8 export gave the f32 network's outputs"
+        train_lockstep(s, twin, xs, ts)
+        assert_pulled_state_equal(s, twin)
+        assert_same_bits(s.device.predict(x), twin.predict(x), "int8 PREDICT after training the last layer")
+
+
+# ---- the issue's networks, fully trainable on the simulated Cortex-M4F ----
+def mean_loss(loss: Loss, y: np.ndarray, t: np.ndarray) -> float:
+    """The loss of outputs y against targets t, averaged over the samples."""
+    return loss(y, t)[0]
+
+
+def test_readme_network_trains_on_the_m4f_and_reports_its_cost(tmp_path: Path) -> None:
+    net = readme_net()
+    opt, loss = net.new_rmsprop_with_momentum(TrainParams(lr=2e-2), 0.85, 0.8), losses.logit_bce
+    r = export(net, opt, loss, "nano33ble", tmp_path / "p")
+    assert r.model.n_trainable == net.param_count()
+    twin = HostTwin(r.model)
+    x, t = ModularAddition10(seed=3).sample_batch(20)
+    x, t = np.asarray(x, np.float32), np.asarray(t, np.float32)
+    with sim.start(r.path, r.board, measure=True) as s:
+        before = s.device.predict(x)
+        train_lockstep(s, twin, np.tile(x, (EPOCHS, 1)), np.tile(t, (EPOCHS, 1)))
+        assert_pulled_state_equal(s, twin)
+        after = s.device.predict(x)
+        assert_same_bits(after, twin.predict(x), "PREDICT after training")
+        rep = s.report()
+    assert mean_loss(loss, after, t) < 0.5 * mean_loss(loss, before, t)
+    assert rep["board"] == "nano33ble" and rep["simulator"] == "qemu-arm" and rep["unit"] == "instructions"
+    assert rep["predict_calls"] == 40 and rep["train_calls"] == 20 * EPOCHS
+    assert 0 < rep["predict"] < rep["train"]
+    assert rep["marker_overhead"] is not None and rep["marker_overhead"] < 20
+    n_ram_floats = twin.n_params * (1 + r.model.opt_slots)
+    assert rep["ram_static"] >= 4 * n_ram_floats
+    assert rep["flash"] >= rep["text"] > 4 * twin.n_params     # the initial parameters are in flash too
+    assert 0 < rep["stack_peak"] < rep["stack_available"]
+
+
+def test_relu_64_32_10_network_trains_on_the_m4f(tmp_path: Path) -> None:
+    net = relu_net()
+    opt, loss = net.new_adam(TrainParams(lr=5e-3), 0.9, 0.999, 1e-8), losses.cross_entropy
+    r = export(net, opt, loss, "nano33ble", tmp_path / "p")
+    assert r.model.n_trainable == net.param_count()
+    twin = HostTwin(r.model)
+    x, t = samples(np.random.default_rng(4), 20, 64, 10)
+    with sim.start(r.path, r.board) as s:
+        before = s.device.predict(x)
+        train_lockstep(s, twin, np.tile(x, (EPOCHS, 1)), np.tile(t, (EPOCHS, 1)))
+        assert_pulled_state_equal(s, twin)
+        after = s.device.predict(x)
+        assert_same_bits(after, twin.predict(x), "PREDICT after training")
+    assert mean_loss(loss, after, t) < 0.5 * mean_loss(loss, before, t)
+
+
+# ---- saves go to a host file through semihosting ----
+@pytest.mark.parametrize("board", ["nano33ble", "esp32c3"])
+def test_saves_survive_a_restart(board: str, tmp_path: Path) -> None:
+    net = quant_net()
+    opt, loss = net.new_adam(TrainParams(lr=1e-2)), losses.cross_entropy
+    r = export(net, opt, loss, board, tmp_path / "p")
+    store = tmp_path / "store dir" / "board,store.bin"        # a space and a comma: both must survive QEMU's options
+    xs, ts = samples(np.random.default_rng(5), 10, 12, 4)
+    with sim.start(r.path, r.board, store=store) as s:
+        assert s.device.info().can_save and not s.device.info().loaded_save
+        for x, t in zip(xs, ts):
+            s.device.train(x, t)
+        saved = s.device.pull()
+        assert s.device.save() == 1
+        s.device.train(xs[0], ts[0])            # after the save: lost at the restart
+    assert store.is_file()
+    with sim.start(r.path, r.board, store=store, build=False) as s:
+        info = s.device.info()
+        assert info.loaded_save and info.step == 10
+        for got, want in zip(s.device.pull(), saved):
+            assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+        assert s.device.save() == 2
+
+
+# ---- models that do not fit ----
+def big_net() -> Module:
+    """About 20 KB of f32 parameters: more than a Blue Pill's RAM once the optimizer state is added."""
+    return Sequential(L.Linear(64, 64), L.Tanh(), L.Linear(64, 16)).rand_params(seed=9)
+
+
+def test_oversized_model_is_rejected_by_the_memory_plan(tmp_path: Path) -> None:
+    net = big_net()
+    with pytest.raises(MemoryPlanError) as e:
+        export(net, net.new_adam(TrainParams()), losses.mse, "bluepill", tmp_path / "p")
+    msg = str(e.value)
+    assert "does not fit" in msg and "bluepill" in msg and "20,480" in msg
+    assert "--trainable" in msg or "--quant" in msg or "smaller network" in msg     # says what to change
+    assert not (tmp_path / "p").exists()
+
+
+def test_model_too_large_for_the_stand_in_fails_at_link_time(tmp_path: Path) -> None:
+    # fits the real Pico (264 KB) but not its simulated stand-in, the micro:bit (16 KB)
+    net = big_net()
+    r = export_project(Checkpoint(net, net.new_adam(TrainParams())), "pico", tmp_path / "p", loss=losses.mse)
+    with pytest.raises(pio.PioError, match=r"region [`']?RAM'? overflowed by \d+ bytes"):
+        sim.start(r.path, r.board)
+
+
+# ---- stack overflow is caught: ARMv7-M MPU guard (M4F), ARMv8-M MSPLIM (M33), RISC-V PMP guard,
+# ARMv6-M canary (M0) ----
+@pytest.mark.parametrize("board", ["nano33ble", "nucleo_l552ze_q", "esp32c3", "pico"])
+def test_stack_overflow_stops_the_firmware_with_a_message(board: str, tmp_path: Path) -> None:
+    net = quant_net()
+    r = export(net, net.new_adam(TrainParams()), losses.cross_entropy, board, tmp_path / "p")
+    x, t = samples(np.random.default_rng(6), 1, 12, 4)
+    with sim.start(r.path, r.board) as s:          # how much stack INFO and a training step need
+        s.device.info()
+        after_info = s.device.stats()[0]
+        s.device.train(x[0], t[0])
+        after_train = s.device.stats()[0]
+    assert after_train > after_info + 100
+    simulator = sim.simulator_for(r.board)
+    env = simulator.env_name(r.board)
+    static = elf_sizes(simulator.size_tool, simulator.firmware_path(r.path, r.board))["ram_static"]
+    # RAM for the static data, the guard (aligned to 32 bytes) and a stack between the two needs
+    stack = (after_info + after_train) // 2
+    set_env_option(r.path, env, "custom_min_stack", "64")
+    set_env_option(r.path, env, "custom_ram_size", str((static + 32 + 32 + stack + 7) // 8 * 8))
+    with sim.start(r.path, r.board) as s:
+        assert s.device.info().hash == r.hash
+        with pytest.raises(SimError, match=r"exit status 99(.|\n)*stack overflow"):
+            s.device.train(x[0], t[0])
+
+
+# ---- missing tools ----
+@pytest.mark.parametrize("board,packages", [
+    ("nano33ble", ["qemu-system-arm", "gcc-arm-none-eabi", "libnewlib-arm-none-eabi"]),
+    ("esp32c3", ["qemu-system-misc", "gcc-riscv64-unknown-elf", "picolibc-riscv64-unknown-elf"])])
+def test_missing_simulator_names_the_packages(board: str, packages: List[str], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    net = quant_net()
+    r = export(net, net.new_sgd(TrainParams()), losses.mse, board, tmp_path / "p")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(SimError) as e:
+        sim.start(r.path, get_board(board))
+    for pkg in packages:
+        assert pkg in str(e.value)
+    assert "apt-get install" in str(e.value)

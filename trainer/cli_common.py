@@ -1,0 +1,220 @@
+"""Shared pieces of the `mcutrain` command line: exit codes, the error policy, tables, progress
+bars and the rules for output files (written atomically, never replaced without --force)."""
+from __future__ import annotations
+
+import inspect
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, List, Optional, Sequence
+
+import click
+
+# Exit codes scripts can rely on (also listed in `mcutrain --help`).
+EXIT_ERROR = 1          # anything that went wrong; the message says what to do
+EXIT_USAGE = 2          # the command line itself is wrong (click's own code)
+EXIT_NO_FIT = 3         # the model does not fit the board's memory
+EXIT_MISSING_TOOL = 4   # PlatformIO, a simulator or a toolchain is not installed
+EXIT_INTERRUPTED = 130  # Ctrl-C (training saved a checkpoint first)
+
+EXIT_CODES_HELP = f"""\b
+Exit codes:
+  0    success
+  {EXIT_ERROR}    error (the message says what to do; --debug shows the traceback)
+  {EXIT_USAGE}    bad command line (unknown option, missing argument, bad choice)
+  {EXIT_NO_FIT}    the model does not fit the board's RAM or flash
+  {EXIT_MISSING_TOOL}    a tool is missing: PlatformIO, a simulator or a toolchain
+  {EXIT_INTERRUPTED}  interrupted with Ctrl-C (train saves a checkpoint first)"""
+
+
+class CliError(click.ClickException):
+    """An error for the user: one message, an exit code, no traceback."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: Any = None) -> None:
+        """Print 'error: message' to stderr."""
+        click.echo(f"error: {self.format_message()}", file=file or sys.stderr, err=file is None)
+
+
+class MissingTool(CliError):
+    """A program mcutrain needs (pio, a simulator, a compiler) is not installed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_MISSING_TOOL)
+
+
+class NoFit(CliError):
+    """The model does not fit the board."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_NO_FIT)
+
+
+class Interrupted(CliError):
+    """Ctrl-C; the message says what was kept."""
+
+    def __init__(self, message: str = "interrupted") -> None:
+        super().__init__(message, EXIT_INTERRUPTED)
+
+
+def _user_error_types() -> tuple:
+    """Exceptions whose message is written for the user: shown as they are, exit code 1."""
+    from . import datasets, modelfile, module, optim, spec, train
+    types: List[type] = [spec.SpecError, datasets.DataError, modelfile.ModelFileError, module.ShapeError,
+                         optim.ConfigError, train.TrainingError, FileNotFoundError, PermissionError,
+                         IsADirectoryError, NotADirectoryError]
+    try:
+        from exporter import boards, client, device, export, pio, protocol, sim
+        types += [boards.BoardError, export.ExportError, device.DeviceSpecError, client.DeviceError,
+                  protocol.ProtocolError, pio.PioError, sim.SimError]
+        from exporter import quantize
+        types.append(quantize.QuantError)
+    except ImportError:  # pragma: no cover - the exporter is part of the same distribution
+        pass
+    return tuple(types)
+
+
+def translate(exc: BaseException) -> Optional[CliError]:
+    """The CliError to show for an exception, or None to let it through (click's own exceptions)."""
+    if isinstance(exc, (click.exceptions.Exit, click.ClickException, SystemExit, BrokenPipeError)):
+        return None       # click's own handling (a closed pipe, e.g. `| head`, ends quietly)
+    if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
+        return Interrupted("interrupted")
+    try:
+        from exporter.memplan import MemoryPlanError
+        if isinstance(exc, MemoryPlanError):
+            return NoFit(str(exc))
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(exc, _user_error_types()):
+        if isinstance(exc, OSError) and exc.filename:
+            return CliError(f"{exc.filename}: {exc.strerror or exc}")
+        return CliError(str(exc))
+    if isinstance(exc, OSError):
+        return CliError(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+    return CliError(f"unexpected {type(exc).__name__}: {exc} (run again with --debug to see where; "
+                    f"please report it)")
+
+
+class ErrorPolicyGroup(click.Group):
+    """A group that turns exceptions into one-line messages with exit codes, unless --debug is on."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BaseException as e:  # noqa: B902 - every error goes through the policy
+            debug = bool((ctx.obj or {}).get("debug") or ctx.params.get("debug"))
+            err = translate(e)
+            if err is None or (debug and not isinstance(e, CliError)):
+                raise
+            raise err from e
+
+
+# ---- output files ----
+
+def check_output(path: Path, force: bool, what: str = "output") -> Path:
+    """CliError if path exists and force is off; make its folder. Returns the path."""
+    if path.exists() and not force:
+        raise CliError(f"{path} exists; pass --force to replace it or choose another {what} name")
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_output(path: Path, data: bytes, force: bool, what: str = "output") -> None:
+    """Write a file atomically, refusing to replace an existing one without force."""
+    from .modelfile import atomic_write
+    check_output(path, force, what)
+    atomic_write(path, data)
+
+
+# ---- text output ----
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Optional[Sequence[bool]] = None) -> str:
+    """A plain text table; numbers are right-aligned unless `right` says otherwise."""
+    cells = [[_cell(v) for v in r] for r in rows]
+    if right is None:
+        right = [all(isinstance(r[i], (int, float)) for r in rows) if rows else False for i in range(len(headers))]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(vals: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if right[i] else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths))).rstrip()
+
+    out = [line(list(headers)), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+    return "-" if v is None else str(v)
+
+
+def note(message: str) -> None:
+    """A remark on stderr (never mixed into data on stdout)."""
+    click.echo(message, err=True)
+
+
+# ---- progress ----
+
+class Progress:
+    """A progress bar on stderr, shown only when stderr is a terminal and not --quiet."""
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled and sys.stderr.isatty()
+        self.status = ""
+        self._bar: Any = None
+        self._label = label
+        self._pending = 0
+        self._drawn = 0.0
+
+    def __enter__(self) -> "Progress":
+        if self.enabled:
+            self._bar = click.progressbar(length=max(self.total, 1), label=self._label, file=sys.stderr,
+                                          show_pos=True, show_eta=True, item_show_func=lambda _: self.status)
+            self._bar.__enter__()
+        return self
+
+    def update(self, n: int, status: str = "") -> None:
+        """Advance by n and show status next to the bar (redrawn at most 10 times a second)."""
+        self.status = status
+        self._pending += n
+        now = time.monotonic()
+        if self._bar is not None and now - self._drawn >= 0.1:
+            self._bar.update(self._pending, status)
+            self._pending, self._drawn = 0, now
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            if self._pending:
+                self._bar.update(self._pending, self.status)
+            self._bar.__exit__(*exc)
+
+
+@contextmanager
+def maybe(cm: Optional[Any]) -> Iterator[Any]:
+    """Enter cm if it is not None."""
+    if cm is None:
+        yield None
+    else:
+        with cm as v:
+            yield v
+
+
+def example(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Append an 'Example' section (kept as written) to a command's help."""
+    def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        lines = "\n".join("  " + ln for ln in text.strip().splitlines())
+        f.__doc__ = inspect.cleandoc(f.__doc__ or "") + "\n\n\b\nExample:\n" + lines + "\n"
+        return f
+    return deco

@@ -1,0 +1,304 @@
+"""Where the command line's samples come from: a data file (CSV, NPZ, IDX) or a built-in problem.
+
+Every batch is a pure function of (seed, batch index): a problem draws batch i from a generator
+seeded with (seed, i); a file is shuffled once per epoch with a generator seeded with (seed, epoch).
+So a resumed run only needs the source, the seed, the batch size and how many batches were used
+to continue with exactly the batches an uninterrupted run would have seen.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import click
+import numpy as np
+
+from . import datasets, problems
+from .datasets import DataError, Dataset
+
+Batch = Tuple[np.ndarray, np.ndarray]
+
+# seed streams, so that training batches, the validation set and evaluation samples never overlap
+_TRAIN, _VALID, _EVAL, _EPOCH = 1, 2, 3, 4
+PROBLEM_VAL_SAMPLES = 512
+
+
+@dataclass
+class DataSpec:
+    """A data source as plain data (stored in the model file so that --resume and eval find it again)."""
+    problem: Optional[str] = None
+    path: Optional[str] = None
+    inputs: Optional[str] = None
+    targets: Optional[str] = None
+    labels: Optional[str] = None
+    x_key: str = "x"
+    y_key: str = "y"
+    classify: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain data for the model file's metadata."""
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: Dict[str, Any]) -> "DataSpec":
+        """Inverse of to_dict (unknown keys are ignored)."""
+        names = {f.name for f in fields(DataSpec)}
+        return DataSpec(**{k: v for k, v in d.items() if k in names})
+
+    @property
+    def given(self) -> bool:
+        """Is there a source at all?"""
+        return bool(self.problem or self.path)
+
+    def describe(self) -> str:
+        """'problem modadd10' or the file name."""
+        return f"problem {self.problem}" if self.problem else f"{self.path}"
+
+    def fingerprint(self) -> Optional[int]:
+        """CRC-32 of the data file(s), to notice that the data changed under a resumed run."""
+        if not self.path:
+            return None
+        crc = 0
+        for p in (self.path, self.labels):
+            if p and Path(p).is_file():
+                crc = zlib.crc32(Path(p).read_bytes(), crc)
+        return crc
+
+
+def file_format(path: str) -> str:
+    """'csv', 'npz' or 'idx' from the file name."""
+    p = Path(path)
+    suffixes = "".join(p.suffixes).lower()
+    if suffixes.endswith(".csv"):
+        return "csv"
+    if suffixes.endswith(".npz"):
+        return "npz"
+    if "idx" in suffixes or "ubyte" in p.name:
+        return "idx"
+    raise DataError(f"don't know how to read {p}: use a .csv, .npz or IDX (MNIST-style) file")
+
+
+def load_dataset(spec: DataSpec) -> Dataset:
+    """Read the file a DataSpec names, with the options that fit its format."""
+    assert spec.path is not None
+    fmt = file_format(spec.path)
+    wrong = {"csv": [("--labels", spec.labels), ("--x-key", spec.x_key != "x"), ("--y-key", spec.y_key != "y")],
+             "npz": [("--labels", spec.labels), ("--inputs", spec.inputs), ("--targets", spec.targets)],
+             "idx": [("--inputs", spec.inputs), ("--targets", spec.targets), ("--x-key", spec.x_key != "x"),
+                     ("--y-key", spec.y_key != "y")]}[fmt]
+    for opt, used in wrong:
+        if used:
+            raise DataError(f"{opt} does not apply to {fmt.upper()} files like {spec.path}")
+    if not Path(spec.path).exists():
+        raise DataError(f"data file {spec.path} does not exist")
+    if fmt == "csv":
+        return datasets.load_csv(spec.path, inputs=spec.inputs, targets=spec.targets or "-1",
+                                 classify=spec.classify)
+    if fmt == "npz":
+        return datasets.load_npz(spec.path, spec.x_key, spec.y_key, classify=spec.classify)
+    if not spec.labels:
+        raise DataError(f"{spec.path} holds IDX images: give the labels file with --labels")
+    return datasets.load_idx(spec.path, spec.labels)
+
+
+class Source:
+    """Samples for training (batch i), validation and evaluation."""
+    name: str
+    n_in: int
+    n_out: int
+    classification: bool
+
+    def batch(self, index: int, size: int) -> Batch:
+        """Training batch number `index` (a pure function of the seed and the index)."""
+        raise NotImplementedError
+
+    def validation(self) -> Optional[Batch]:
+        """The held-out samples checked while training (None: none)."""
+        raise NotImplementedError
+
+    def evaluation(self, n: int) -> Batch:
+        """Samples for `mcutrain eval` (n only matters for problems)."""
+        raise NotImplementedError
+
+    def batches_per_epoch(self, size: int) -> Optional[int]:
+        """Batches in one pass over the data (None for endless problems)."""
+        return None
+
+
+class ProblemSource(Source):
+    """A built-in problem: endless fresh samples."""
+
+    def __init__(self, name: str, seed: int) -> None:
+        try:
+            self.problem = problems.by_name(name, seed)
+        except ValueError as e:
+            raise DataError(str(e)) from None
+        self.seed = seed
+        self.name = self.problem.name
+        self.n_in, self.n_out = self.problem.n_in, self.problem.n_out
+        self.classification = bool(self.problem.classification)
+
+    def _draw(self, stream: Tuple[int, ...], n: int) -> Batch:
+        self.problem.rng = np.random.default_rng([self.seed, *stream])
+        return self.problem.sample_batch(n)
+
+    def batch(self, index: int, size: int) -> Batch:
+        return self._draw((_TRAIN, index), size)
+
+    def validation(self) -> Optional[Batch]:
+        return self._draw((_VALID,), PROBLEM_VAL_SAMPLES)
+
+    def evaluation(self, n: int) -> Batch:
+        return self._draw((_EVAL,), n)
+
+
+class FileSource(Source):
+    """A data file, split into training and validation parts, shuffled every epoch."""
+
+    def __init__(self, data: Dataset, val: float, seed: int) -> None:
+        self.full = data
+        self.train, self.val = data.split(val, seed)
+        self.seed = seed
+        self.name = data.name
+        self.n_in, self.n_out = data.x.shape[1], data.y.shape[1]
+        self.classification = data.classification
+        self._epoch = -1
+        self._order = np.zeros(0, np.int64)
+
+    def batches_per_epoch(self, size: int) -> int:
+        return -(-len(self.train) // size)
+
+    def batch(self, index: int, size: int) -> Batch:
+        epoch, j = divmod(index, self.batches_per_epoch(size))
+        if epoch != self._epoch:
+            self._order = np.random.default_rng([self.seed, _EPOCH, epoch]).permutation(len(self.train))
+            self._epoch = epoch
+        idx = self._order[j * size:(j + 1) * size]
+        return np.ascontiguousarray(self.train.x[idx]), np.ascontiguousarray(self.train.y[idx])
+
+    def validation(self) -> Optional[Batch]:
+        return None if self.val is None else (self.val.x, self.val.y)
+
+    def evaluation(self, n: int) -> Batch:
+        return self.full.x, self.full.y
+
+
+def open_source(spec: DataSpec, seed: int, val: float = 0.0) -> Source:
+    """The Source a DataSpec names."""
+    if spec.problem and spec.path:
+        raise DataError("give either --data or --problem, not both")
+    if spec.problem:
+        return ProblemSource(spec.problem, seed)
+    if spec.path:
+        return FileSource(load_dataset(spec), val, seed)
+    raise DataError("say where the samples come from: --data FILE or --problem NAME (e.g. --problem modadd10)")
+
+
+def check_widths(n_in: int, n_out: int, source: Source, what: str = "the network") -> None:
+    """DataError (one sentence) when the data's widths do not match a model's."""
+    from_file = isinstance(source, FileSource)
+    if source.n_in != n_in:
+        raise DataError(f"{what} takes {n_in} inputs but {source.name} has {source.n_in} per sample: "
+                        f"make the first layer take {source.n_in} inputs"
+                        + (" or choose other input columns (--inputs)" if from_file else ""))
+    if source.n_out != n_out:
+        raise DataError(f"{what} outputs {n_out} values but {source.name} has {source.n_out} targets per sample: "
+                        f"make the last layer output {source.n_out}"
+                        + (" (for integer class labels, add --classify)" if from_file else ""))
+
+
+def data_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that name a data source (--data, --problem and the per-format settings)."""
+    opts = [
+        click.option("--data", "data_path", type=click.Path(dir_okay=False), default=None,
+                     help="Data file: .csv, .npz or IDX images (MNIST format; give --labels)."),
+        click.option("--problem", default=None, help="Built-in problem instead of a file: parityN (e.g. parity8), "
+                     "modaddN (e.g. modadd10) or axplusb."),
+        click.option("--inputs", default=None, help="CSV input columns: '0-19', '1,3,5' or header names "
+                     "[default: all but the targets]."),
+        click.option("--targets", default=None, help="CSV target columns [default: the last one]."),
+        click.option("--labels", type=click.Path(dir_okay=False), default=None,
+                     help="IDX labels file that goes with IDX images."),
+        click.option("--x-key", default="x", show_default=True, help="NPZ array with the inputs."),
+        click.option("--y-key", default="y", show_default=True, help="NPZ array with the targets."),
+        click.option("--classify", is_flag=True, help="Targets are integer class labels: make them one-hot."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def spec_from_options(data_path: Optional[str], problem: Optional[str], inputs: Optional[str],
+                      targets: Optional[str], labels: Optional[str], x_key: str, y_key: str,
+                      classify: bool) -> DataSpec:
+    """A DataSpec from data_options' values (file paths made absolute, so a resumed run finds them)."""
+    return DataSpec(problem=problem, path=str(Path(data_path).resolve()) if data_path else None, inputs=inputs,
+                    targets=targets, labels=str(Path(labels).resolve()) if labels else None, x_key=x_key,
+                    y_key=y_key, classify=classify)
+
+
+DATA_KEYS = ("data_path", "problem", "inputs", "targets", "labels", "x_key", "y_key", "classify")
+
+
+def pop_data_options(kw: Dict[str, Any]) -> DataSpec:
+    """Take data_options' values out of a command's keyword arguments."""
+    return spec_from_options(*(kw.pop(k) for k in DATA_KEYS))
+
+
+def metrics(outputs: np.ndarray, targets: np.ndarray, loss: Any, classification: bool) -> Dict[str, float]:
+    """Mean loss, and accuracy (argmax) for classifiers."""
+    out: Dict[str, float] = {"loss": float(loss(outputs, targets)[0])}
+    if classification:
+        out["accuracy"] = float(np.mean(outputs.argmax(axis=1) == targets.argmax(axis=1)))
+    return out
+
+
+def load_inputs(path: str, n_in: int, inputs: Optional[str] = None, x_key: str = "x") -> np.ndarray:
+    """Network inputs only (no targets), e.g. to predict or to calibrate: a CSV (all columns, or the
+    --inputs columns), an NPZ array x_key, or IDX images. The width must be n_in."""
+    fmt = file_format(path)
+    if not Path(path).exists():
+        raise DataError(f"data file {path} does not exist")
+    if fmt == "npz":
+        with np.load(path, allow_pickle=False) as z:
+            if x_key not in z.files:
+                raise DataError(f"{path} has no array {x_key!r}; it has {', '.join(z.files) or 'none'}")
+            x = z[x_key]
+        x = x.reshape(x.shape[0], -1)
+    elif fmt == "idx":
+        raw = datasets.read_idx(path)
+        x = raw.reshape(raw.shape[0], -1).astype(np.float32) / (255.0 if raw.dtype == np.dtype(">u1") else 1.0)
+    else:
+        x = _csv_inputs(path, inputs)
+    if x.ndim != 2 or x.shape[1] != n_in:
+        cols = x.shape[1] if x.ndim == 2 else 0
+        hint = " (pick the columns with --inputs, e.g. --inputs 0-%d)" % (n_in - 1) if fmt == "csv" else ""
+        raise DataError(f"{path} has {cols} input values per sample, the model takes {n_in}{hint}")
+    if not np.all(np.isfinite(x)):
+        raise DataError(f"{path} has NaN or infinite inputs")
+    return np.ascontiguousarray(x, np.float32)
+
+
+def _csv_inputs(path: str, inputs: Optional[str]) -> np.ndarray:
+    """The numbers of a CSV file (a header row is skipped), all columns or the chosen ones."""
+    import csv
+    with open(path, newline="") as f:
+        rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+    if not rows:
+        raise DataError(f"{path} is empty")
+    header: list = []
+    try:
+        [float(c) for c in rows[0]]
+    except ValueError:
+        header, rows = [c.strip() for c in rows[0]], rows[1:]
+    try:
+        data = np.array([[float(c) for c in r] for r in rows], np.float64)
+    except ValueError as e:
+        raise DataError(f"{path}: not all cells are numbers ({e})") from None
+    if data.ndim != 2:
+        raise DataError(f"{path}: rows have different numbers of columns")
+    if inputs is not None:
+        data = data[:, datasets._columns(inputs, header, data.shape[1], "input")]
+    return data

@@ -1,0 +1,314 @@
+"""`mcutrain device ...`: the device client on the command line (a board's serial port, the native
+firmware's pty, or a simulator's serial line)."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import click
+import numpy as np
+
+from .cli_common import CliError, Interrupted, Progress, check_output, example, note, table, write_output
+from .cli_data import data_options, load_inputs, open_source, pop_data_options
+from .modelfile import Checkpoint, encode_model
+from .optim import KINDS
+from .runner import StopRequest
+
+Segments = List[Tuple[int, int, int]]
+OPT_KINDS = list(KINDS)          # enum mct_opt_kind order
+
+
+def port_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--port, --baud and --timeout."""
+    f = click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for replies.")(f)
+    f = click.option("--baud", type=int, default=115200, show_default=True, help="Serial speed.")(f)
+    return click.option("--port", required=True, envvar="MCUTRAIN_PORT",
+                        help="Serial port of the device (or a pty), e.g. /dev/ttyACM0; or set MCUTRAIN_PORT.")(f)
+
+
+def connect(port: str, baud: int, timeout: float) -> Any:
+    """An open Device."""
+    from exporter.client import Device
+    return Device.open(port, baud, timeout)
+
+
+def checked_project(dev: Any, project: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The project's mcutrain.json after checking that the device runs its model (None without --project)."""
+    if not project:
+        return None
+    from .cli_export import read_project
+    meta = read_project(project)
+    got = dev.cached_info.hash
+    if got != meta["hash"]:
+        raise CliError(f"the device runs model {got}, not the one in {project} ({meta['hash']}): flash that "
+                       f"project first (mcutrain flash {project}), or give the right --project")
+    return meta
+
+
+def segments(meta: Dict[str, Any]) -> Segments:
+    """(device RAM offset, host offset, count) of each block of RAM parameters."""
+    return [(int(r), int(h), int(n)) for r, h, n in meta["segments"]]
+
+
+def device_to_host(segs: Segments, ram: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """Host values with the device's RAM values written in, block by block."""
+    out = np.array(host, np.float32, copy=True)
+    for r, h, n in segs:
+        out[h:h + n] = ram[r:r + n]
+    return out
+
+
+def host_to_device(segs: Segments, host: np.ndarray, n_ram: int) -> np.ndarray:
+    """The device's RAM values taken from the host's."""
+    out = np.zeros(n_ram, np.float32)
+    for r, h, n in segs:
+        out[r:r + n] = host[h:h + n]
+    return out
+
+
+@click.group()
+def device() -> None:
+    """Talk to a device running an exported model: a board on a serial port, the native firmware on a
+    pty, or a simulator's serial line.
+
+    \b
+    Example:
+      mcutrain device info --port /dev/ttyACM0
+      mcutrain device train --port /dev/ttyACM0 --data field.csv --classify
+      mcutrain device pull --port /dev/ttyACM0 --project fw -o learned.mct
+    """
+
+
+@device.command("info")
+@port_options
+@click.option("--project", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Exported project to check the device against.")
+@example("mcutrain device info --port /dev/ttyACM0 --project fw")
+def info_cmd(port: str, baud: int, timeout: float, project: Optional[str]) -> None:
+    """The device's model hash, sizes, optimizer, training step and storage."""
+    with connect(port, baud, timeout) as dev:
+        i = dev.info()
+        checked_project(dev, project)
+    rows = [["model hash", i.hash + (f" (matches {project})" if project else "")], ["inputs", i.n_in],
+            ["outputs", i.n_out], ["parameters in RAM", i.n_params], ["trainable parameters", i.n_trainable],
+            ["optimizer", OPT_KINDS[i.opt_kind] if i.opt_kind < len(OPT_KINDS) else i.opt_kind],
+            ["training step", i.step], ["can save", i.can_save], ["loaded a save at boot", i.loaded_save],
+            ["protocol version", i.version], ["max payload (B)", i.max_payload]]
+    click.echo(table(["", port], rows, right=[False, False]))
+
+
+@device.command("predict")
+@port_options
+@click.option("--data", "data_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Inputs: CSV (one sample per row), NPZ (array --x-key) or IDX images.")
+@click.option("--inputs", default=None, help="CSV columns that are the inputs [default: all].")
+@click.option("--x-key", default="x", show_default=True, help="NPZ array with the inputs.")
+@click.option("--values", default=None, help="One sample inline: comma-separated numbers.")
+@click.option("--argmax", is_flag=True, help="Print the index of the largest output (the class) too.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write a CSV [default: stdout].")
+@click.option("--force", is_flag=True, help="Replace an existing output file.")
+@example("""
+mcutrain device predict --port /dev/ttyACM0 --data samples.csv -o predictions.csv
+mcutrain device predict --port /dev/ttyACM0 --values 0,1,0,0,1 --argmax""")
+def predict_cmd(port: str, baud: int, timeout: float, data_path: Optional[str], inputs: Optional[str], x_key: str,
+                values: Optional[str], argmax: bool, output: Optional[str], force: bool) -> None:
+    """Run the device's model on samples and print (or write) its outputs as CSV."""
+    if bool(data_path) == bool(values):
+        raise CliError("give the samples either as a file (--data) or inline (--values)")
+    if output:
+        check_output(Path(output), force, "output")
+    with connect(port, baud, timeout) as dev:
+        n_in = dev.info().n_in
+        x = load_inputs(data_path, n_in, inputs, x_key) if data_path else _inline(values or "", n_in)
+        y = np.stack([dev.predict(row) for row in x])
+    text = _csv(y, argmax)
+    if output:
+        write_output(Path(output), text.encode(), True)
+        click.echo(f"wrote {len(y)} predictions to {output}")
+    else:
+        click.echo(text, nl=False)
+
+
+def _inline(values: str, n_in: int) -> np.ndarray:
+    """--values as one sample."""
+    try:
+        x = np.array([float(v) for v in values.split(",")], np.float32)
+    except ValueError:
+        raise CliError(f"--values must be comma-separated numbers, got {values!r}") from None
+    if x.shape[0] != n_in:
+        raise CliError(f"--values has {x.shape[0]} numbers, the device's model takes {n_in}")
+    return x[None, :]
+
+
+def _csv(y: np.ndarray, argmax: bool) -> str:
+    """Outputs as CSV with a header (y0, y1, ..., [class])."""
+    buf = io.StringIO()
+    head = [f"y{i}" for i in range(y.shape[1])] + (["class"] if argmax else [])
+    buf.write(",".join(head) + "\n")
+    for row in y:
+        cells = [repr(float(v)) for v in row] + ([str(int(row.argmax()))] if argmax else [])
+        buf.write(",".join(cells) + "\n")
+    return buf.getvalue()
+
+
+@device.command("train")
+@port_options
+@data_options
+@click.option("--samples", "n_samples", type=click.IntRange(1), default=None,
+              help="Samples to send [default: each row of a file once, 1000 from a problem].")
+@click.option("--shuffle", is_flag=True, help="Send a file's rows in a seeded random order (default: file order).")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+              help="Seed of --shuffle and of problem samples.")
+@click.option("--save", "save_after", is_flag=True, help="SAVE on the device afterwards (persist what it learned).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@example("""
+mcutrain device train --port /dev/ttyACM0 --data field.csv --classify --save
+mcutrain device train --port /dev/pts/5 --problem modadd10 --samples 200""")
+def train_cmd(port: str, baud: int, timeout: float, n_samples: Optional[int], shuffle: bool, seed: int,
+              save_after: bool, quiet: bool, **kw: Any) -> None:
+    """Stream labelled samples to the device, which trains on each one (TRAIN), with a progress bar."""
+    spec = pop_data_options(kw)
+    src = open_source(spec, seed)
+    with connect(port, baud, timeout) as dev:
+        i = dev.info()
+        if (src.n_in, src.n_out) != (i.n_in, i.n_out):
+            raise CliError(f"{src.name} has {src.n_in} inputs and {src.n_out} targets per sample, the device's model "
+                           f"takes {i.n_in} and outputs {i.n_out}: use data that fits the exported model")
+        if i.n_trainable == 0:
+            raise CliError("the device's model has no trainable layers (exported with --trainable none): export "
+                           "with --trainable all, last:N or biases to train on the device")
+        x, y = _stream(src, n_samples, shuffle, seed)
+        done, losses = _train_stream(dev, x, y, quiet)
+        step = dev.info().step
+        seq = dev.save() if save_after and done == len(x) else None
+    tail = losses[-min(len(losses), 100):]
+    click.echo(f"trained on {done} samples: mean loss {float(np.mean(tail)) if tail else float('nan'):.4g} "
+               f"over the last {len(tail)}; device step {step}" + (f"; saved (#{seq})" if seq is not None else ""))
+    if done < len(x):
+        raise Interrupted(f"interrupted after {done} of {len(x)} samples; the device keeps what it learned "
+                          f"(`mcutrain device save` persists it)")
+
+
+def _stream(src: Any, n: Optional[int], shuffle: bool, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The samples to send: a file's rows in order (or shuffled, seeded), repeated up to n samples;
+    or n samples of a problem."""
+    from .cli_data import FileSource
+    if not isinstance(src, FileSource):
+        return src.batch(0, n or 1000)
+    rows = len(src.full)
+    count = n or rows
+    passes = -(-count // rows)
+    rng = np.random.default_rng(seed)
+    order = np.concatenate([rng.permutation(rows) if shuffle else np.arange(rows) for _ in range(passes)])
+    return src.full.x[order[:count]], src.full.y[order[:count]]
+
+
+def _train_stream(dev: Any, x: np.ndarray, y: np.ndarray, quiet: bool) -> Tuple[int, List[float]]:
+    """TRAIN each sample; stops early (cleanly) on Ctrl-C. Returns (samples done, losses)."""
+    losses: List[float] = []
+    with StopRequest() as stop, Progress(len(x), "training on the device", not quiet) as bar:
+        for xi, yi in zip(x, y):
+            loss, _ = dev.train(xi, yi)
+            losses.append(loss)
+            bar.update(1, f"loss {np.mean(losses[-50:]):.4g}")
+            if stop.requested:
+                break
+    return len(losses), losses
+
+
+@device.command("pull")
+@port_options
+@click.option("--project", type=click.Path(exists=True, file_okay=False), required=True,
+              help="The exported project the device runs (says which parameters live in RAM).")
+@click.option("--model", "base", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Host model to fill in [default: the project's model.mct].")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Model file to write.")
+@click.option("--force", is_flag=True, help="Replace an existing model file.")
+@example("mcutrain device pull --port /dev/ttyACM0 --project fw -o learned.mct")
+def pull_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[str], output: str,
+             force: bool) -> None:
+    """Read the device's learned parameters (and optimizer state) back into a model file."""
+    from .cli_export import host_model
+    out = check_output(Path(output), force, "model file")
+    ck = _base_model(project, base, host_model)
+    with connect(port, baud, timeout) as dev:
+        meta = checked_project(dev, project)
+        assert meta is not None
+        params, state, ts = dev.pull()
+        step = dev.cached_info.step
+    segs = segments(meta)
+    ck.net.params = device_to_host(segs, params, ck.net.params)
+    kept_state = _pull_state(ck, segs, state, ts, len(params))
+    metadata = {**ck.metadata, "device": {"hash": meta["hash"], "board": meta["board"], "step": step, "port": port}}
+    write_output(out, encode_model(ck.net, ck.optimizer, metadata), True)
+    click.echo(f"pulled {len(params):,} parameters (device step {step}) into {out}"
+               + ("" if kept_state else "; the optimizer state was not pulled (the host model has another optimizer)"))
+
+
+def _base_model(project: str, base: Optional[str], host_model: Callable[..., Optional[Checkpoint]]) -> Checkpoint:
+    ck = host_model(project, base)
+    if ck is None:
+        raise CliError(f"{project} has no model.mct (exported by an older mcutrain?): give the exported model "
+                       f"with --model")
+    return ck
+
+
+def _pull_state(ck: Checkpoint, segs: Segments, state: np.ndarray, ts: np.ndarray, n_ram: int) -> bool:
+    """Put the device's optimizer slots and train state into the host optimizer when they belong together."""
+    opt = ck.optimizer
+    if opt is None:
+        return False
+    slots = opt.state.shape[0]
+    if state.size != slots * n_ram:
+        return False
+    for s in range(slots):
+        opt.state[s] = device_to_host(segs, state[s * n_ram:(s + 1) * n_ram], opt.state[s])
+    opt.train_state.view(np.uint8)[...] = np.asarray(ts, np.uint8)[:opt.train_state.nbytes]
+    return True
+
+
+@device.command("push")
+@port_options
+@click.option("--project", type=click.Path(exists=True, file_okay=False), required=True,
+              help="The exported project the device runs.")
+@click.option("--model", "base", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Model whose parameters to send [default: the project's model.mct].")
+@click.option("--with-state", is_flag=True, help="Send the optimizer state and step too.")
+@example("mcutrain device push --port /dev/ttyACM0 --project fw --model retrained.mct")
+def push_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[str], with_state: bool) -> None:
+    """Write a host model's parameters into the device's RAM (SAVE persists them)."""
+    from .cli_export import host_model
+    ck = _base_model(project, base, host_model)
+    with connect(port, baud, timeout) as dev:
+        meta = checked_project(dev, project)
+        assert meta is not None
+        n_ram = dev.cached_info.n_params
+        segs = segments(meta)
+        if sum(n for _, _, n in segs) != n_ram or ck.net.spec() != meta.get("architecture", ck.net.spec()):
+            raise CliError(f"the model's network is not the one exported to {project}: push a model with the same "
+                           f"layers and sizes")
+        state, ts = _push_state(ck, segs, n_ram, dev.cached_info.slots) if with_state else (None, None)
+        dev.push(host_to_device(segs, ck.net.params, n_ram), state, ts)
+    click.echo(f"pushed {n_ram:,} parameters" + (" and the optimizer state" if state is not None else "")
+               + " to the device; `mcutrain device save` persists them")
+
+
+def _push_state(ck: Checkpoint, segs: Segments, n_ram: int, slots: int) -> Tuple[Optional[np.ndarray], Any]:
+    """The device's view of the host optimizer state (None when the optimizers do not match)."""
+    opt = ck.optimizer
+    if opt is None or opt.state.shape[0] != slots:
+        note("note: the optimizer state was not sent: the model's optimizer is not the device's")
+        return None, None
+    flat = np.concatenate([host_to_device(segs, opt.state[s], n_ram) for s in range(slots)]) if slots else None
+    return flat, opt.train_state.view(np.uint8).copy()
+
+
+@device.command("save")
+@port_options
+@example("mcutrain device save --port /dev/ttyACM0")
+def save_cmd(port: str, baud: int, timeout: float) -> None:
+    """Persist the device's parameters and optimizer state in its storage (double-buffered)."""
+    with connect(port, baud, timeout) as dev:
+        seq = dev.save()
+    click.echo(f"saved on the device (save #{seq})")

@@ -1,0 +1,369 @@
+"""`mcutrain export`, `build`, `flash` and `sim`: from a model file to firmware running on a board or
+in the simulator that stands in for it."""
+from __future__ import annotations
+
+import configparser
+import io
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import click
+import numpy as np
+
+from .cli_common import CliError, MissingTool, example, note, table, write_output
+from .cli_data import DataSpec
+from .cli_model import QUANT_CHOICES, calibration_inputs, device_model, eval_source, model_loss
+from .modelfile import Checkpoint, atomic_write, load_model
+
+HOST_MODEL = "model.mct"          # the exported model, kept in the project for `sim` and `device pull`
+CALIBRATION = "calibration.npz"   # int8-full's calibration inputs, to rebuild the same device model
+
+
+# ---------------------------------------------------------------- project helpers
+
+def read_project(project: str) -> Dict[str, Any]:
+    """The project's mcutrain.json; CliError if the folder is not an exported project."""
+    p = Path(project) / "mcutrain.json"
+    if not p.is_file():
+        raise CliError(f"{project} is not an exported project (no mcutrain.json): run `mcutrain export` first")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise CliError(f"{p} is damaged ({e}): export the project again") from None
+
+
+def project_envs(project: str) -> List[str]:
+    """The env names in the project's platformio.ini."""
+    cp = configparser.ConfigParser(interpolation=None, strict=False)
+    cp.read(Path(project) / "platformio.ini")
+    return [s[4:] for s in cp.sections() if s.startswith("env:")]
+
+
+def require_pio() -> List[str]:
+    """The PlatformIO command; MissingTool when it is not installed."""
+    from exporter import pio
+    try:
+        return pio.pio_command()
+    except pio.PioError as e:
+        raise MissingTool(str(e)) from None
+
+
+def require_simulator(board: Any) -> Any:
+    """The simulator that stands in for the board, with its tools installed; MissingTool otherwise."""
+    from exporter import sim
+    try:
+        s = sim.simulator_for(board)
+        sim.require_tools(*s.tools)
+    except sim.SimError as e:
+        raise MissingTool(str(e)) from None
+    return s
+
+
+def project_board(meta: Dict[str, Any], name: Optional[str], project: str) -> Any:
+    """The board to build/run for: the project's own, or native (every project has env:native)."""
+    from exporter.boards import get_board
+    b = get_board(name or meta["board"])
+    if b.name not in (meta["board"], "native"):
+        raise CliError(f"{project} was exported for {meta['board']}, not {b.name}: export the model for "
+                       f"{b.name} first (mcutrain export MODEL --board {b.name})")
+    return b
+
+
+def host_model(project: str, model: Optional[str]) -> Optional[Checkpoint]:
+    """The host model of a project: --model, else the copy `mcutrain export` keeps in the project."""
+    path = Path(model) if model else Path(project) / HOST_MODEL
+    return load_model(path) if (model or path.is_file()) else None
+
+
+def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, board: Any) -> Any:
+    """The device model the project was generated from, rebuilt on the host (None if it cannot be, e.g.
+    int8-full without the stored calibration inputs)."""
+    cal = None
+    if meta.get("quant") == "int8-full":
+        p = Path(project) / CALIBRATION
+        if not p.is_file():
+            return None
+        with np.load(p) as z:
+            cal = z["x"]
+    loss = model_loss(ck, meta.get("loss"))
+    m = device_model(ck, meta.get("quant", "f32"), meta.get("trainable", "all"), loss, board=board, calibration=cal)
+    return m if m.hash().hex() == meta.get("hash") else None
+
+
+# ---------------------------------------------------------------- export
+
+def _eval_data(ck: Checkpoint) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """Evaluation samples for the quantization report: the model's own held-out data, if it records it."""
+    try:
+        _, x, y, _ = eval_source(ck, DataSpec(), 1000)
+    except Exception:  # no stored source, or its file is gone: no report
+        return None
+    return x, y
+
+
+def _npz_bytes(x: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, x=np.asarray(x, np.float32))
+    return buf.getvalue()
+
+
+@click.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--board", required=True, help="Target board (see `mcutrain boards`).")
+@click.option("--quant", type=click.Choice(QUANT_CHOICES), default="f32", show_default=True,
+              help="f32; int8 weights for frozen layers (FPU targets); int8-full: integer frozen layers (no FPU).")
+@click.option("--trainable", default="all", show_default=True,
+              help="Layers that keep training on the device: all, none, last:N or biases.")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Inputs (CSV/NPZ/IDX) that set int8-full's activation ranges [default: the training data].")
+@click.option("--loss", "loss_name", default=None, help="Loss the device trains with [default: the model's].")
+@click.option("--sim", "for_sim", is_flag=True, help="Check the memory plan against the board's simulated stand-in.")
+@click.option("-o", "--output", type=click.Path(file_okay=False), default=None,
+              help="Project folder [default: MODEL-BOARD].")
+@click.option("--force", is_flag=True, help="Replace an existing project folder.")
+@example("""
+mcutrain export model.mct --board native -o fw
+mcutrain export model.mct --board uno --trainable last:1 --quant int8-full -o fw-uno""")
+def export(model: str, board: str, quant: str, trainable: str, calibration: Optional[str], loss_name: Optional[str],
+           for_sim: bool, output: Optional[str], force: bool) -> None:
+    """Turn a model file into a PlatformIO project for a board: generated C model, firmware, the C core
+    as a library and offline platforms for the simulator and the native build.
+
+    The memory plan is checked first; a model that does not fit exits with code 3 and says what to
+    change. Quantized exports print how the device model compares with the f32 network.
+    """
+    from exporter.boards import get_board
+    from exporter.export import export_project
+    b = get_board(board)
+    ck = load_model(model)
+    out = Path(output or f"{Path(model).stem}-{b.name}")
+    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+        raise CliError(f"{out} exists; pass --force to replace it or choose another folder with -o")
+    loss = model_loss(ck, loss_name)
+    eval_data = _eval_data(ck) if quant != "f32" else None
+    cal = calibration_inputs(ck, calibration, eval_data[0] if eval_data else None) if quant == "int8-full" else None
+    res = export_project(model, b.name, out, quant=quant, trainable=trainable, loss=loss, force=force,
+                         sim=for_sim, calibration=cal, eval_data=eval_data)
+    atomic_write(res.path / HOST_MODEL, Path(model).read_bytes())
+    if cal is not None:
+        atomic_write(res.path / CALIBRATION, _npz_bytes(cal))
+    click.echo(res.plan.table())
+    if res.quant_report is not None:
+        click.echo(res.quant_report.summary())
+    elif quant != "f32":
+        note("note: no quantization report: the model file does not record data to evaluate on")
+    click.echo(f"wrote {res.path} for {b.name} (model hash {res.hash}, {quant}, trainable {trainable})")
+    sim_hint = f"mcutrain sim {res.path}" if b.sim_kind else f"mcutrain flash {res.path} --board {b.name}"
+    click.echo(f"next: mcutrain build {res.path}   or   {sim_hint}")
+
+
+# ---------------------------------------------------------------- build and flash
+
+def _resolve_env(project: str, meta: Dict[str, Any], board: Optional[str], env: Optional[str], sim: bool) -> str:
+    """The env to build: --env, the simulator's env (--sim), or the board's own."""
+    envs = project_envs(project)
+    if env:
+        if board or sim:
+            raise CliError("give --env, or --board/--sim, not both")
+        if env not in envs:
+            raise CliError(f"{project}/platformio.ini has no env {env!r}; it has {', '.join(envs)}")
+        return env
+    b = project_board(meta, board, project)
+    if sim:
+        return require_simulator(b).env_name(b)
+    return b.name
+
+
+def _size_lines(output: str) -> List[str]:
+    """PlatformIO's RAM/Flash usage lines."""
+    return [ln.strip() for ln in output.splitlines() if ln.strip().startswith(("RAM:", "Flash:"))]
+
+
+@click.command()
+@click.argument("project", type=click.Path(exists=True, file_okay=False))
+@click.option("--board", default=None, help="Board env to build [default: the project's board].")
+@click.option("--env", "env", default=None, help="Any env of the project's platformio.ini (e.g. native, sim-uno).")
+@click.option("--sim", "for_sim", is_flag=True, help="Build the env of the board's simulator.")
+@click.option("-v", "--verbose", is_flag=True, help="Show PlatformIO's output.")
+@example("""
+mcutrain build fw                     # the project's board (real boards need their platform once)
+mcutrain build fw-uno --sim           # the simulated stand-in, offline
+mcutrain build fw-uno --env native""")
+def build(project: str, board: Optional[str], env: Optional[str], for_sim: bool, verbose: bool) -> None:
+    """Build an exported project with PlatformIO (`pio run -e ENV`)."""
+    from exporter import pio
+    meta = read_project(project)
+    env_name = _resolve_env(project, meta, board, env, for_sim)
+    require_pio()
+    r = pio.build(Path(project), env_name, verbose)
+    if verbose:
+        click.echo(r.stdout)
+    for line in _size_lines(r.stdout):
+        click.echo(line)
+    click.echo(f"built {project} (env {env_name})")
+
+
+@click.command()
+@click.argument("project", type=click.Path(exists=True, file_okay=False))
+@click.option("--board", default=None, help="Board to flash [default: the project's board].")
+@click.option("--port", default=None, help="Upload port, e.g. /dev/ttyACM0 [default: PlatformIO finds it].")
+@click.option("-v", "--verbose", is_flag=True, help="Show PlatformIO's output.")
+@example("mcutrain flash fw-uno --board uno --port /dev/ttyACM0")
+def flash(project: str, board: Optional[str], port: Optional[str], verbose: bool) -> None:
+    """Build and upload the firmware to a connected board (`pio run -e BOARD -t upload`).
+
+    For the native board, "upload" runs the program on this terminal; use `mcutrain sim` instead.
+    """
+    from exporter import pio
+    meta = read_project(project)
+    b = project_board(meta, board, project)
+    require_pio()
+    args = ["run", "-e", b.name, "-t", "upload"] + (["--upload-port", port] if port else [])
+    r = pio.run(args, Path(project))
+    if r.returncode != 0:
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-20:])
+        raise CliError(f"pio {' '.join(args)} failed: check the board is connected (and --port), then see "
+                       f"PlatformIO's output:\n{tail}")
+    if verbose:
+        click.echo(r.stdout)
+    click.echo(f"flashed {project} to {b.name}" + (f" on {port}" if port else ""))
+
+
+# ---------------------------------------------------------------- sim
+
+def check_samples(ck: Checkpoint, n: int) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """Inputs (and targets, if known) to compare device and host on: the model's own data, else seeded
+    random inputs."""
+    try:
+        _, x, y, _ = eval_source(ck, DataSpec(), max(n, 1))
+        return np.ascontiguousarray(x[:n], np.float32), np.ascontiguousarray(y[:n], np.float32)
+    except Exception:  # no stored source: random inputs, no targets
+        return np.random.default_rng(0).uniform(-1, 1, (n, ck.net.n_in)).astype(np.float32), None
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(np.asarray(a, "<f4").view("<u4"), np.asarray(b, "<f4").view("<u4"))
+
+
+def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) if a.size else 0.0
+
+
+def _verdict(same: bool, diff: float, scale: float) -> Tuple[str, bool]:
+    """('bit for bit' / 'max difference ...', within tolerance?)."""
+    if same:
+        return "match bit for bit", True
+    ok = diff <= 1e-5 * max(1.0, scale)
+    return f"{'match' if ok else 'DIFFER'}: max difference {diff:.3g}", ok
+
+
+def predict_check(dev: Any, m: Any, ck: Checkpoint, x: np.ndarray) -> Dict[str, Any]:
+    """The device's outputs against the host's (the same device model through the host's C core, or the
+    f32 network when the device model cannot be rebuilt)."""
+    got = dev.predict(x)
+    if m is not None:
+        want = m.core().forward(np.concatenate([m.params, np.zeros(1, np.float32)]), x)
+        text, ok = _verdict(_same_bits(got, want), _max_diff(got, want), float(np.abs(want).max(initial=0)))
+        ref = "host (same C core)"
+    else:
+        want = ck.net.forward(x)
+        diff = _max_diff(got, want)
+        ok = diff <= 0.1 * max(1.0, float(np.abs(want).max(initial=0)))
+        text, ref = f"max difference {diff:.3g} (quantized device model)", "host f32 network"
+    return {"samples": int(len(x)), "reference": ref, "result": text, "ok": ok, "max_diff": _max_diff(got, want)}
+
+
+def train_check(dev: Any, m: Any, x: np.ndarray, t: np.ndarray) -> Dict[str, Any]:
+    """One TRAIN on the device against the same update on the host (from the exported state)."""
+    from trainer.optim import TRAIN_STATE_DTYPE
+    n = m.program.n_params
+    params = np.concatenate([m.params, np.zeros(1, np.float32)])
+    state = np.zeros(max(m.opt_slots * n, 1), np.float32)
+    ts = np.zeros(1, TRAIN_STATE_DTYPE)
+    ts["b1t"], ts["b2t"] = 1.0, 1.0
+    rc, host_loss = m.core().train_fused(m.opt_cfg.view(np.uint8), ts.view(np.uint8), params, state, m.loss_kind,
+                                         m.loss_param, x[None, :], t[None, :])
+    dev_loss, _ = dev.train(x, t)
+    got = dev.read_region(0)
+    text, ok = _verdict(_same_bits(got, params[:n]) and np.float32(dev_loss) == np.float32(host_loss),
+                        _max_diff(got, params[:n]), float(np.abs(params[:n]).max(initial=0)))
+    return {"result": text, "ok": ok and rc == 0, "device_loss": float(dev_loss), "host_loss": float(host_loss)}
+
+
+def _report_rows(report: Dict[str, Any]) -> List[List[Any]]:
+    """The simulator's measurements as (what, value) rows."""
+    unit = report.get("unit") or ""
+    names = {"predict": f"per PREDICT ({unit})" if unit else "per PREDICT",
+             "train": f"per TRAIN ({unit})" if unit else "per TRAIN",
+             "ram_static": "static RAM (B)", "stack_peak": "peak stack (B)", "flash": "flash (B)"}
+    return [[names.get(k, k), v] for k, v in report.items()
+            if k not in ("unit", "check", "board", "simulator") and v is not None]
+
+
+@click.command()
+@click.argument("project", type=click.Path(exists=True, file_okay=False))
+@click.option("--board", default=None, help="Board whose simulator runs it [default: the project's board].")
+@click.option("--model", type=click.Path(exists=True, dir_okay=False), default=None,
+              help=f"Host model to compare with [default: the project's {HOST_MODEL}].")
+@click.option("--samples", type=click.IntRange(1), default=5, show_default=True, help="Samples to compare.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the measurements and the checks as JSON.")
+@click.option("--no-build", is_flag=True, help="Run the firmware built before.")
+@click.option("--force", is_flag=True, help="Replace an existing --report file.")
+@example("""
+mcutrain sim fw
+mcutrain sim fw-uno --report uno.json""")
+def sim(project: str, board: Optional[str], model: Optional[str], samples: int, report_path: Optional[str],
+        no_build: bool, force: bool) -> None:
+    """Build the project for the board's simulator (QEMU, simavr, or natively), run it, check that the
+    device's predictions (and a training step) match the host's, and report what it measured."""
+    from exporter import sim as sim_mod
+    meta = read_project(project)
+    b = project_board(meta, board, project)
+    require_simulator(b)
+    if not no_build:
+        require_pio()
+    if report_path and Path(report_path).exists() and not force:
+        raise CliError(f"{report_path} exists; pass --force to replace it or choose another name")
+    ck = host_model(project, model)
+    m = project_device_model(project, meta, ck, b) if ck is not None else None
+    checks: Dict[str, Any] = {}
+    with sim_mod.start(Path(project), b, measure=True, build=not no_build) as s:
+        info = s.device.info()
+        if info.hash != meta["hash"]:
+            raise CliError(f"the firmware runs model {info.hash}, but {project} holds {meta['hash']}: "
+                           f"build it again (without --no-build)")
+        s.device.reset()
+        if ck is None:
+            note(f"note: {project} has no {HOST_MODEL}: give --model to compare the device with the host")
+        else:
+            x, y = check_samples(ck, samples)
+            checks["predict"] = predict_check(s.device, m, ck, x)
+            if m is not None and y is not None and info.n_trainable:
+                checks["train"] = train_check(s.device, m, x[0], y[0])
+        report = dict(s.report())
+    report["check"] = checks
+    _print_sim(project, b, info, checks, report)
+    if report_path:
+        write_output(Path(report_path), (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode(),
+                     force, "report")
+    if not all(c["ok"] for c in checks.values()):
+        raise CliError("the device does not match the host: see the check above")
+
+
+def _print_sim(project: str, b: Any, info: Any, checks: Dict[str, Any], report: Dict[str, Any]) -> None:
+    """The checks and the measurement table."""
+    click.echo(f"{project} on {b.name} ({report.get('simulator', b.sim_kind)}): model {info.hash}, "
+               f"{info.n_in} inputs, {info.n_out} outputs, {info.n_trainable:,} trainable parameters")
+    if "predict" in checks:
+        c = checks["predict"]
+        click.echo(f"predictions on {c['samples']} samples: device and {c['reference']} {c['result']}")
+    if "train" in checks:
+        c = checks["train"]
+        click.echo(f"one training step: device and host {c['result']} (loss {c['device_loss']:.6g})")
+    rows = _report_rows(report)
+    if rows:
+        click.echo(table(["measurement", "value"], rows, right=[False, True]))
+    else:
+        click.echo(f"({report.get('simulator', 'this')} run measures no cycles, RAM or stack; the simulated boards do)")

@@ -1,0 +1,290 @@
+"""`mcutrain eval`, `info`, `plot` and `boards`: look at models, logs and targets."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import click
+import numpy as np
+
+from . import losses as losses_mod
+from .cli_common import CliError, MissingTool, example, note, table, write_output
+from .cli_data import (DataSpec, FileSource, ProblemSource, Source, check_widths, data_options, load_inputs,
+                       open_source, pop_data_options)
+from .losses import Loss
+from .modelfile import MAGIC, Checkpoint, load_model
+
+QUANT_CHOICES = ["f32", "int8", "int8-full"]
+
+
+# ---------------------------------------------------------------- eval
+
+def model_loss(ck: Checkpoint, name: Optional[str]) -> Loss:
+    """--loss if given, else the loss the model was trained with, else mse."""
+    try:
+        return losses_mod.by_name(name or ck.metadata.get("loss") or "mse")
+    except ValueError as e:
+        raise CliError(str(e)) from None
+
+
+def eval_source(ck: Checkpoint, spec: DataSpec, samples: int) -> Tuple[Source, np.ndarray, np.ndarray, str]:
+    """(source, x, y, what) to evaluate on: the given data (all of it), else the model's own data source
+    (its held-out split, or fresh samples of its problem)."""
+    stored = ck.metadata.get("train") or {}
+    if spec.given:
+        src = open_source(spec, int(stored.get("seed", 0)))
+        x, y = src.evaluation(samples)
+        return src, x, y, f"{src.name} ({len(x)} samples)"
+    if not stored.get("data"):
+        raise CliError("the model file does not say what it was trained on: give --data FILE or --problem NAME")
+    spec = DataSpec.from_dict(stored["data"])
+    val = float(stored.get("val", 0.0)) if spec.path else 0.0
+    src = open_source(spec, int(stored.get("seed", 0)), val)
+    if isinstance(src, FileSource) and src.val is not None:
+        return src, src.val.x, src.val.y, f"{src.name}, the held-out {val:.0%} ({len(src.val)} samples)"
+    x, y = src.evaluation(samples)
+    what = "fresh samples" if isinstance(src, ProblemSource) else "all samples: no split was held out"
+    return src, x, y, f"{src.name} ({len(x)} {what})"
+
+
+def calibration_inputs(ck: Checkpoint, path: Optional[str], x_eval: Optional[np.ndarray]) -> np.ndarray:
+    """Inputs that set the int8 ranges: --calibration FILE, else the model's training data, else the
+    evaluation inputs (if any)."""
+    n_in = ck.net.n_in
+    assert n_in is not None
+    if path:
+        return load_inputs(path, n_in)
+    stored = ck.metadata.get("train") or {}
+    if stored.get("data"):
+        spec = DataSpec.from_dict(stored["data"])
+        if spec.given and (spec.problem or (spec.path and Path(spec.path).exists())):
+            src = open_source(spec, int(stored.get("seed", 0)), float(stored.get("val", 0.0)) if spec.path else 0.0)
+            return src.train.x[:1000] if isinstance(src, FileSource) else src.batch(0, 512)[0]
+    if x_eval is None:
+        raise CliError("--quant int8-full needs calibration inputs to choose the int8 ranges, and the model file "
+                       "does not record its training data: give --calibration FILE (a few hundred typical inputs)")
+    note("note: calibrating the int8 ranges on the evaluation inputs (give --calibration FILE for others)")
+    return x_eval
+
+
+def device_model(ck: Checkpoint, quant: str, trainable: str, loss: Loss, board: Optional[Any] = None,
+                 calibration: Optional[np.ndarray] = None) -> Any:
+    """The device's model of a checkpoint (int8-full needs calibration inputs)."""
+    from exporter.device import build_device_model
+    return build_device_model(ck, trainable, quant, loss, board=board, calibration=calibration)
+
+
+def confusion(outputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Counts [true class][predicted class]."""
+    k = targets.shape[1]
+    m = np.zeros((k, k), np.int64)
+    np.add.at(m, (targets.argmax(axis=1), outputs.argmax(axis=1)), 1)
+    return m
+
+
+def confusion_text(m: np.ndarray, limit: int = 20) -> str:
+    """The confusion matrix as a table (the classes with most samples when there are many)."""
+    k = m.shape[0]
+    show = np.arange(k) if k <= limit else np.sort(np.argsort(-m.sum(axis=1))[:limit])
+    headers = ["true \\ predicted"] + [str(c) for c in show]
+    rows = [[str(r)] + [int(m[r, c]) for c in show] for r in show]
+    head = "confusion matrix (rows: true class, columns: predicted class)"
+    if k > limit:
+        head += f"; the {limit} most frequent of {k} classes"
+    return head + "\n" + table(headers, rows)
+
+
+@click.command("eval")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@data_options
+@click.option("--loss", "loss_name", default=None, help="Loss to report [default: the one it was trained with].")
+@click.option("--quant", type=click.Choice(QUANT_CHOICES), default="f32", show_default=True,
+              help="Evaluate the device's model with this quantization, through the same C kernels.")
+@click.option("--trainable", default="none", show_default=True,
+              help="With --quant: which layers stay trainable (f32, in RAM) on the device: all, none, last:N, biases.")
+@click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Inputs (CSV/NPZ/IDX) that set the int8-full activation ranges [default: the training data].")
+@click.option("--samples", type=click.IntRange(1), default=1000, show_default=True,
+              help="Samples to draw from a problem.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@example("""
+mcutrain eval model.mct                       # on the data it was trained on (its held-out part)
+mcutrain eval model.mct --problem modadd10 --quant int8
+mcutrain eval iris.mct --data iris_test.csv --classify --json""")
+def eval_cmd(model: str, loss_name: Optional[str], quant: str, trainable: str, calibration: Optional[str],
+             samples: int, as_json: bool, **kw: Any) -> None:
+    """Loss and accuracy of a model file, with a confusion matrix for classifiers (one-hot targets).
+
+    With --quant, the model the device would run (int8 weights, or full-integer int8) is evaluated
+    on this computer through the firmware's own C kernels and compared with the f32 network.
+    """
+    ck = load_model(model)
+    spec = pop_data_options(kw)
+    src, x, y, what = eval_source(ck, spec, samples)
+    check_widths(ck.net.n_in, ck.net.n_out, src, f"the network in {model}")
+    loss = model_loss(ck, loss_name)
+    result: Dict[str, Any] = {"model": model, "data": what, "samples": int(len(x)), "loss_name": str(loss)}
+    outputs = ck.net.forward(x)
+    if quant != "f32":
+        from exporter.quantize import evaluate
+        cal = calibration_inputs(ck, calibration, x) if quant == "int8-full" else None
+        dm = device_model(ck, quant, trainable, loss, calibration=cal)
+        report = evaluate(ck, dm, x, y, loss, trainable)
+        result["quantization"] = report.to_dict()
+        params = np.concatenate([np.asarray(dm.params, np.float32), np.zeros(1, np.float32)])
+        outputs = dm.core().forward(params, np.ascontiguousarray(x, np.float32))
+    result["loss"] = float(loss(outputs, y)[0])
+    classifier = src.classification
+    if classifier:
+        m = confusion(outputs, y)
+        result["accuracy"] = float(np.trace(m) / m.sum())
+        result["confusion"] = m.tolist()
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(f"{model} ({'f32' if quant == 'f32' else quant + ' device model'}) on {what}")
+    click.echo(f"  {loss} loss  {result['loss']:.6g}")
+    if classifier:
+        click.echo(f"  accuracy  {result['accuracy']:.2%}")
+    if quant != "f32":
+        click.echo(report.summary())
+    if classifier:
+        click.echo(confusion_text(np.asarray(result["confusion"])))
+
+
+# ---------------------------------------------------------------- info
+
+def layer_rows(ck: Checkpoint) -> Tuple[List[List[Any]], int, int]:
+    """Rows of the layer table and the totals of parameters and MACs."""
+    rows = [[i, r["layer"], r["op"], r["in"], r["out"], r["params"], r["macs"]]
+            for i, r in enumerate(ck.net.summary())]
+    return rows, sum(r[5] for r in rows), sum(r[6] for r in rows)
+
+
+def describe_training(ck: Checkpoint) -> List[str]:
+    """Lines about the optimizer and the run stored in the model file."""
+    lines = []
+    if ck.optimizer is not None:
+        tp = ck.optimizer.params
+        sched = tp.schedule if tp.schedule == "constant" else f"{tp.schedule} to {tp.lr_final:g} over {tp.decay_steps}"
+        lines.append(f"optimizer   {ck.optimizer.kind}, lr {tp.lr:g} ({sched}), step {ck.optimizer.step}")
+    if ck.metadata.get("loss"):
+        lines.append(f"loss        {ck.metadata['loss']}")
+    run = ck.metadata.get("train")
+    if run:
+        data = DataSpec.from_dict(run.get("data") or {})
+        lines.append(f"trained on  {data.describe()}, {run.get('batches', '?')} of {run.get('steps', '?')} steps, "
+                     f"batch {run.get('batch')}, seed {run.get('seed')}")
+    return lines
+
+
+@click.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--board", default=None, help="Show the memory plan on this board (see `mcutrain boards`).")
+@click.option("--quant", type=click.Choice(["f32", "int8"]), default="f32", show_default=True,
+              help="Quantization assumed by the memory plan.")
+@click.option("--trainable", default="all", show_default=True, help="Layers trained on the device, for the plan.")
+@click.option("--sim", "for_sim", is_flag=True, help="Plan against the board's simulated stand-in.")
+@example("""
+mcutrain info model.mct
+mcutrain info model.mct --board uno --trainable last:1""")
+def info(model: str, board: Optional[str], quant: str, trainable: str, for_sim: bool) -> None:
+    """Layers (sizes, parameters, multiply-accumulates), what the file records about its training, and
+    the memory plan on a board."""
+    ck = load_model(model)
+    rows, params, macs = layer_rows(ck)
+    click.echo(f"{model}: {ck.net.describe()}")
+    click.echo(f"{ck.net.n_in} inputs, {ck.net.n_out} outputs, {params:,} parameters, {macs:,} MACs per sample")
+    click.echo(table(["#", "layer", "op", "in", "out", "params", "MACs"], rows + [["", "total", "", "", "", params, macs]],
+                     right=[True, False, False, True, True, True, True]))
+    for line in describe_training(ck):
+        click.echo(line)
+    if board:
+        from exporter.boards import get_board
+        from exporter.memplan import plan
+        b = get_board(board)
+        mp = plan(device_model(ck, quant, trainable, model_loss(ck, None), board=b), b, for_sim)
+        click.echo("")
+        click.echo(mp.table())
+        click.echo(f"fits {b.name}: {'yes' if mp.fits() else 'NO'} ({mp.ram:,} of {mp.ram_budget:,} B RAM, "
+                   f"{mp.flash:,} of {mp.flash_budget:,} B flash)")
+
+
+# ---------------------------------------------------------------- plot
+
+def is_model_file(path: str) -> bool:
+    """Does the file start with the model file marker?"""
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
+
+
+@click.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="PNG to write [default: SOURCE with .png].")
+@click.option("--weights", is_flag=True, help="Weight heat maps of a model file (the default for model files).")
+@click.option("--force", is_flag=True, help="Replace an existing PNG.")
+@example("""
+mcutrain plot run.jsonl -o loss.png           # loss, validation metric and learning rate
+mcutrain plot model.mct --weights -o w.png    # one heat map per layer""")
+def plot(source: str, output: Optional[str], weights: bool, force: bool) -> None:
+    """Plot a training log (from `mcutrain train --log`) or a model file's weights as a PNG."""
+    from . import plot as plots
+    from .recorder import read_log
+    out = Path(output or Path(source).with_suffix(".png"))
+    if is_model_file(source):
+        ck = load_model(source)
+        png = plots.plot_weights(ck.net, f"{Path(source).name}: {ck.net.describe()}")
+    elif weights:
+        raise CliError(f"{source} is not a model file: --weights plots the weights of a .mct file")
+    else:
+        records = read_log(source)
+        if not any(r.get("event") == "step" for r in records):
+            raise CliError(f"{source} has no training steps: is it a log written by `mcutrain train --log`?")
+        png = plots.plot_log(records, Path(source).name)
+    write_output(out, png, force, "PNG")
+    click.echo(f"wrote {out}")
+
+
+# ---------------------------------------------------------------- boards
+
+def simulator_status(board: Any) -> Tuple[str, str]:
+    """(simulator kind, 'ready' or what is missing) for a board."""
+    import shutil
+    from exporter import sim
+    if board.sim_kind is None:
+        return "-", "no simulator"
+    try:
+        s = sim.simulator_for(board)
+    except sim.SimError:
+        return board.sim_kind, "not in this mcutrain"
+    missing = [t for t in s.tools if shutil.which(t) is None]
+    return board.sim_kind, ("missing " + ", ".join(missing)) if missing else "ready"
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:,.0f} KiB" if n < 1 << 30 else "host"
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the boards as JSON.")
+@example("mcutrain boards")
+def boards(as_json: bool) -> None:
+    """The boards mcutrain can export to: RAM, flash, FPU, and the simulator that stands in for each."""
+    from exporter.boards import all_boards
+    bs = all_boards()
+    if not bs:
+        raise MissingTool("no board files found: reinstall mcutrain")
+    rows = []
+    for b in bs:
+        kind, status = simulator_status(b)
+        rows.append({"name": b.name, "title": b.title, "core": b.core, "ram": b.ram, "flash": b.flash, "fpu": b.fpu,
+                     "simulator": kind, "sim_ram": b.sim_ram, "simulator_status": status})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(table(["board", "title", "core", "RAM", "flash", "FPU", "simulator", "status"],
+                     [[r["name"], r["title"], r["core"], _kib(r["ram"]), _kib(r["flash"]), r["fpu"], r["simulator"],
+                       r["simulator_status"]] for r in rows],
+                     right=[False, False, False, True, True, False, False, False]))

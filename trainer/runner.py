@@ -1,0 +1,170 @@
+"""The training run behind `mcutrain train`: the loop, validation, logging, checkpoints and Ctrl-C.
+
+A run is fully described by its settings (stored in the model file's metadata under "train") plus
+the model file's parameters and optimizer state. Batches come from a Source as a pure function of
+the seed and the batch index, so continuing from a checkpoint gives the very bits an uninterrupted
+run would have produced.
+
+Ctrl-C does not break a step in half: the first one asks the loop to stop after the current step,
+which then saves a checkpoint; a second Ctrl-C stops at once.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+from .cli_data import DataSpec, Source, metrics
+from .losses import Loss
+from .modelfile import save_model
+from .module import Module
+from .optim import Optimizer
+from .recorder import Recorder
+from .train import train_batch
+
+
+@dataclass
+class RunSettings:
+    """How a run trains (everything but the network and the optimizer, which the model file holds)."""
+    data: DataSpec = field(default_factory=DataSpec)
+    loss: str = "mse"
+    batch: int = 32
+    threads: int = 1
+    seed: int = 0
+    val: float = 0.0
+    steps: int = 0                 # total steps of the run, counting steps before a resume
+    epochs: Optional[int] = None   # what --epochs was, for the record
+    init_scale: float = 1.0
+    eval_every: int = 0            # 0: about 20 times per run
+    log_every: int = 10
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain data for the model file."""
+        d = asdict(self)
+        d["data"] = self.data.to_dict()
+        return d
+
+    @staticmethod
+    def from_dict(d: Dict[str, Any]) -> "RunSettings":
+        """Inverse of to_dict (unknown keys are ignored)."""
+        names = {f.name for f in fields(RunSettings)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["data"] = DataSpec.from_dict(d.get("data") or {})
+        return RunSettings(**kw)
+
+    def evaluation_interval(self) -> int:
+        """Steps between validation checks."""
+        return self.eval_every if self.eval_every > 0 else max(1, self.steps // 20)
+
+
+def run_metadata(settings: RunSettings, batches: int, fingerprint: Optional[int]) -> Dict[str, Any]:
+    """What the model file records about the run (the loss also tells the exporter what to train with)."""
+    return {"loss": settings.loss,
+            "train": {**settings.to_dict(), "batches": batches, "data_crc": fingerprint}}
+
+
+class StopRequest:
+    """Turns the first SIGINT into a request to stop after the current step (main thread only)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+@dataclass
+class RunResult:
+    """How a run ended."""
+    batches: int
+    loss: float
+    val: Dict[str, float]
+    interrupted: bool
+
+
+class TrainingRun:
+    """One invocation of the training loop, from batch `start` up to settings.steps."""
+
+    def __init__(self, net: Module, opt: Optimizer, loss: Loss, source: Source, settings: RunSettings,
+                 out: Path, start: int = 0, recorder: Optional[Recorder] = None,
+                 on_progress: Optional[Callable[[int, str], None]] = None, checkpoint_every: int = 0,
+                 stop_after: int = 0) -> None:
+        self.net, self.opt, self.loss, self.source, self.s = net, opt, loss, source, settings
+        self.out, self.batches, self.recorder = out, start, recorder
+        self.on_progress = on_progress or (lambda n, text: None)
+        self.checkpoint_every, self.stop_after = checkpoint_every, stop_after
+        self.fingerprint = settings.data.fingerprint()
+        self.val_set = source.validation()
+        self.val: Dict[str, float] = {}
+        self.avg: Optional[float] = None
+
+    def save(self) -> None:
+        """Write the model file (atomically) with the run's state."""
+        save_model(self.out, self.net, self.opt, run_metadata(self.s, self.batches, self.fingerprint))
+
+    def validate(self) -> Dict[str, float]:
+        """Loss (and accuracy) on the held-out samples; {} without them."""
+        if self.val_set is None:
+            return {}
+        x, y = self.val_set
+        self.val = metrics(self.net.forward(x), y, self.loss, self.source.classification)
+        return self.val
+
+    def status(self) -> str:
+        """The text next to the progress bar."""
+        parts = [f"loss {self.avg:.4g}" if self.avg is not None else ""]
+        if "accuracy" in self.val:
+            parts.append(f"val acc {self.val['accuracy']:.1%}")
+        elif "loss" in self.val:
+            parts.append(f"val loss {self.val['loss']:.4g}")
+        return "  ".join(p for p in parts if p)
+
+    def step(self) -> float:
+        """One batch: update, then bookkeeping."""
+        x, y = self.source.batch(self.batches, self.s.batch)
+        lr = self.opt.current_lr()
+        value = train_batch(self.opt, self.net, self.loss, x, y, threads=self.s.threads)
+        self.batches += 1
+        self.avg = value if self.avg is None else 0.95 * self.avg + 0.05 * value
+        last = self.batches == self.s.steps
+        extra: Dict[str, float] = {}
+        if self.batches % self.s.evaluation_interval() == 0 or last:
+            extra = {f"val_{k}": v for k, v in self.validate().items()}
+        if self.recorder is not None and (extra or last or self.batches % self.s.log_every == 0):
+            self.recorder.step(self.batches, value, lr, force=True, **extra)
+        if self.checkpoint_every and self.batches % self.checkpoint_every == 0 and not last:
+            self.save()
+        return value
+
+    def run(self) -> RunResult:
+        """Train until settings.steps or a stop request; always leaves a model file behind."""
+        loss = float("nan")  # no step taken
+        done_here = 0
+        with StopRequest() as stop:
+            while self.batches < self.s.steps:
+                loss = self.step()
+                done_here += 1
+                self.on_progress(1, self.status())
+                if self.stop_after and done_here >= self.stop_after:
+                    stop.requested = True       # the test hook: behave as if Ctrl-C came now
+                if stop.requested:
+                    break
+        interrupted = self.batches < self.s.steps
+        if not interrupted and not self.val:
+            self.validate()
+        self.save()
+        return RunResult(self.batches, self.avg if self.avg is not None else loss, self.val, interrupted)
