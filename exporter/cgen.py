@@ -12,7 +12,6 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 
 from trainer import __version__
-from trainer.optim import OPT_DTYPE
 from trainer.program import Op, Program
 
 OP_NAMES = {op: f"MCT_OP_{op.name}" for op in Op}

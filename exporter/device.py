@@ -19,7 +19,6 @@ import numpy as np
 
 from trainer.losses import Loss
 from trainer.modelfile import Checkpoint
-from trainer.module import core_net
 from trainer.optim import OPT_DTYPE, SLOTS, Optimizer, TrainParams
 from trainer.program import LayerDesc, Op, Program
 

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Type
@@ -151,6 +152,66 @@ def _register_kinds() -> None:
         except ModuleNotFoundError as e:
             if e.name != f"{__package__}.{name}":
                 raise
+
+
+class ProcessLink:
+    """The serial line (a pty) to a simulator process. Reads and writes notice when the process has ended
+    (a crash, a stack overflow, the firmware's exit) instead of waiting for the timeout, and raise the
+    SimError that ended() makes, which says why."""
+
+    def __init__(self, port: str, baud: int, process: subprocess.Popen, log: Path, timeout: float,
+                 what: str) -> None:
+        import serial  # pyserial
+        try:
+            self._serial = serial.Serial(port, baud, timeout=0.2)
+        except (serial.SerialException, OSError) as e:
+            raise SimError(f"cannot open {what}'s serial port {port}: {e}") from None
+        self.process = process
+        self.log = log
+        self.timeout = timeout
+        self.what = what
+
+    def log_tail(self) -> str:
+        """The end of the simulator's log."""
+        return self.log.read_text(errors="replace").strip()[-1500:] if self.log.is_file() else ""
+
+    def ended(self) -> SimError:
+        """Why the process ended, as an error."""
+        return SimError(f"{self.what} ended (exit status {self.process.returncode}) while the host waited for "
+                        f"the firmware:\n{self.log_tail()}")
+
+    def _gone(self) -> SimError:
+        self.process.wait(timeout=10)      # the pty went away: the process is ending
+        return self.ended()
+
+    def read(self, n: int) -> bytes:
+        """Up to n bytes; fewer only after `timeout` seconds without them."""
+        out = b""
+        deadline = time.monotonic() + self.timeout
+        while len(out) < n:
+            try:
+                out += self._serial.read(n - len(out))
+            except OSError:       # pyserial's SerialException is an OSError
+                raise self._gone() from None
+            if len(out) < n:
+                if self.process.poll() is not None:
+                    raise self.ended()
+                if time.monotonic() > deadline:
+                    break
+        return out
+
+    def write(self, data: bytes) -> int:
+        """Send bytes to the firmware."""
+        if self.process.poll() is not None:
+            raise self.ended()
+        try:
+            return self._serial.write(data)
+        except OSError:
+            raise self._gone() from None
+
+    def close(self) -> None:
+        """Close the pty."""
+        self._serial.close()
 
 
 def simulator_for(board: Board) -> Simulator:

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional
 from .boards import Board
 from .client import Device
 from .paths import firmware_dir
-from .sim import SIMULATORS, SimError, SimSession, Simulator, cache_dir, require_tools, run_checked
+from .sim import SIMULATORS, ProcessLink, SimError, SimSession, Simulator, cache_dir, require_tools, run_checked
 
 SIMAVR_HEADER = Path("/usr/include/simavr/sim_avr.h")
 START_TIMEOUT = 15.0        # seconds for the harness to offer its pty
@@ -102,61 +102,21 @@ def read_pty_line(fd: int, timeout: float) -> Optional[str]:
     return None
 
 
-class AvrLink:
-    """The serial line to the simulated AVR. It notices when the harness has ended (a stack overflow, a
-    crash, the firmware's exit) instead of waiting for the timeout, and raises SimError saying why."""
+class AvrLink(ProcessLink):
+    """The serial line to the simulated AVR; a stack overflow the harness saw is reported with its numbers."""
 
     def __init__(self, port: str, process: subprocess.Popen, log: Path, report: Path, board: str,
                  timeout: float = REPLY_TIMEOUT) -> None:
-        import serial  # pyserial
-        try:
-            self._serial = serial.Serial(port, 1000000, timeout=0.2)
-        except (serial.SerialException, OSError) as e:
-            raise SimError(f"cannot open the simavr harness's pty {port}: {e}") from None
-        self.process = process
-        self.log = log
+        super().__init__(port, 1000000, process, log, timeout, "the simavr harness")
         self.report = report
         self.board = board
-        self.timeout = timeout
 
     def ended(self) -> SimError:
         """Why the harness ended, as an error."""
         rep = read_report(self.report)
         if rep and rep.get("overflow"):
             return SimError(overflow_message(rep, self.board))
-        tail = self.log.read_text(errors="replace").strip()[-1500:] if self.log.is_file() else ""
-        return SimError(f"the simavr harness ended (exit status {self.process.returncode}) while the host waited "
-                        f"for the firmware:\n{tail}")
-
-    def read(self, n: int) -> bytes:
-        """Up to n bytes; fewer only after `timeout` seconds without them."""
-        out = b""
-        deadline = time.monotonic() + (self.timeout if self.timeout is not None else REPLY_TIMEOUT)
-        while len(out) < n:
-            try:
-                out += self._serial.read(n - len(out))
-            except OSError:       # the pty went away (pyserial's SerialException is an OSError)
-                try:
-                    self.process.wait(timeout=EXIT_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    raise
-                raise self.ended() from None
-            if len(out) < n:
-                if self.process.poll() is not None:
-                    raise self.ended()
-                if time.monotonic() > deadline:
-                    break
-        return out
-
-    def write(self, data: bytes) -> int:
-        """Send bytes to the firmware."""
-        if self.process.poll() is not None:
-            raise self.ended()
-        return self._serial.write(data)
-
-    def close(self) -> None:
-        """Close the pty."""
-        self._serial.close()
+        return super().ended()
 
 
 class SimavrSimulator(Simulator):

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 from .boards import Board
 from .client import Device
 from .paths import firmware_dir
-from .sim import SIMULATORS, SimError, SimSession, Simulator, cache_dir, require_tools, run_checked
+from .sim import SIMULATORS, ProcessLink, SimError, SimSession, Simulator, cache_dir, require_tools, run_checked
 
 # measured regions: name -> (begin marker, end marker) of ports/port_qemu_common.h
 REGIONS = {
@@ -117,59 +117,11 @@ def set_env_option(project: Path, env: str, key: str, value: str) -> None:
     ini.write_text(text[:start] + section + text[end:])
 
 
-class QemuLink:
-    """The serial line to the firmware, which notices when QEMU has ended (a crash, a fault in the
-    firmware) instead of waiting for the timeout, and says why."""
+class QemuLink(ProcessLink):
+    """The serial line to the firmware in QEMU."""
 
     def __init__(self, port: str, process: subprocess.Popen, log: Path, timeout: float = REPLY_TIMEOUT) -> None:
-        import serial  # pyserial
-        try:
-            self._serial = serial.Serial(port, 115200, timeout=0.2)
-        except (serial.SerialException, OSError) as e:
-            raise SimError(f"cannot open QEMU's serial port {port}: {e}") from None
-        self.process = process
-        self.log = log
-        self.timeout = timeout
-
-    def _ended(self) -> SimError:
-        tail = self.log.read_text(errors="replace").strip()[-1500:] if self.log.is_file() else ""
-        return SimError(f"QEMU ended (exit status {self.process.returncode}) while the host waited for the "
-                        f"firmware:\n{tail}")
-
-    def read(self, n: int) -> bytes:
-        """Up to n bytes; fewer only after `timeout` seconds without them."""
-        out = b""
-        deadline = time.monotonic() + (self.timeout if self.timeout is not None else REPLY_TIMEOUT)
-        while len(out) < n:
-            try:
-                out += self._serial.read(n - len(out))
-            except OSError:
-                # the pty went away: QEMU is ending (give it a moment to be reaped)
-                try:
-                    self.process.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    raise
-                raise self._ended() from None
-            if len(out) < n:
-                if self.process.poll() is not None:
-                    raise self._ended()
-                if time.monotonic() > deadline:
-                    break
-        return out
-
-    def write(self, data: bytes) -> int:
-        """Send bytes to the firmware."""
-        if self.process.poll() is not None:
-            raise self._ended()
-        try:
-            return self._serial.write(data)
-        except OSError:
-            self.process.wait(timeout=2)
-            raise self._ended() from None
-
-    def close(self) -> None:
-        """Close the pty."""
-        self._serial.close()
+        super().__init__(port, 115200, process, log, timeout, "QEMU")
 
 
 class QemuSimulator(Simulator):
