@@ -8,6 +8,7 @@ import glob
 import os
 import sys
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -24,7 +25,8 @@ core_sources = sorted(glob.glob("firmware/core/*.c"))
 ext = Extension(
     "trainer._core",
     sources=["trainer/_core.pyx"] + core_sources,
-    include_dirs=["firmware/core"],
+    include_dirs=["firmware/core", numpy.get_include()],
+    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=cflags,
     extra_link_args=[] if sys.platform == "darwin" else ["-fopenmp"],
 )

@@ -229,7 +229,9 @@ class Device:
 
     def resync(self) -> None:
         """Recover after a lost byte: complete any partial frame with zeros and drop the replies."""
-        self.link.write(bytes(self.cached_info.max_payload + 6 if self._info else 300))
+        i = self._info
+        longest = max(i.max_payload, 4 * (i.n_in + i.n_out)) if i else 65535
+        self.link.write(bytes(longest + 6))
         old = getattr(self.link, "timeout", None)
         try:
             if old is not None:

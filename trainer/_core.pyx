@@ -6,6 +6,7 @@ scratch memory and releases the GIL around the C calls (the parallel batch runs 
 batch on OpenMP threads, each with its own arena, scratch and gradient buffers).
 """
 import numpy as np
+cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdint cimport uint8_t, uint16_t, uint32_t
 from libc.string cimport memcpy
@@ -69,6 +70,8 @@ cdef extern from "mct_math.h" nogil:
     float mct_sqrtf(float)
     float mct_sqrtf_soft(float)
 
+cnp.import_array()
+
 LAYER_SIZE = MCT_LAYER_SIZE
 OPT_SIZE = MCT_OPT_SIZE
 TRAIN_STATE_SIZE = MCT_TRAIN_STATE_SIZE
@@ -119,6 +122,8 @@ cdef class CoreNet:
     cdef mct_net net
     cdef object table          # keeps the layer table's memory alive
     cdef object cdata          # and the const blob's
+    cdef object work           # train_batch's buffers, kept between calls of the same size
+    cdef object work_sums
     cdef public uint32_t n_params, arena, n_in, n_out
 
     def __init__(self, uint8_t[::1] table, int n_layers, int n_in, int n_out, int max_width,
@@ -195,60 +200,78 @@ cdef class CoreNet:
             mct_update(&self.net, &params[0], <const mct_opt *>&opt[0], &state[0],
                        <mct_train_state *>&ts[0], &grads[0], <uint32_t>div, loss)
 
-    def train_batch(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] state,
-                    int loss_kind, float loss_param, float[:, ::1] x, float[:, ::1] t, int threads=1):
+    def train_batch(self, cnp.ndarray opt, cnp.ndarray ts, cnp.ndarray params, cnp.ndarray state,
+                    int loss_kind, float loss_param, cnp.ndarray x, cnp.ndarray t, int threads=1):
         """One update on a batch: (status, mean loss). Status 0: done; 1: an input or target is not finite;
         2: the loss is not finite; 3: a gradient is not finite. Parameters are untouched unless status is 0.
 
+        The arrays are the trainer's own (params, optimizer config and state) and batches checked by
+        trainer.module.as_batch: C-contiguous float32 x (nb, n_in) and t (nb, n_out). They are taken as
+        plain pointers, which keeps a call for a small batch cheap.
+
         threads > 1 splits the batch into that many contiguous parts, each summed in sample order on
         its own thread; the parts are then added in order (deterministic for a given thread count)."""
-        cdef uint32_t nb = x.shape[0], nt = threads if threads > 0 else 1
+        cdef uint32_t nb = <uint32_t>cnp.PyArray_DIM(x, 0), nt = threads if threads > 0 else 1
+        if (cnp.PyArray_NDIM(x) != 2 or cnp.PyArray_DIM(x, 1) != self.net.n_in or cnp.PyArray_NDIM(t) != 2
+                or cnp.PyArray_DIM(t, 0) != nb or cnp.PyArray_DIM(t, 1) != self.net.n_out or nb == 0
+                or not cnp.PyArray_IS_C_CONTIGUOUS(x) or not cnp.PyArray_IS_C_CONTIGUOUS(t)
+                or cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or cnp.PyArray_TYPE(t) != cnp.NPY_FLOAT32):
+            raise ValueError("train_batch needs C-contiguous float32 batches x (nb, n_in) and t (nb, n_out)")
+        cdef float *xp = <float *>cnp.PyArray_DATA(x)
+        cdef float *tp = <float *>cnp.PyArray_DATA(t)
+        cdef float *pp = <float *>cnp.PyArray_DATA(params)
+        cdef float *sp = <float *>cnp.PyArray_DATA(state)
+        cdef const mct_opt *op = <const mct_opt *>cnp.PyArray_DATA(opt)
+        cdef mct_train_state *tsp = <mct_train_state *>cnp.PyArray_DATA(ts)
         if nt > nb:
             nt = nb
         cdef uint32_t per = (nb + nt - 1) // nt
         nt = (nb + per - 1) // per
         cdef uint32_t A = self.net.arena, P = self.net.n_params if self.net.n_params else 1
         cdef uint32_t S = mct_scratch_size(&self.net, per, 1, 0) + self.net.n_out * per
-        buf = np.empty(nt * (A * per + S + P), np.float32)
-        sums = np.empty(nt, np.float32)
-        cdef float[::1] b = buf, ls = sums
+        cdef Py_ssize_t need = nt * (A * per + S + P)
+        if self.work is None or self.work.shape[0] != need:
+            self.work = np.empty(need, np.float32)
+            self.work_sums = np.empty(nt, np.float32)
+        cdef float *b = <float *>cnp.PyArray_DATA(self.work)
+        cdef float *ls = <float *>cnp.PyArray_DATA(self.work_sums)
         cdef uint32_t c, s0, n, j
         cdef float total = 0
         cdef float *g0
         cdef float *gc
         cdef int status = 0
+        cdef uint32_t in_w = self.net.n_in, out_w = self.net.n_out
         with nogil:
-            if not mct_all_finite(&x[0, 0], nb * self.net.n_in) or not mct_all_finite(&t[0, 0], nb * self.net.n_out):
+            if not mct_all_finite(xp, nb * in_w) or not mct_all_finite(tp, nb * out_w):
                 status = 1
-        if status:
-            return status, float("nan")
-        with nogil:
-            if nt == 1:
-                ls[0] = mct_batch_grads(&self.net, &params[0], <uint8_t>loss_kind, loss_param, &x[0, 0], &t[0, 0],
-                                        nb, &b[0], &b[A * per], S, 1, &b[A * per + S])
+            elif nt == 1:
+                ls[0] = mct_batch_grads(&self.net, pp, <uint8_t>loss_kind, loss_param, xp, tp, nb, b, b + A * per,
+                                        S, 1, b + A * per + S)
             else:
                 for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
                     s0 = c * per
                     n = nb - s0 if nb - s0 < per else per
-                    ls[c] = mct_batch_grads(&self.net, &params[0], <uint8_t>loss_kind, loss_param, &x[s0, 0],
-                                            &t[s0, 0], n, &b[c * (A * per + S + P)],
-                                            &b[c * (A * per + S + P) + A * per], S, 1,
-                                            &b[c * (A * per + S + P) + A * per + S])
-                g0 = &b[A * per + S]
+                    ls[c] = mct_batch_grads(&self.net, pp, <uint8_t>loss_kind, loss_param, xp + s0 * in_w,
+                                            tp + s0 * out_w, n, b + c * (A * per + S + P),
+                                            b + c * (A * per + S + P) + A * per, S, 1,
+                                            b + c * (A * per + S + P) + A * per + S)
+                g0 = b + A * per + S
                 for c in range(1, nt):
-                    gc = &b[c * (A * per + S + P) + A * per + S]
+                    gc = b + c * (A * per + S + P) + A * per + S
                     for j in range(P):
                         g0[j] = g0[j] + gc[j]
-            for c in range(nt):
-                total = total + ls[c]
-            total = mct_div(total, <float>nb)
-            if not (total == total and total - total == 0):
-                status = 2
-            elif not mct_all_finite(&b[A * per + S], self.net.n_params):
-                status = 3
-            else:
-                mct_update(&self.net, &params[0], <const mct_opt *>&opt[0], &state[0], <mct_train_state *>&ts[0],
-                           &b[A * per + S], nb, total)
+            if status == 0:
+                for c in range(nt):
+                    total = total + ls[c]
+                total = mct_div(total, <float>nb)
+                if not (total == total and total - total == 0):
+                    status = 2
+                elif not mct_all_finite(b + A * per + S, self.net.n_params):
+                    status = 3
+                else:
+                    mct_update(&self.net, pp, op, sp, tsp, b + A * per + S, nb, total)
+        if status == 1:
+            return status, float("nan")
         return status, total
 
     def train_fused(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] state,

@@ -155,6 +155,8 @@ def _cell(v: Any) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):
+        if v == int(v) and abs(v) < 1e15:
+            return f"{int(v):,}"
         return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
     return "-" if v is None else str(v)
 

@@ -16,7 +16,12 @@ class _Composite(Module):
         self._bind(np.zeros(max(self.param_count(), 1), np.float32))
 
     def param_count(self) -> int:
-        return sum(c.param_count() for c in self.children())
+        n = getattr(self, "_n_params", None)   # the architecture is fixed once sized: count once
+        if n is None:
+            n = sum(c.param_count() for c in self.children())
+            if self.n_in is not None:
+                self._n_params = n
+        return n
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         parts = [c._init_params(rng, scale) for c in self.children()]

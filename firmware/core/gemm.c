@@ -48,26 +48,34 @@ MCT_NOINLINE static void gemm_tile(const float *A, const float *B, float *C, uin
     MCT_EACH(MCT_ACC_STORE)
 }
 #else
-/* One full MCT_TILE_M x MCT_TILE_N tile of C = A B. The n loop is outside the m loop so that a
- * compiler keeps the tile in vector registers, one B load serving every row. */
-MCT_NOINLINE static void gemm_tile(const float *A, const float *B, float *C, uint32_t K, uint32_t N) {
-    float acc[MCT_TILE_M][MCT_TILE_N], a[MCT_TILE_M];
-    for (uint32_t m = 0; m < MCT_TILE_M; m++) a[m] = A[(size_t)m * K];
-    for (uint32_t n = 0; n < MCT_TILE_N; n++) {
-        float b = B[n];
-        for (uint32_t m = 0; m < MCT_TILE_M; m++) acc[m][n] = a[m] * b;
+/* One full TM x TN tile of C = A B. The n loop is outside the m loop so that a compiler keeps the
+ * tile in vector registers, one B load serving every row. */
+#define MCT_GEMM_TILE(NAME, TM, TN)                                                                 \
+    MCT_NOINLINE static void NAME(const float *A, const float *B, float *C, uint32_t K, uint32_t N) { \
+        float acc[TM][TN], a[TM];                                                                   \
+        for (uint32_t m = 0; m < TM; m++) a[m] = A[(size_t)m * K];                                  \
+        for (uint32_t n = 0; n < TN; n++) {                                                         \
+            float b = B[n];                                                                         \
+            for (uint32_t m = 0; m < TM; m++) acc[m][n] = a[m] * b;                                 \
+        }                                                                                           \
+        for (uint32_t k = 1; k < K; k++) {                                                          \
+            const float *b = B + (size_t)k * N;                                                     \
+            for (uint32_t m = 0; m < TM; m++) a[m] = A[(size_t)m * K + k];                          \
+            for (uint32_t n = 0; n < TN; n++) {                                                     \
+                float bn = b[n];                                                                    \
+                for (uint32_t m = 0; m < TM; m++) acc[m][n] = acc[m][n] + a[m] * bn;                \
+            }                                                                                       \
+        }                                                                                           \
+        for (uint32_t m = 0; m < TM; m++)                                                           \
+            for (uint32_t n = 0; n < TN; n++) C[(size_t)m * N + n] = acc[m][n];                     \
     }
-    for (uint32_t k = 1; k < K; k++) {
-        const float *b = B + (size_t)k * N;
-        for (uint32_t m = 0; m < MCT_TILE_M; m++) a[m] = A[(size_t)m * K + k];
-        for (uint32_t n = 0; n < MCT_TILE_N; n++) {
-            float bn = b[n];
-            for (uint32_t m = 0; m < MCT_TILE_M; m++) acc[m][n] = acc[m][n] + a[m] * bn;
-        }
-    }
-    for (uint32_t m = 0; m < MCT_TILE_M; m++)
-        for (uint32_t n = 0; n < MCT_TILE_N; n++) C[(size_t)m * N + n] = acc[m][n];
-}
+MCT_GEMM_TILE(gemm_tile, MCT_TILE_M, MCT_TILE_N)
+#if MCT_HOST
+/* the host also has narrower tiles for the edges of a matrix: half as wide, and one row high */
+MCT_GEMM_TILE(gemm_tile_half, MCT_TILE_M, MCT_TILE_N / 2)
+MCT_GEMM_TILE(gemm_row, 1, MCT_TILE_N)
+MCT_GEMM_TILE(gemm_row_half, 1, MCT_TILE_N / 2)
+#endif
 #endif
 
 /* A partial tile (rows mr <= TILE_M, columns nr <= TILE_N), same summation order. */
@@ -104,8 +112,34 @@ void mct_gemm(const float *A, const float *B, float *C, uint32_t M, uint32_t K, 
         float *c = C + (size_t)m * N;
         for (uint32_t n = 0; n < N; n += MCT_TILE_N) {
             uint32_t nr = N - n < MCT_TILE_N ? N - n : MCT_TILE_N;
-            if (mr == MCT_TILE_M && nr == MCT_TILE_N) gemm_tile(a, B + n, c + n, K, N);
-            else gemm_edge(a, B + n, c + n, K, N, mr, nr);
+            if (mr == MCT_TILE_M && nr == MCT_TILE_N) {
+                gemm_tile(a, B + n, c + n, K, N);
+                continue;
+            }
+#if MCT_HOST && MCT_TILE_M > 1
+            if (mr == MCT_TILE_M) {                /* a narrow column strip */
+                if (nr >= MCT_TILE_N / 2) {
+                    gemm_tile_half(a, B + n, c + n, K, N);
+                    gemm_edge(a, B + n + MCT_TILE_N / 2, c + n + MCT_TILE_N / 2, K, N, mr, nr - MCT_TILE_N / 2);
+                } else {
+                    gemm_edge(a, B + n, c + n, K, N, mr, nr);
+                }
+                continue;
+            }
+            for (uint32_t m2 = 0; m2 < mr; m2++) { /* the last rows, one at a time */
+                const float *a2 = a + (size_t)m2 * K;
+                float *c2 = c + (size_t)m2 * N;
+                if (nr == MCT_TILE_N) gemm_row(a2, B + n, c2 + n, K, N);
+                else if (nr >= MCT_TILE_N / 2) {
+                    gemm_row_half(a2, B + n, c2 + n, K, N);
+                    gemm_edge(a2, B + n + MCT_TILE_N / 2, c2 + n + MCT_TILE_N / 2, K, N, 1, nr - MCT_TILE_N / 2);
+                } else {
+                    gemm_edge(a2, B + n, c2 + n, K, N, 1, nr);
+                }
+            }
+#else
+            gemm_edge(a, B + n, c + n, K, N, mr, nr);
+#endif
         }
     }
 }

@@ -12,11 +12,11 @@ void mct_softmax_forward(const mct_layer *L, const float *p, const float *x, flo
         float m = xs[0];
         for (uint32_t j = 1; j < n; j++) m = xs[j] > m ? xs[j] : m;
         float sum = 0.0f;
-        for (uint32_t j = 0; j < n; j++) {
-            float z = xs[j] - m;
-            ys[j] = mct_expf(T == 1.0f ? z : mct_div(z, T));
-            sum = sum + ys[j];
-        }
+        if (T == 1.0f)           /* the exponentials first (a loop that vectorises), then their sum in order */
+            for (uint32_t j = 0; j < n; j++) ys[j] = mct_expf(xs[j] - m);
+        else
+            for (uint32_t j = 0; j < n; j++) ys[j] = mct_expf(mct_div(xs[j] - m, T));
+        for (uint32_t j = 0; j < n; j++) sum = sum + ys[j];
         for (uint32_t j = 0; j < n; j++) ys[j] = mct_div(ys[j], sum);
     }
 }

@@ -14,26 +14,28 @@ float mct_loss(uint8_t kind, float param, const float *y, const float *t, uint16
             float d = y[j] - t[j], a = d < 0.0f ? -d : d;
             if (a < param) {
                 sum = sum + 0.5f * d * d;
-                if (grad) grad[j] = mct_div(d, fn);
+                grad[j] = mct_div(d, fn);
             } else {
                 sum = sum + param * (a - 0.5f * param);
-                if (grad) grad[j] = mct_div(d < 0.0f ? -param : param, fn);
+                grad[j] = mct_div(d < 0.0f ? -param : param, fn);
             }
         }
         return mct_div(sum, fn);
-    case MCT_LOSS_BCE:
+    case MCT_LOSS_BCE:   /* the terms go through grad first: the logs vectorise, the sum stays in order */
         for (uint16_t j = 0; j < n; j++) {
             float p = y[j] < 1e-7f ? 1e-7f : (y[j] > 0.99999988f ? 0.99999988f : y[j]);
-            sum = sum - (t[j] * mct_logf(p) + (1.0f - t[j]) * mct_logf(1.0f - p));
-            if (grad) grad[j] = mct_div(mct_div(p - t[j], p * (1.0f - p)), fn);
+            grad[j] = t[j] * mct_logf(p) + (1.0f - t[j]) * mct_logf(1.0f - p);
+        }
+        for (uint16_t j = 0; j < n; j++) sum = sum - grad[j];
+        for (uint16_t j = 0; j < n; j++) {
+            float p = y[j] < 1e-7f ? 1e-7f : (y[j] > 0.99999988f ? 0.99999988f : y[j]);
+            grad[j] = mct_div(mct_div(p - t[j], p * (1.0f - p)), fn);
         }
         return mct_div(sum, fn);
     case MCT_LOSS_XENT:
-        for (uint16_t j = 0; j < n; j++) {
-            float p = y[j] < 1e-30f ? 1e-30f : y[j];
-            sum = sum - t[j] * mct_logf(p);
-            if (grad) grad[j] = mct_div(-t[j], p);
-        }
+        for (uint16_t j = 0; j < n; j++) grad[j] = t[j] * mct_logf(y[j] < 1e-30f ? 1e-30f : y[j]);
+        for (uint16_t j = 0; j < n; j++) sum = sum - grad[j];
+        for (uint16_t j = 0; j < n; j++) grad[j] = mct_div(-t[j], y[j] < 1e-30f ? 1e-30f : y[j]);
         return sum;
     case MCT_LOSS_COSINE: {
         float yy = 0.0f, tt = 0.0f, yt = 0.0f;
@@ -43,19 +45,18 @@ float mct_loss(uint8_t kind, float param, const float *y, const float *t, uint16
             yt = yt + y[j] * t[j];
         }
         if (yy == 0.0f || tt == 0.0f) {
-            if (grad) for (uint16_t j = 0; j < n; j++) grad[j] = 0.0f;
+            for (uint16_t j = 0; j < n; j++) grad[j] = 0.0f;
             return 1.0f;
         }
         float ny = mct_sqrtf(yy), nt = mct_sqrtf(tt), c = mct_div(yt, ny * nt);
-        if (grad)
-            for (uint16_t j = 0; j < n; j++) grad[j] = -(mct_div(t[j], ny * nt) - mct_div(c * y[j], yy));
+        for (uint16_t j = 0; j < n; j++) grad[j] = -(mct_div(t[j], ny * nt) - mct_div(c * y[j], yy));
         return 1.0f - c;
     }
     default: /* MCT_LOSS_MSE */
         for (uint16_t j = 0; j < n; j++) {
             float d = y[j] - t[j];
             sum = sum + d * d;
-            if (grad) grad[j] = mct_div(d + d, fn);
+            grad[j] = mct_div(d + d, fn);
         }
         return mct_div(sum, fn);
     }

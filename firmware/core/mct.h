@@ -47,6 +47,13 @@ extern "C" {
 #define MCT_WITH_OP(op) ((((uint32_t)(MCT_OPS_MASK)) >> (op)) & 1u)
 #define MCT_WITH_ACT(kind) ((((uint32_t)(MCT_ACTS_MASK)) >> (kind)) & 1u)
 
+/* Small functions in loops must be inlined for the host's loops to vectorise (GCC, Clang). */
+#if defined(__GNUC__)
+#define MCT_INLINE inline __attribute__((always_inline))
+#else
+#define MCT_INLINE inline
+#endif
+
 /* Constant tables (exported parameters) live in flash. On AVR flash is a separate address space:
  * such data carries MCT_CONST (PROGMEM) and is read with mct_const_copy. */
 #if defined(__AVR__)
@@ -193,7 +200,7 @@ enum mct_status {
 /* ---- losses ---- */
 enum mct_loss_kind { MCT_LOSS_MSE = 0, MCT_LOSS_HUBER = 1, MCT_LOSS_BCE = 2, MCT_LOSS_XENT = 3, MCT_LOSS_COSINE = 4 };
 
-/* Loss of one sample (y = output, t = target, n values) and, if grad is not NULL, dL/dy into grad. */
+/* Loss of one sample (y = output, t = target, n values); dL/dy goes to grad (n floats, not NULL). */
 float mct_loss(uint8_t kind, float param, const float *y, const float *t, uint16_t n, float *grad);
 
 /* ---- optimizers ---- */

@@ -52,7 +52,7 @@ void mct_bias_grads(const mct_layer *L, float *p, uint32_t j0, const float *gy, 
 /* Update one parameter w with gradient g (already divided by the batch size) for optimizer kind (a
  * separate argument so loops over many parameters can pass a constant); st points to its first slot.
  * reg = 0 skips clipping and L1/L2 (the caller knows all three are off: same result, less work). */
-static inline void mct_opt_elem_k(uint8_t kind, int reg, const mct_opt *o, const mct_step *s, float lr, float *w,
+static MCT_INLINE void mct_opt_elem_k(uint8_t kind, int reg, const mct_opt *o, const mct_step *s, float lr, float *w,
                                   float g, float *st, uint32_t stride, int weight) {
     float wv = *w;
     if (reg && o->clip > 0.0f) g = g > o->clip ? o->clip : (g < -o->clip ? -o->clip : g);

@@ -28,7 +28,8 @@ static inline float mct_u2f(uint32_t u) { float f; memcpy(&f, &u, sizeof f); ret
  * every target gives the same bits. The core divides only through it. */
 static inline float mct_div(float a, float b) {
     float q = a / b;
-    return (mct_f2u(q) & 0x7f800000u) ? q : q * 0.0f;
+    float m = q < 0.0f ? -q : q;
+    return m < 1.17549435e-38f ? q * 0.0f : q;    /* a compare, not a bit test: loops still vectorise */
 }
 
 /* Round a float (|x| < 2^22) to the nearest integer, ties to even, as a float. */

@@ -70,41 +70,62 @@ void mct_step_end(const mct_opt *o, mct_train_state *ts) {
     ts->b2t = ts->b2t * o->beta;
 }
 
-/* The loops of mct_opt_apply_range for one optimizer kind: weights [0, n_w) and the rest, with or
- * without the division by the batch size. Constant kind, class and division let the compiler drop
- * the branches and vectorise. */
+/* mct_opt_apply_range for one optimizer kind: weights [0, n_w) and the rest, with or without the
+ * division by the batch size. Constant kind, class and division let the compiler drop the branches and
+ * vectorise; one function per kind keeps each small enough to optimise well. */
+#define APPLY_LOOP_R(KIND, REG, WEIGHT, FROM, TO, G)                                              \
+    for (uint32_t j = (FROM); j < (TO); j++) mct_opt_elem_k((KIND), (REG), oc, sc, lr, &w[j], (G), st + j, stride, (WEIGHT))
 #define APPLY_LOOP(KIND, WEIGHT, FROM, TO, G)                                                     \
-    for (uint32_t j = (FROM); j < (TO); j++) mct_opt_elem_k((KIND), reg, oc, sc, lr, &w[j], (G), st + j, stride, (WEIGHT))
-#define APPLY_KIND(KIND)                                                                          \
     do {                                                                                          \
+        if (reg) APPLY_LOOP_R(KIND, 1, WEIGHT, FROM, TO, G);                                      \
+        else APPLY_LOOP_R(KIND, 0, WEIGHT, FROM, TO, G);                                          \
+    } while (0)
+#if MCT_HOST
+#define APPLY_FN(NAME, KIND)                                                                      \
+    static void NAME(const mct_opt *oc, const mct_step *sc, float lr, float *restrict w,         \
+                     const float *restrict g, float *restrict st, uint32_t stride, uint32_t n,    \
+                     uint32_t n_w, float div) {                                                   \
+        const int reg = mct_opt_regularizes(oc);                                                  \
         if (div == 1.0f) {                                                                        \
             APPLY_LOOP(KIND, 1, 0, n_w, g[j]);                                                    \
             APPLY_LOOP(KIND, 0, n_w, n, g[j]);                                                    \
         } else {                                                                                  \
-            APPLY_LOOP(KIND, 1, 0, n_w, mct_div(g[j], div));                                              \
-            APPLY_LOOP(KIND, 0, n_w, n, mct_div(g[j], div));                                              \
+            APPLY_LOOP(KIND, 1, 0, n_w, mct_div(g[j], div));                                      \
+            APPLY_LOOP(KIND, 0, n_w, n, mct_div(g[j], div));                                      \
         }                                                                                         \
-    } while (0)
+    }
+#else
+/* devices: one loop (flash matters more than speed here; the update per element is the same) */
+#define APPLY_FN(NAME, KIND)                                                                      \
+    static void NAME(const mct_opt *oc, const mct_step *sc, float lr, float *w, const float *g,  \
+                     float *st, uint32_t stride, uint32_t n, uint32_t n_w, float div) {           \
+        const int reg = mct_opt_regularizes(oc);                                                  \
+        for (uint32_t j = 0; j < n; j++)                                                          \
+            mct_opt_elem_k((KIND), reg, oc, sc, lr, &w[j], div == 1.0f ? g[j] : mct_div(g[j], div), \
+                           st + j, stride, j < n_w);                                              \
+    }
+#endif
+APPLY_FN(apply_sgd, MCT_OPT_SGD)
+APPLY_FN(apply_momentum, MCT_OPT_MOMENTUM)
+APPLY_FN(apply_rmsprop, MCT_OPT_RMSPROP)
+APPLY_FN(apply_rmsprop_momentum, MCT_OPT_RMSPROP_MOMENTUM)
+APPLY_FN(apply_adam, MCT_OPT_ADAM)
 
 void mct_opt_apply_range(const mct_opt *o, const mct_step *s, float lr, float *w, const float *g, float *st,
                          uint32_t stride, uint32_t n, uint32_t n_w, float div) {
 #if MCT_HOST
-    /* local copies: the parameter stores below cannot alias them, so their loads leave the loops */
+    /* local copies: the parameter stores cannot alias them, so their loads leave the loops */
     const mct_opt oc_local = *o;
     const mct_step sc_local = *s;
-    const mct_opt *oc = &oc_local;
-    const mct_step *sc = &sc_local;
-#else
-    const mct_opt *oc = o;    /* a device keeps its stack small instead */
-    const mct_step *sc = s;
+    o = &oc_local;
+    s = &sc_local;
 #endif
-    const int reg = mct_opt_regularizes(oc);
     if (!st) st = w;     /* SGD keeps no slots; the pointer is never read */
-    switch (MCT_OPT_KIND(oc->kind)) {
-    case MCT_OPT_MOMENTUM: APPLY_KIND(MCT_OPT_MOMENTUM); break;
-    case MCT_OPT_RMSPROP: APPLY_KIND(MCT_OPT_RMSPROP); break;
-    case MCT_OPT_RMSPROP_MOMENTUM: APPLY_KIND(MCT_OPT_RMSPROP_MOMENTUM); break;
-    case MCT_OPT_ADAM: APPLY_KIND(MCT_OPT_ADAM); break;
-    default: APPLY_KIND(MCT_OPT_SGD); break;
+    switch (MCT_OPT_KIND(o->kind)) {
+    case MCT_OPT_MOMENTUM: apply_momentum(o, s, lr, w, g, st, stride, n, n_w, div); break;
+    case MCT_OPT_RMSPROP: apply_rmsprop(o, s, lr, w, g, st, stride, n, n_w, div); break;
+    case MCT_OPT_RMSPROP_MOMENTUM: apply_rmsprop_momentum(o, s, lr, w, g, st, stride, n, n_w, div); break;
+    case MCT_OPT_ADAM: apply_adam(o, s, lr, w, g, st, stride, n, n_w, div); break;
+    default: apply_sgd(o, s, lr, w, g, st, stride, n, n_w, div); break;
     }
 }

@@ -19,6 +19,9 @@
 #define SAVE_BLOB ((uint32_t)(sizeof(float) * (MCT_MODEL_N_PARAMS + MCT_STATE_FLOATS) + sizeof(mct_train_state)))
 #define SAVE_SLOT (SAVE_HEADER + SAVE_BLOB)
 #define STACK_PATTERN 0xA5u
+/* The longest payload any valid frame has (TRAIN's, or the frame buffer's). */
+#define TRAIN_PAYLOAD ((MCT_MODEL_N_IN + MCT_MODEL_N_OUT) * 4)
+#define MAX_FRAME (TRAIN_PAYLOAD > MCT_MODEL_RX_MAX ? TRAIN_PAYLOAD : MCT_MODEL_RX_MAX)
 
 /* ---- small helpers ---- */
 static int next_byte(void) {
@@ -274,12 +277,27 @@ static void cmd_stats(mct_app *a) {
     reply_end(&r);
 }
 
+/* Is len the right payload length for a command buffered in rx? */
+static int length_ok(uint8_t cmd, uint16_t len) {
+    switch (cmd) {
+    case MCT_CMD_READ: return len == 7;
+    case MCT_CMD_WRITE: return len >= 5 && (len - 5) % 4 == 0;
+    case MCT_CMD_INFO: case MCT_CMD_SAVE: case MCT_CMD_LOAD: case MCT_CMD_STATS: case MCT_CMD_RESET:
+    case MCT_CMD_QUIT: return len == 0;
+    default: return 1;          /* unknown commands are answered as such */
+    }
+}
+
 void mct_app_poll(mct_app *a) {
     uint8_t h[3];
     while (next_byte() != SYNC_IN) {}
     for (uint8_t k = 0; k < 3; k++) h[k] = (uint8_t)next_byte();
     uint8_t cmd = h[0];
     uint16_t len = get_u16(h + 1), crc = mct_crc16(0xFFFFu, h, 3);
+    if (len > MAX_FRAME) {              /* longer than any frame this model takes: answer now, resync */
+        reply_status(cmd, MCT_ST_BAD_LENGTH);
+        return;
+    }
     /* where the payload goes: PREDICT/TRAIN of the right size stream into scratch buffers */
     uint8_t *dst = 0, *dst2 = 0;
     uint16_t split = len;
@@ -307,6 +325,7 @@ void mct_app_poll(mct_app *a) {
                                                                                                  : MCT_ST_UNKNOWN);
         return;
     }
+    if (dst == a->rx && !length_ok(cmd, len)) { reply_status(cmd, MCT_ST_BAD_LENGTH); return; }
     uint32_t seq = 0;
     int st;
     switch (cmd) {

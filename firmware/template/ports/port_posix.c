@@ -111,3 +111,6 @@ void port_mark(uint8_t region, uint8_t begin) { (void)region; (void)begin; }
 int port_stack_bounds(uint8_t **lo, uint8_t **hi) { (void)lo; (void)hi; return 0; }
 
 #endif /* MCT_PORT_POSIX */
+
+/* Keeps the file a valid translation unit (ISO C) in builds for other ports. */
+typedef int mct_port_posix_unit;

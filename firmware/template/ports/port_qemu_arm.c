@@ -136,3 +136,6 @@ void mct_qemu_fault(uint32_t sp) {
 }
 
 #endif /* MCT_PORT_QEMU_ARM */
+
+/* Keeps the file a valid translation unit (ISO C) in builds for other ports. */
+typedef int mct_port_qemu_arm_unit;

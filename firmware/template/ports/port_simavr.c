@@ -99,3 +99,6 @@ __attribute__((naked, used, section(".fini1"))) static void port_fini(void) {
 }
 
 #endif /* MCT_PORT_SIMAVR */
+
+/* Keeps the file a valid translation unit (ISO C) in builds for other ports. */
+typedef int mct_port_simavr_unit;
