@@ -27,7 +27,7 @@ class DeviceModel:
     opt_slots: int
     loss_kind: int
     loss_param: float
-    scratch: int                # floats of scratch (mct_scratch_size(net, 1, 0) + max_width)
+    scratch: int                # floats of scratch: mct_scratch_size(net, 1, 0, 0) + n_out
     rx_max: int                 # bytes of the firmware's frame buffer
     source: str = "model"       # where it came from, for the header comment
     segments: List[Tuple[int, int, int]] = field(default_factory=list)  # (RAM offset, host offset, count)

@@ -75,7 +75,7 @@ class LayerDesc:
     aux_off: int = 0
     aux: int = 0
     trainable: bool = True
-    storage: int = 0        # enum mct_storage: 0 RAM, 1 const f32, 2 const int8 weights
+    storage: int = 0        # enum mct_storage: 0 RAM, 1 const f32, 2 const int8 weights, 3 full-integer op
     name: str = ""          # the Python layer it came from, for messages and generated comments
 
 

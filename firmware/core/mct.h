@@ -183,7 +183,7 @@ typedef struct mct_net {
     uint16_t n_layers;
     uint16_t n_in;        /* network input width */
     uint16_t n_out;       /* network output width */
-    uint16_t max_width;   /* widest layer input or output, sizes the gradient buffers */
+    uint16_t max_width;   /* widest layer input or output (gradient buffers when dL/dx is wanted) */
     uint32_t n_params;    /* floats in params (and in grads) */
     uint32_t arena;       /* floats of trace arena per sample */
     uint32_t in_off;      /* arena offset of the network input */
