@@ -578,21 +578,14 @@ def test_sim_on_a_simulated_board(tmp_path: Path, board: str) -> None:
 def _host_training(project: Path, x: np.ndarray, t: np.ndarray) -> tuple:
     """What the device's TRAIN does, sample after sample, on the host's C core (from the exported state)."""
     from exporter.device import build_device_model
+    from exporter.twin import DeviceTwin
     from trainer import losses
-    from trainer.optim import TRAIN_STATE_DTYPE
     ck = load_model(project / "model.mct")
     m = build_device_model(ck, "all", "f32", losses.cross_entropy)
-    n = m.program.n_params
-    params = np.concatenate([m.params, np.zeros(1, np.float32)])
-    state = np.zeros(max(m.opt_slots * n, 1), np.float32)
-    ts = np.zeros(1, TRAIN_STATE_DTYPE)
-    ts["b1t"], ts["b2t"] = 1.0, 1.0
-    core = m.core()
+    twin = DeviceTwin(m)
     for xi, ti in zip(x, t):
-        rc, _ = core.train_fused(m.opt_cfg.view(np.uint8), ts.view(np.uint8), params, state, m.loss_kind,
-                                 m.loss_param, xi[None, :], ti[None, :])
-        assert rc == 0
-    return params[:n], state[:m.opt_slots * n].reshape(m.opt_slots, n)
+        twin.train(xi, ti)
+    return twin.params.copy(), twin.state.reshape(m.opt_slots, twin.n_params).copy()
 
 
 def _write_samples(path: Path, n: int, seed: int) -> tuple:

@@ -27,10 +27,10 @@ import pytest
 
 from exporter import pio, sim
 from exporter.boards import Board, all_boards, get_board
-from exporter.cgen import DeviceModel
 from exporter.client import Device, DeviceError
 from exporter.export import ExportResult, export_project
 from exporter.protocol import Cmd, ProtocolError, Reply, Status, crc16, encode, read_reply
+from exporter.twin import DeviceTwin
 from trainer import LR, Checkpoint, Residual, Sequential, TrainParams, losses, save_model, train_batch, train_step
 from trainer import layers as L
 from trainer.losses import Loss
@@ -204,44 +204,6 @@ def frame(cmd: int, payload: bytes = b"", bad_crc: bool = False) -> bytes:
     return b"\xA5" + body + struct.pack("<H", crc)
 
 
-@dataclass
-class HostTwin:
-    """The host's C core running the device's layer table, with the device's buffers (DeviceModel.core())."""
-    model: DeviceModel
-    core: Any = field(init=False)
-    params: np.ndarray = field(init=False)
-    state: np.ndarray = field(init=False)
-    ts: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        m = self.model
-        self.core = m.core()
-        self.params = np.concatenate([m.params, np.zeros(1, np.float32)])
-        self.state = np.zeros(max(m.opt_slots * m.program.n_params, 1), np.float32)
-        ts = np.zeros(1, TRAIN_STATE_DTYPE)
-        ts["b1t"] = 1
-        ts["b2t"] = 1
-        self.ts = ts.view(np.uint8)
-
-    @property
-    def n(self) -> int:
-        """Parameters in RAM."""
-        return self.model.program.n_params
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """Outputs for a batch."""
-        return self.core.forward(self.params, np.ascontiguousarray(x, np.float32))
-
-    def train(self, x: np.ndarray, t: np.ndarray) -> float:
-        """One device training step (core.train_fused) on one sample; returns the loss."""
-        m = self.model
-        rc, loss = self.core.train_fused(m.opt_cfg.view(np.uint8), self.ts, self.params, self.state, m.loss_kind,
-                                         m.loss_param, x.reshape(1, -1).astype(np.float32),
-                                         t.reshape(1, -1).astype(np.float32))
-        assert rc == 0
-        return loss
-
-
 # ============================================================================ fixtures
 
 @pytest.fixture(scope="module", autouse=True)
@@ -341,7 +303,7 @@ def test_generated_c_compiles_strictly_and_runs(builds: Builds, tmp_path: Path) 
         m = p.result.model
         assert model_flags(p.result.path) == m.build_flags()
         assert any(f.startswith("-DMCT_OPT_ONLY=") for f in m.build_flags())
-        twin = HostTwin(m)
+        twin = DeviceTwin(m)
         x = samples(1, 3)[0]
         with firmware(p.build.program, tmp_path / f"{kind}.bin") as dev:
             info = dev.info()
@@ -365,7 +327,7 @@ def test_native_predict_and_train_equal_the_host_bit_for_bit(builds: Builds, kin
     parameters and optimizer state equal the host Python API (train_step on the host network)."""
     p = builds.projects[kind]
     m = p.result.model
-    twin = HostTwin(m)
+    twin = DeviceTwin(m)
     host_net = every_layer_net()
     host_opt, host_loss = make_optimizer(host_net, kind)
     assert same_bits(m.from_host_params(host_net.params), m.params)
@@ -384,9 +346,9 @@ def test_native_predict_and_train_equal_the_host_bit_for_bit(builds: Builds, kin
             assert same_bits(loss_dev, loss_twin), f"step {k}: loss {loss_dev!r} != {loss_twin!r} (train_fused)"
             assert same_bits(loss_dev, loss_api), f"step {k}: loss {loss_dev!r} != {loss_api!r} (train_step)"
         params, state, tsd = dev.pull()
-        assert_same_bits(params, twin.params[:twin.n], "parameters vs core.train_fused")
-        assert_same_bits(state, twin.state[:m.opt_slots * twin.n], "optimizer slots vs core.train_fused")
-        assert bytes(tsd) == twin.ts.tobytes(), "train state vs core.train_fused"
+        assert_same_bits(params, twin.params, "parameters vs core.train_fused")
+        assert_same_bits(state, twin.state, "optimizer slots vs core.train_fused")
+        assert bytes(tsd) == twin.train_state.tobytes(), "train state vs core.train_fused"
         assert not same_bits(params, m.params), "training changed nothing"
         # the host Python API on the host network (trainable all: the device's RAM is the whole network)
         assert_same_bits(m.to_host_params(params, host_net.params), host_net.params, "parameters vs train_step")
@@ -795,10 +757,8 @@ def test_save_train_load_and_restart(roundtrip: RoundTrip, builds: Builds, tmp_p
         for got, want in zip(dev.pull(), saved):
             assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
         # training continues from the loaded state exactly as before the restart
-        twin = HostTwin(rt.result.model)
-        twin.params[:twin.n] = saved[0]
-        twin.state[:saved[1].size] = saved[1]
-        twin.ts[:] = saved[2]
+        twin = DeviceTwin(rt.result.model)
+        twin.load(*saved)
         loss, step = dev.train(xs[10], ts[10])
         assert same_bits(loss, twin.train(xs[10], ts[10])) and step == 11
         assert dev.load() == 1

@@ -22,11 +22,11 @@ from exporter.export import ExportError, export_project
 from exporter.memplan import plan
 from exporter.quantize import (QDenseConsts, QParams, dequant_blob, evaluate, qdense_consts, qlut_table, quant_blob,
                                quantize_weights, requant_multiplier)
+from exporter.twin import DeviceTwin
 from trainer import Sequential, TrainParams, losses, train_batch
 from trainer import layers as L
 from trainer.modelfile import Checkpoint
 from trainer.module import core_net
-from trainer.optim import TRAIN_STATE_DTYPE
 from trainer.problems import ModularAddition10
 from trainer.program import Act, LayerDesc, Op, Program
 
@@ -479,32 +479,24 @@ def test_native_firmware_int8_full_equals_host(trained: Checkpoint, calibration:
     r = export_project(trained, "native", tmp_path / "p", quant="int8-full", trainable=trainable,
                        calibration=calibration)
     m = r.model
-    core = m.core()
-    params = np.concatenate([m.params, np.zeros(1, np.float32)])
+    twin = DeviceTwin(m)
     x, y = ModularAddition10(seed=31).sample_batch(25)
     x[3] = 0.5            # inputs off the calibration grid too
     x[4] = -0.25
     with sim.start(r.path, get_board("native")) as s:
         d = s.device
         assert d.info().hash == r.hash
-        want = core.forward(params, x)
+        want = twin.predict(x)
         assert np.array_equal(d.predict(x), want)
         assert not np.array_equal(want, trained.net.forward(x))     # it really is the quantized model
         if trainable == "none":
             return
-        state = np.zeros(max(m.opt_slots * m.program.n_params, 1), np.float32)
-        ts = np.zeros(1, TRAIN_STATE_DTYPE)
-        ts["b1t"] = 1
-        ts["b2t"] = 1
-        ts_u8 = ts.view(np.uint8)
         for k in range(x.shape[0]):
             loss_dev, _ = d.train(x[k], y[k])
-            rc, loss_host = core.train_fused(m.opt_cfg.view(np.uint8), ts_u8, params, state, m.loss_kind,
-                                             m.loss_param, x[k:k + 1], y[k:k + 1])
-            assert rc == 0 and np.float32(loss_dev) == np.float32(loss_host), k
+            assert np.float32(loss_dev) == np.float32(twin.train(x[k], y[k])), k
         p, st, tsd = d.pull()
         assert not np.array_equal(p, m.params)                       # training moved the trainable layer
-        assert np.array_equal(p, params[:m.program.n_params])
-        assert np.array_equal(st, state[:len(st)])
-        assert bytes(tsd) == ts_u8.tobytes()
-        assert np.array_equal(d.predict(x), core.forward(params, x))
+        assert np.array_equal(p, twin.params)
+        assert np.array_equal(st, twin.state)
+        assert bytes(tsd) == twin.train_state.tobytes()
+        assert np.array_equal(d.predict(x), twin.predict(x))

@@ -34,10 +34,10 @@ from exporter.memplan import MemoryPlan, MemoryPlanError, plan
 from exporter.project import write_project
 from exporter.sim import SimError
 from exporter.sim_avr import build_harness, read_pty_line
+from exporter.twin import DeviceTwin
 from trainer import Checkpoint, Sequential, TrainParams
 from trainer import layers as L
 from trainer.module import Module
-from trainer.optim import TRAIN_STATE_DTYPE
 
 ROOT = Path(__file__).resolve().parent.parent
 UNO = get_board("uno")
@@ -182,35 +182,6 @@ def built(projects: Dict[Config, Built]) -> Callable[[Config], Built]:
     return get
 
 
-class HostTwin:
-    """The host's C core running the device's layer table and optimizer: what the device must compute."""
-
-    def __init__(self, r: Built) -> None:
-        m = self.model = r.model
-        self.core = m.core()
-        self.params = np.concatenate([m.params, np.zeros(1, np.float32)])   # never empty (the core's buffers)
-        self.state = np.zeros(max(m.opt_slots * m.program.n_params, 1), np.float32)
-        ts = np.zeros(1, TRAIN_STATE_DTYPE)
-        ts["b1t"] = 1.0
-        ts["b2t"] = 1.0
-        self.ts = ts.view(np.uint8)
-
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        """Outputs of a batch."""
-        return self.core.forward(self.params, np.ascontiguousarray(x, np.float32))
-
-    def train(self, x: np.ndarray, t: np.ndarray) -> float:
-        """One device training step on one sample; returns the loss."""
-        rc, loss = self.core.train_fused(self.model.opt_cfg.view(np.uint8), self.ts, self.params, self.state,
-                                         self.model.loss_kind, self.model.loss_param,
-                                         np.ascontiguousarray(x[None], np.float32),
-                                         np.ascontiguousarray(t[None], np.float32))
-        assert rc == 0
-        return loss
-
-    @property
-    def n_params(self) -> int:
-        return self.model.program.n_params
 
 
 def samples(n_in: int, n_out: int, count: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -252,7 +223,7 @@ def test_predict_and_training_match_the_host_bit_for_bit(cfg: Config, built: Cal
     """PREDICT equals the host core's forward pass; after 100 TRAIN steps the losses, parameters, optimizer
     state and train state equal the host core's training run, bit for bit; the run stays in 2 KB."""
     r = built(cfg)
-    host = HostTwin(r)
+    host = DeviceTwin(r.model)
     n_in, n_out = r.model.program.n_in, r.model.program.n_out
     x, t = samples(n_in, n_out, STEPS, seed=3)
     with start(r) as s:
@@ -260,18 +231,18 @@ def test_predict_and_training_match_the_host_bit_for_bit(cfg: Config, built: Cal
         info = dev.info()
         assert info.hash == r.hash and info.n_params == host.n_params and info.step == 0
         probe = x[:4]
-        np.testing.assert_array_equal(dev.predict(probe).view(np.uint32), host.forward(probe).view(np.uint32))
+        np.testing.assert_array_equal(dev.predict(probe).view(np.uint32), host.predict(probe).view(np.uint32))
         for k in range(STEPS):
             loss, step = dev.train(x[k], t[k])
             assert step == k + 1
             assert np.float32(loss).view(np.uint32) == np.float32(host.train(x[k], t[k])).view(np.uint32), k
         params, state, ts = dev.pull()
-        np.testing.assert_array_equal(params.view(np.uint32), host.params[:host.n_params].view(np.uint32))
+        np.testing.assert_array_equal(params.view(np.uint32), host.params.view(np.uint32))
         np.testing.assert_array_equal(state.view(np.uint32), host.state[:len(state)].view(np.uint32))
-        assert bytes(ts) == host.ts.tobytes()
+        assert bytes(ts) == host.train_state.tobytes()
         assert not np.array_equal(params, r.model.params), "training changed nothing"
         # the trained network still predicts as the host's does
-        np.testing.assert_array_equal(dev.predict(probe).view(np.uint32), host.forward(probe).view(np.uint32))
+        np.testing.assert_array_equal(dev.predict(probe).view(np.uint32), host.predict(probe).view(np.uint32))
         rep = s.report()
     assert rep["unit"] == "cycles" and rep["predict_calls"] == 8 and rep["train_calls"] == STEPS
     assert 0 < rep["predict_min"] <= rep["predict"] <= rep["predict_max"] < rep["train"] <= rep["train_max"]

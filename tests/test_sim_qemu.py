@@ -12,25 +12,24 @@ picolibc-riscv64-unknown-elf, gcc and PlatformIO; a missing tool fails with the 
 package to install (no skips)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, List, Tuple
+from typing import Iterator, List, Tuple
 
 import numpy as np
 import pytest
 
 from exporter import pio, sim
 from exporter.boards import get_board
-from exporter.cgen import DeviceModel
 from exporter.export import ExportResult, export_project
 from exporter.memplan import MemoryPlanError
 from exporter.sim import SimError, SimSession
 from exporter.sim_qemu import elf_sizes, set_env_option
+from exporter.twin import DeviceTwin
 from trainer import LR, Checkpoint, Residual, Sequential, TrainParams, losses
 from trainer import layers as L
 from trainer.losses import Loss
 from trainer.module import Module
-from trainer.optim import TRAIN_STATE_DTYPE, Optimizer
+from trainer.optim import Optimizer
 from trainer.problems import ModularAddition10
 
 # one board per simulated core (nucleo_f401re, the other M4F board, runs in the int8 test)
@@ -101,44 +100,6 @@ def export(net: Module, opt: Optimizer, loss: Loss, board: str, out: Path, **kw:
     return export_project(Checkpoint(net, opt), board, out, loss=loss, sim=True, **kw)
 
 
-# ---- the host's twin of the device ----
-@dataclass
-class HostTwin:
-    """The host's C core running the device's layer table, with buffers laid out as the device's."""
-    model: DeviceModel
-    core: Any = field(init=False)
-    params: np.ndarray = field(init=False)
-    state: np.ndarray = field(init=False)
-    ts: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        m = self.model
-        self.core = m.core()
-        self.params = np.concatenate([m.params, np.zeros(1, np.float32)])
-        self.state = np.zeros(max(m.opt_slots * m.program.n_params, 1), np.float32)
-        ts = np.zeros(1, TRAIN_STATE_DTYPE)
-        ts["b1t"] = 1
-        ts["b2t"] = 1
-        self.ts = ts.view(np.uint8)
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """Outputs for a batch (n, n_in)."""
-        return self.core.forward(self.params, np.ascontiguousarray(x, np.float32))
-
-    def train(self, x: np.ndarray, t: np.ndarray) -> float:
-        """One training step as the device does it; returns the loss."""
-        m = self.model
-        rc, loss = self.core.train_fused(m.opt_cfg.view(np.uint8), self.ts, self.params, self.state, m.loss_kind,
-                                         m.loss_param, x.reshape(1, -1).astype(np.float32),
-                                         t.reshape(1, -1).astype(np.float32))
-        assert rc == 0
-        return float(loss)
-
-    @property
-    def n_params(self) -> int:
-        return self.model.program.n_params
-
-
 def bits(v: object) -> bytes:
     """The float32 bits of a value or an array."""
     return np.asarray(v, np.float32).tobytes()
@@ -154,7 +115,7 @@ def assert_same_bits(device: np.ndarray, host: np.ndarray, what: str) -> None:
                             f"({h.view(np.uint32)[diff[0]]:08x})")
 
 
-def train_lockstep(s: SimSession, twin: HostTwin, xs: np.ndarray, ts: np.ndarray) -> List[float]:
+def train_lockstep(s: SimSession, twin: DeviceTwin, xs: np.ndarray, ts: np.ndarray) -> List[float]:
     """Train the device and the host twin on the same samples; every step's loss and step number must agree.
     Returns the losses."""
     out = []
@@ -168,12 +129,12 @@ def train_lockstep(s: SimSession, twin: HostTwin, xs: np.ndarray, ts: np.ndarray
     return out
 
 
-def assert_pulled_state_equal(s: SimSession, twin: HostTwin) -> None:
+def assert_pulled_state_equal(s: SimSession, twin: DeviceTwin) -> None:
     """The device's parameters, optimizer slots and train state equal the host twin's, bit for bit."""
     p, st, tsd = s.device.pull()
-    assert_same_bits(p, twin.params[:twin.n_params], "parameters")
+    assert_same_bits(p, twin.params, "parameters")
     assert_same_bits(st, twin.state[:st.size], "optimizer state")
-    assert bytes(tsd) == twin.ts.tobytes(), "train state (step, Adam powers)"
+    assert bytes(tsd) == twin.train_state.tobytes(), "train state (step, Adam powers)"
 
 
 def samples(rng: np.random.Generator, n: int, n_in: int, n_out: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -190,7 +151,7 @@ def test_predict_and_train_match_host_bit_for_bit(board: str, kind: str, tmp_pat
     net = mixed_net()
     opt, loss = optimizer_and_loss(net, kind)
     r = export(net, opt, loss, board, tmp_path / "p")
-    twin = HostTwin(r.model)
+    twin = DeviceTwin(r.model)
     rng = np.random.default_rng(1)
     x_eval = rng.standard_normal((5, 8)).astype(np.float32)
     x_eval[4] *= np.float32(1e-39)          # subnormal inputs: every core must handle them as x86-64 does
@@ -203,7 +164,7 @@ def test_predict_and_train_match_host_bit_for_bit(board: str, kind: str, tmp_pat
         train_lockstep(s, twin, xs, ts)
         assert_pulled_state_equal(s, twin)
         assert_same_bits(s.device.predict(x_eval), twin.predict(x_eval), "PREDICT after training")
-        assert not np.array_equal(twin.params[:twin.n_params], r.model.params), "training changed nothing"
+        assert not np.array_equal(twin.params, r.model.params), "training changed nothing"
 
 
 @pytest.mark.parametrize("board", ALL_BOARDS)
@@ -212,7 +173,7 @@ def test_int8_export_predicts_the_host_quantized_output(board: str, tmp_path: Pa
     opt, loss = net.new_momentum(TrainParams(lr=0.05), 0.9), losses.cross_entropy
     r = export(net, opt, loss, board, tmp_path / "p", quant="int8", trainable="last:1")
     assert len(bytes(r.model.program.cdata)) > 0, "the frozen layers should be in flash"
-    twin = HostTwin(r.model)
+    twin = DeviceTwin(r.model)
     rng = np.random.default_rng(2)
     x = rng.standard_normal((6, 12)).astype(np.float32)
     xs, ts = samples(rng, 20, 12, 4)
@@ -236,7 +197,7 @@ def test_readme_network_trains_on_the_m4f_and_reports_its_cost(tmp_path: Path) -
     opt, loss = net.new_rmsprop_with_momentum(TrainParams(lr=2e-2), 0.85, 0.8), losses.logit_bce
     r = export(net, opt, loss, "nano33ble", tmp_path / "p")
     assert r.model.n_trainable == net.param_count()
-    twin = HostTwin(r.model)
+    twin = DeviceTwin(r.model)
     x, t = ModularAddition10(seed=3).sample_batch(20)
     x, t = np.asarray(x, np.float32), np.asarray(t, np.float32)
     with sim.start(r.path, r.board, measure=True) as s:
@@ -262,7 +223,7 @@ def test_relu_64_32_10_network_trains_on_the_m4f(tmp_path: Path) -> None:
     opt, loss = net.new_adam(TrainParams(lr=5e-3), 0.9, 0.999, 1e-8), losses.cross_entropy
     r = export(net, opt, loss, "nano33ble", tmp_path / "p")
     assert r.model.n_trainable == net.param_count()
-    twin = HostTwin(r.model)
+    twin = DeviceTwin(r.model)
     x, t = samples(np.random.default_rng(4), 20, 64, 10)
     with sim.start(r.path, r.board) as s:
         before = s.device.predict(x)

@@ -276,19 +276,17 @@ def predict_check(dev: Any, m: Any, ck: Checkpoint, x: np.ndarray) -> Dict[str, 
 
 def train_check(dev: Any, m: Any, x: np.ndarray, t: np.ndarray) -> Dict[str, Any]:
     """One TRAIN on the device against the same update on the host (from the exported state)."""
-    from trainer.optim import TRAIN_STATE_DTYPE
-    n = m.program.n_params
-    params = np.concatenate([m.params, np.zeros(1, np.float32)])
-    state = np.zeros(max(m.opt_slots * n, 1), np.float32)
-    ts = np.zeros(1, TRAIN_STATE_DTYPE)
-    ts["b1t"], ts["b2t"] = 1.0, 1.0
-    rc, host_loss = m.core().train_fused(m.opt_cfg.view(np.uint8), ts.view(np.uint8), params, state, m.loss_kind,
-                                         m.loss_param, x[None, :], t[None, :])
+    from exporter.twin import DeviceTwin
+    twin = DeviceTwin(m)
+    try:
+        host_loss, refused = twin.train(x, t), False
+    except ValueError:
+        host_loss, refused = float("nan"), True
     dev_loss, _ = dev.train(x, t)
     got = dev.read_region(0)
-    text, ok = _verdict(_same_bits(got, params[:n]) and np.float32(dev_loss) == np.float32(host_loss),
-                        _max_diff(got, params[:n]), float(np.abs(params[:n]).max(initial=0)))
-    return {"result": text, "ok": ok and rc == 0, "device_loss": float(dev_loss), "host_loss": float(host_loss)}
+    text, ok = _verdict(_same_bits(got, twin.params) and np.float32(dev_loss) == np.float32(host_loss),
+                        _max_diff(got, twin.params), float(np.abs(twin.params).max(initial=0)))
+    return {"result": text, "ok": ok and not refused, "device_loss": float(dev_loss), "host_loss": float(host_loss)}
 
 
 def _report_rows(report: Dict[str, Any]) -> List[List[Any]]:
