@@ -25,6 +25,7 @@ from .device import DeviceSpecError, build_device_model
 from .memplan import MemoryPlan, check_fits, plan
 from .project import write_project
 from .quantize import QuantError, QuantReport, evaluate
+from .selftest import expected_h
 
 
 class ExportError(ValueError):
@@ -104,7 +105,7 @@ def export_project(model: Union[str, Path, Checkpoint], board_name: str, out: Un
             report = evaluate(ck, m, ex, ey, loss, trainable)
         except QuantError as e:
             raise ExportError(str(e)) from None
-    files = {"src/model.h": model_h(m), "src/model.c": model_c(m),
+    files = {"src/model.h": model_h(m), "src/model.c": model_c(m), "test/test_model/expected.h": expected_h(m),
              "mcutrain.json": json.dumps({
                  "board": board.name, "hash": m.hash().hex(), "quant": quant, "trainable": trainable,
                  "n_in": m.program.n_in, "n_out": m.program.n_out, "n_params": m.program.n_params,

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
+from trainer.optim import KINDS
+from trainer.program import Op
+
 from .boards import Board
 from .cgen import DeviceModel
 from .quantize import I8_OUT_OPS, STORE_Q, arena_floats, qop_const_bytes
@@ -16,6 +19,12 @@ APP_FIXED_RAM = 120       # app bookkeeping, mct_net, mct_opt, hash, train state
 # real board; the simulated stand-ins run mcutrain's bare-metal ports, which need none of it
 RUNTIME_RAM = {"avr": 190, "host": 0}
 RUNTIME_RAM_DEFAULT = 2048
+# Code an AVR firmware needs beyond the board's code_estimate (which covers the protocol, Dense/Linear,
+# Bias1d, the common activations, Softmax, SGD and momentum), per op and optimizer compiled in;
+# measured with avr-gcc 5.4 -Os. The 32-bit boards' estimates leave room for all of these.
+AVR_OP_CODE = {Op.GLU: 5000, Op.RMSNORM: 2500, Op.DYT: 2500, Op.SWISH: 2000, Op.CONV1D: 1500, Op.DIAG: 1000,
+               Op.SCALE: 800, Op.RES_END: 300, Op.QDENSE: 2700}
+AVR_OPT_CODE = {"rmsprop": 1700, "rmsprop_momentum": 2100, "adam": 2700}
 
 
 class MemoryPlanError(ValueError):
@@ -29,6 +38,7 @@ class MemoryPlan:
     rows: List[Tuple[str, int, int]] = field(default_factory=list)
     ram_budget: int = 0
     flash_budget: int = 0
+    save_bytes: int = 0          # storage two save slots need (docs/protocol.md)
     quant: str = "f32"
     baseline_ram: Optional[int] = None      # the f32 export's totals (quantized exports only)
     baseline_flash: Optional[int] = None
@@ -69,7 +79,22 @@ class MemoryPlan:
         if self.baseline_ram is not None and self.baseline_flash is not None:
             lines.append(f"  {'f32 export':{w}}  {self.baseline_ram:>10,}  {self.baseline_flash:>10,}")
             lines.append(f"  {self.quant + ' saves':{w}}  {self.ram_saved:>10,}  {self.flash_saved:>10,}")
+        if self.board.storage >= self.save_bytes:
+            lines.append(f"  device saves use {self.save_bytes:,} B of the board's {self.board.storage:,} B of storage")
+        else:
+            lines.append(f"  device saves need {self.save_bytes:,} B of storage, {self.board.name} has "
+                         f"{self.board.storage:,} B: SAVE will answer 'not supported' (train fewer layers or use "
+                         f"an optimizer without state to make them fit)")
         return "\n".join(lines)
+
+
+def extra_code(m: DeviceModel, board: Board) -> int:
+    """Code beyond the board's estimate for the heavier ops and optimizers (AVR only, see AVR_OP_CODE)."""
+    if board.core != "avr":
+        return 0
+    ops = {d.op for d in m.program.layers}
+    kind = {v: k for k, v in KINDS.items()}[int(m.opt_cfg[0]["kind"])]
+    return sum(AVR_OP_CODE.get(op, 0) for op in ops) + AVR_OPT_CODE.get(kind, 0)
 
 
 def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
@@ -88,12 +113,14 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
         ("layer table", 0, table_bytes),
         ("runtime + bookkeeping", (0 if sim else RUNTIME_RAM.get(board.core, RUNTIME_RAM_DEFAULT)) + APP_FIXED_RAM, 0),
         ("stack margin", board.stack_margin, 0),
-        ("code (estimate)", 0, board.code_estimate),
+        ("code (estimate)", 0, board.code_estimate + extra_code(m, board)),
     ]
     if q_bytes:   # full-integer int8: its constants and its int8 activations
         rows[6:6] = [("full-integer layers (flash)", 0, q_bytes)]
         rows[3:3] = [("int8 activations (arena)", 4 * i8_arena, 0)]
-    mp = MemoryPlan(board, rows, board.sim_ram if sim else board.ram, board.flash, quant=m.quant)
+    # two save slots of: a 24-byte header, the RAM parameters, the optimizer slots, the 12-byte train state
+    save = 2 * (24 + 4 * p.n_params * (1 + m.opt_slots) + 12)
+    mp = MemoryPlan(board, rows, board.sim_ram if sim else board.ram, board.flash, save, quant=m.quant)
     if m.baseline is not None:
         base = plan(m.baseline, board, sim)
         mp.baseline_ram, mp.baseline_flash = base.ram, base.flash

@@ -43,6 +43,27 @@ def sim_env(board: Board) -> Optional[Dict[str, str]]:
     raise ValueError(f"board {board.name}: unknown simulator kind {kind!r}")
 
 
+def sim_test_command(board: Board) -> Optional[List[str]]:
+    """test_testing_command of env:sim-BOARD (one argument per line in platformio.ini): how `pio test` runs the
+    self-test firmware in the simulator with the firmware's serial line on stdout, where the test runner reads
+    it. QEMU: the platform's machine, the UART on stdio, semihosting for the exit status. simavr: mcutrain's
+    harness, which platforms/simavr builds next to the firmware in test builds, with serial=stdio."""
+    kind = board.sim_kind
+    env = f"sim-{board.name}"
+    build = "${platformio.build_dir}/" + env
+    if kind in ("qemu-arm", "qemu-riscv32"):
+        from .sim_qemu import QemuArmSimulator, QemuRiscvSimulator
+        sim = QemuArmSimulator() if kind == "qemu-arm" else QemuRiscvSimulator()
+        return [sim.qemu] + sim.machine_args(board) + [
+            "-display", "none", "-monitor", "none", "-serial", "stdio",
+            "-semihosting-config", "enable=on,target=native", "-kernel", f"{build}/firmware.elf"]
+    if kind == "simavr":
+        s = board.sim or {}
+        return [f"{build}/avr_run", f"{build}/firmware.elf", f"mcu={s['mcu']}", f"freq={int(s.get('freq', 16000000))}",
+                "serial=stdio", "ram_floor=auto", f"report={build}/simavr_test_report.json"]
+    return None
+
+
 def platformio_ini(board: Board, source: str, model_flags: Sequence[str] = ()) -> str:
     """platformio.ini: the board's env, its simulated stand-in (sim-NAME) and the native env; model_flags
     (which optimizer, loss, ops and activations the firmware compiles in) go to every env."""
@@ -62,14 +83,22 @@ def platformio_ini(board: Board, source: str, model_flags: Sequence[str] = ()) -
         out += [f"[env:{board.name}]", f"platform = {pio['platform']}", f"board = {pio['board']}"]
         if pio.get("framework"):
             out.append(f"framework = {pio['framework']}")
-        port = "-DMCT_PORT_ARDUINO" if pio.get("framework") == "arduino" else "-DMCT_PORT_BARE"
-        out += [_ini_list("build_flags", ["${env.build_flags}", port]).rstrip(), "monitor_speed = 115200", ""]
+        if pio.get("framework") != "arduino":
+            raise ValueError(f"board {board.name}: mcutrain's firmware runs on the Arduino framework "
+                             f"(framework = \"arduino\" in its board file)")
+        out += [_ini_list("build_flags", ["${env.build_flags}", "-DMCT_PORT_ARDUINO",
+                                          f"-DMCT_STORE_BYTES={board.storage}"]).rstrip(),
+                "monitor_speed = 115200", ""]
         sim = sim_env(board)
         if sim:
             out.append(f"[env:sim-{board.name}]")
             flags = sim.pop("build_flags")
             out += [f"{k} = {v}" for k, v in sim.items()]
-            out += [_ini_list("build_flags", ["${env.build_flags}"] + flags.split()).rstrip(), ""]
+            out.append(_ini_list("build_flags", ["${env.build_flags}"] + flags.split()).rstrip())
+            test_cmd = sim_test_command(board)
+            if test_cmd:
+                out.append(_ini_list("test_testing_command", test_cmd).rstrip())
+            out.append("")
     out += ["[env:native]", "platform = symlink://${PROJECT_DIR}/platforms/host",
             _ini_list("build_flags", ["${env.build_flags}", "-DMCT_PORT_POSIX", "-DMCT_ALLOW_QUIT"]).rstrip(), ""]
     return "\n".join(out)
@@ -105,6 +134,9 @@ def write_project(out: Path, board: Board, files: Dict[str, str], source: str,
             shutil.copyfile(f, out / "src" / f.name)
     for f in sorted((fw / "template" / "ports").iterdir()):
         shutil.copyfile(f, out / "src" / "ports" / f.name)
+    # the on-target self-test of `pio test` (test/test_model/expected.h comes with the generated files)
+    shutil.copytree(fw / "template" / "test", out / "test",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copytree(fw / "platforms", out / "platforms",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name, text in files.items():

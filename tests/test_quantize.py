@@ -19,7 +19,7 @@ import pytest
 from exporter.boards import get_board
 from exporter.device import DeviceSpecError, build_device_model
 from exporter.export import ExportError, export_project
-from exporter.memplan import plan
+from exporter.memplan import AVR_OP_CODE, plan
 from exporter.quantize import (QDenseConsts, QParams, dequant_blob, evaluate, qdense_consts, qlut_table, quant_blob,
                                quantize_weights, requant_multiplier)
 from exporter.twin import DeviceTwin
@@ -445,7 +445,8 @@ def test_accuracy_report_of_a_less_certain_network(calibration: np.ndarray,
 
 def test_memory_plan_shows_int8_savings(trained: Checkpoint, calibration: np.ndarray) -> None:
     """The plan of a quantized export shows its own rows and what it saves against the f32 export with the
-    same trainable layers: int8 weights save flash, full-integer int8 saves flash and arena RAM."""
+    same trainable layers: int8 weights save flash; full-integer int8 saves arena RAM and constants, and on
+    AVR its integer kernels cost code (memplan.AVR_OP_CODE), which the flash total includes."""
     board = get_board("uno")
     m32 = build_device_model(trained, "none", "f32", board=board)
     f32 = plan(m32, board)
@@ -460,7 +461,13 @@ def test_memory_plan_shows_int8_savings(trained: Checkpoint, calibration: np.nda
     assert rows["int8 activations (arena)"][0] == 4 * (i8_floats(20) + i8_floats(35) * 2 + i8_floats(10))
     assert rows["full-integer layers (flash)"][1] == 8 + (8 + 12 * 35 + 700) + 256 + (8 + 12 * 10 + 352) + 8
     assert rows["full-integer layers (flash)"][1] == len(m.program.cdata)
-    assert full.ram_saved == f32.ram - full.ram > 0 and full.flash_saved == f32.flash - full.flash > 0
+    flash32 = {n: f for n, _, f in f32.rows}
+    assert rows["full-integer layers (flash)"][1] < flash32["frozen layers (flash)"]   # the constants shrink
+    # the rest of the flash difference: a longer layer table (QUANT/DEQUANT) and the integer kernels' code
+    assert full.flash - f32.flash == (rows["full-integer layers (flash)"][1] + rows["frozen layers (flash)"][1]
+                                      - flash32["frozen layers (flash)"] + rows["layer table"][1]
+                                      - flash32["layer table"] + AVR_OP_CODE[Op.QDENSE])
+    assert full.ram_saved == f32.ram - full.ram > 0 and full.flash_saved == f32.flash - full.flash
     assert full.ram_saved == 4 * (m32.program.arena - m.program.arena) + 4 * (m32.scratch - m.scratch)
     table = full.table()
     assert "int8-full saves" in table and f"{full.ram_saved:,}" in table and f"{full.flash_saved:,}" in table

@@ -66,6 +66,9 @@ env.Replace(
     CXX="riscv64-unknown-elf-g++", GDB="riscv64-unknown-elf-gdb", OBJCOPY="riscv64-unknown-elf-objcopy",
     RANLIB="riscv64-unknown-elf-gcc-ranlib", SIZETOOL="riscv64-unknown-elf-size",
     PROGNAME="firmware", PROGSUFFIX=".elf", SIZEPRINTCMD="$SIZETOOL -B -d $SOURCES",
+    # link with gcc even when the project has C++ files (the Arduino port, which is empty here): Debian's
+    # rv32 toolchain has no libstdc++, which g++ would ask for
+    LINK="riscv64-unknown-elf-gcc",
 )
 
 build_dir = env.subst("$BUILD_DIR")

@@ -7,6 +7,8 @@
 # Options (platformio.ini): custom_mcu (atmega328p), custom_f_cpu (16000000), custom_ram_size and
 # custom_flash_size (bytes; default: the MCU's), custom_store (EEPROM image file; default
 # mcutrain_store_<env>.bin in the project).
+# `pio test -e sim-BOARD` builds the harness next to the firmware ($BUILD_DIR/avr_run), so the env's
+# test_testing_command can run the self-test in it (serial=stdio).
 #
 # Flash is the Uno's scarcest resource: the build uses link-time optimization (as Arduino's AVR core
 # does) and linker relaxation (short calls and jumps where they reach); the exported model's build flags
@@ -16,7 +18,7 @@ import shutil
 import subprocess
 import sys
 
-from SCons.Script import AlwaysBuild, Default, DefaultEnvironment
+from SCons.Script import COMMAND_LINE_TARGETS, AlwaysBuild, Default, DefaultEnvironment
 
 env = DefaultEnvironment()
 platform = env.PioPlatform()
@@ -89,11 +91,14 @@ def check_size(target, source, env):
     return 0
 
 
-def build_harness(build_dir):
-    """Compile harness/avr_run.c with the host gcc against libsimavr (once per build folder)."""
-    src = os.path.join(platform.get_dir(), "harness", "avr_run.c")
+HARNESS_SRC = os.path.join(platform.get_dir(), "harness", "avr_run.c")
+
+
+def build_harness(build_dir, force=False):
+    """Compile harness/avr_run.c with the host gcc against libsimavr (once per build folder, unless force)."""
+    src = HARNESS_SRC
     exe = os.path.join(build_dir, "avr_run")
-    if os.path.isfile(exe) and os.path.getmtime(exe) >= os.path.getmtime(src):
+    if not force and os.path.isfile(exe) and os.path.getmtime(exe) >= os.path.getmtime(src):
         return exe
     if not shutil.which("gcc"):
         raise RuntimeError("gcc not found: install it (Debian/Ubuntu: sudo apt-get install gcc)")
@@ -124,8 +129,23 @@ def run_in_simavr(target, source, env):
     return subprocess.call(cmd)
 
 
+def harness_target(target, source, env):
+    """SCons action (SCons decides when it is out of date): build the harness for `pio test`, whose
+    test_testing_command runs it."""
+    try:
+        build_harness(os.path.dirname(str(target[0])), force=True)
+    except RuntimeError as e:
+        sys.stderr.write("Error: %s\n" % e)
+        return 1
+    return 0
+
+
 program = env.BuildProgram()
 env.AddPostAction(program, env.VerboseAction(check_size, "Checking RAM and flash of $TARGET"))
+if "__test" in COMMAND_LINE_TARGETS:
+    harness = env.Command(os.path.join("$BUILD_DIR", "avr_run"), HARNESS_SRC,
+                          env.VerboseAction(harness_target, "Building the simavr harness $TARGET"))
+    Default(harness)
 for alias in ("upload", "exec"):
     AlwaysBuild(env.Alias(alias, program, env.VerboseAction(run_in_simavr, "Running $SOURCE in simavr")))
 Default([program])
