@@ -34,6 +34,7 @@ cdef extern from "mct.h" nogil:
         float *state
         uint32_t n_params
         float div
+    enum: MCT_E_NONFINITE, MCT_E_NONFINITE_GRAD
     int mct_net_check(const mct_net *net)
     uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host, int with_gin)
     float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb)
@@ -44,7 +45,7 @@ cdef extern from "mct.h" nogil:
     float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind, float loss_param,
                           const float *x, const float *t, uint32_t nb, float *arena, float *scratch,
                           uint32_t scratch_n, int host, float *grads)
-    void mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
+    int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                     const float *grads, uint32_t nb, float mean_loss)
     int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                        uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
@@ -195,10 +196,13 @@ cdef class CoreNet:
 
     def apply(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] grads, float[::1] state,
               float div, float loss):
-        """One optimizer update from gradient sums (divided by div); advances the train state."""
+        """One optimizer update from gradient sums (divided by div) and the mean loss; advances the train
+        state. Returns the core's status (0, or 3/5 when the loss/a gradient is not finite: nothing changed)."""
+        cdef int rc
         with nogil:
-            mct_update(&self.net, &params[0], <const mct_opt *>&opt[0], &state[0],
-                       <mct_train_state *>&ts[0], &grads[0], <uint32_t>div, loss)
+            rc = mct_update(&self.net, &params[0], <const mct_opt *>&opt[0], &state[0],
+                            <mct_train_state *>&ts[0], &grads[0], <uint32_t>div, loss)
+        return rc
 
     def train_batch(self, cnp.ndarray opt, cnp.ndarray ts, cnp.ndarray params, cnp.ndarray state,
                     int loss_kind, float loss_param, cnp.ndarray x, cnp.ndarray t, int threads=1):
@@ -239,7 +243,7 @@ cdef class CoreNet:
         cdef float total = 0
         cdef float *g0
         cdef float *gc
-        cdef int status = 0
+        cdef int status = 0, rc
         cdef uint32_t in_w = self.net.n_in, out_w = self.net.n_out
         with nogil:
             if not mct_all_finite(xp, nb * in_w) or not mct_all_finite(tp, nb * out_w):
@@ -264,12 +268,8 @@ cdef class CoreNet:
                 for c in range(nt):
                     total = total + ls[c]
                 total = mct_div(total, <float>nb)
-                if not (total == total and total - total == 0):
-                    status = 2
-                elif not mct_all_finite(b + A * per + S, self.net.n_params):
-                    status = 3
-                else:
-                    mct_update(&self.net, pp, op, sp, tsp, b + A * per + S, nb, total)
+                rc = mct_update(&self.net, pp, op, sp, tsp, b + A * per + S, nb, total)
+                status = 2 if rc == MCT_E_NONFINITE else 3 if rc == MCT_E_NONFINITE_GRAD else 0
         if status == 1:
             return status, float("nan")
         return status, total

@@ -239,8 +239,12 @@ class Module:
                              f"{self.describe()} has {self.param_count()} parameters")
         g = np.zeros(max(self.param_count(), 1), np.float32)
         g[:self.param_count()] = self_grads.values
-        self._corenet().apply(opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf,
-                              float(self_grads.samples), float(loss))
+        rc = self._corenet().apply(opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf,
+                                   float(self_grads.samples), float(loss))
+        if rc:
+            from .train import TrainingError
+            what = "the loss" if rc == 3 else "a gradient"
+            raise TrainingError(f"{what} is NaN or inf: update {opt.step + 1} was not applied")
 
     def new_sgd(self, params: "TrainParams") -> "Optimizer":
         """Plain gradient descent with TrainParams (a TrainParams object also works directly)."""

@@ -3,7 +3,7 @@
  * Every output element is one dot product summed in ascending k, starting from the k = 0
  * product, whatever the tiling: the host's wide register tiles and a device's narrow ones give
  * the same bits. MCT_TILE_M x MCT_TILE_N is the register tile (the host build sets 4 x 16 so
- * the compiler vectorises across outputs; devices keep 1 x 4).
+ * the compiler vectorises across outputs; devices use 1 x 8 with an FPU's 32 registers, else 1 x 4).
  */
 #include "mct_layers.h"
 
@@ -87,8 +87,7 @@ static void gemm_edge(const float *A, const float *B, float *C, uint32_t K, uint
         for (uint32_t k = 1; k < K; k++) s = s + A[k] * B[(size_t)k * N + n];
         C[n] = s;
     }
-    return;
-#endif
+#else
     float acc[MCT_TILE_M][MCT_TILE_N];
     for (uint32_t m = 0; m < mr; m++) {
         float a = A[(size_t)m * K];
@@ -103,6 +102,7 @@ static void gemm_edge(const float *A, const float *B, float *C, uint32_t K, uint
     }
     for (uint32_t m = 0; m < mr; m++)
         for (uint32_t n = 0; n < nr; n++) C[(size_t)m * N + n] = acc[m][n];
+#endif
 }
 
 void mct_gemm(const float *A, const float *B, float *C, uint32_t M, uint32_t K, uint32_t N) {
@@ -239,20 +239,11 @@ void mct_matmul_backward(const mct_layer *L, float *p, uint32_t j0, const float 
         }
         return;
     }
-    if (sink->grads) {
-        for (uint32_t i = 0; i < n_in; i++)
-            for (uint32_t o = 0; o < n_out; o++) {
-                float g = x[i] * gy[o];
-                for (uint32_t s = 1; s < nb; s++) g = g + x[(size_t)s * n_in + i] * gy[(size_t)s * n_out + o];
-                sink->grads[L->p_off + j0 + i * n_out + o] = g;
-            }
-        return;
-    }
-    if (nb == 1 && sink->div == 1.0f) {
+    if (!sink->grads && nb == 1 && sink->div == 1.0f) {
         fused_weights_1(L, p + j0, L->p_off + j0, x, gy, n_in, n_out, sink);
         return;
     }
-    for (uint32_t i = 0; i < n_in; i++)
+    for (uint32_t i = 0; i < n_in; i++)          /* stored, or applied for a batch on a device */
         for (uint32_t o = 0; o < n_out; o++) {
             float g = x[i] * gy[o];
             for (uint32_t s = 1; s < nb; s++) g = g + x[(size_t)s * n_in + i] * gy[(size_t)s * n_out + o];

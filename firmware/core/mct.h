@@ -194,7 +194,8 @@ typedef struct mct_net {
 
 /* Error codes returned by the checked entry points. */
 enum mct_status {
-    MCT_OK = 0, MCT_E_NET = 1, MCT_E_ARG = 2, MCT_E_NONFINITE = 3, MCT_E_UNSUPPORTED = 4
+    MCT_OK = 0, MCT_E_NET = 1, MCT_E_ARG = 2, MCT_E_NONFINITE = 3, MCT_E_UNSUPPORTED = 4,
+    MCT_E_NONFINITE_GRAD = 5   /* the loss was finite, a gradient was not */
 };
 
 /* ---- losses ---- */
@@ -303,14 +304,16 @@ float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind
                       uint32_t scratch_n, int host, float *grads);
 /* Are all n values finite? (1 = yes) */
 int mct_all_finite(const float *v, uint32_t n);
-/* Finish an update from gradient sums over nb samples: similarity penalty, apply, advance the state. */
-void mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
-                const float *grads, uint32_t nb, float mean_loss);
+/* Finish an update from gradient sums over nb samples and their mean loss: a non-finite loss
+ * (MCT_E_NONFINITE) or gradient (MCT_E_NONFINITE_GRAD) changes nothing, else the similarity penalty,
+ * the apply and the step advance follow (MCT_OK). */
+int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
+               const float *grads, uint32_t nb, float mean_loss);
 /* One training update on nb samples (scratch: mct_scratch_size(net, nb, 0, 0) + n_out * nb floats;
  * the last n_out * nb hold dL/dy). With grads == NULL the gradients are applied as soon as they are
  * known (no grads buffer: the device path; not with the similarity penalty: MCT_E_UNSUPPORTED). The mean
- * loss goes to *loss; a non-finite input, target, loss (or, buffered, gradient) returns MCT_E_NONFINITE
- * and leaves params and state untouched. */
+ * loss goes to *loss; a non-finite input, target or loss returns MCT_E_NONFINITE (a buffered step's
+ * gradient: MCT_E_NONFINITE_GRAD) and leaves params and state untouched. */
 int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                    uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
                    float *arena, float *scratch, uint32_t scratch_n, float *grads, float *loss);

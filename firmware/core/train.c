@@ -15,9 +15,6 @@ static float batch_loss(const mct_net *net, uint8_t kind, float param, const flo
     return sum;
 }
 
-/* Is x a finite float (not inf, not NaN)? */
-static int finite(float x) { return x == x && x - x == 0.0f; }
-
 int mct_all_finite(const float *v, uint32_t n) {
     uint32_t bad = 0;   /* no early exit: an integer OR over the exponent test vectorises */
     for (uint32_t j = 0; j < n; j++) bad |= (mct_f2u(v[j]) & 0x7f800000u) == 0x7f800000u;
@@ -43,12 +40,15 @@ float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind
     return sum;
 }
 
-void mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
-                const float *grads, uint32_t nb, float mean_loss) {
-    mct_step s = mct_step_begin(o, ts, mean_loss);
+int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
+               const float *grads, uint32_t nb, float mean) {
+    if (!mct_all_finite(&mean, 1)) return MCT_E_NONFINITE;
+    if (!mct_all_finite(grads, net->n_params)) return MCT_E_NONFINITE_GRAD;
+    mct_step s = mct_step_begin(o, ts, mean);
     s.sim = mct_opt_similarity(o, state, grads, net->n_params);
     mct_apply(net, o, &s, params, grads, state, (float)nb);
     mct_step_end(o, ts);
+    return MCT_OK;
 }
 
 int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
@@ -59,15 +59,11 @@ int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *s
      * the gradients, and the fused path applies gradients as soon as they exist */
     *loss = 0.0f;
     if (!mct_all_finite(x, net->n_in * nb) || !mct_all_finite(t, net->n_out * nb)) return MCT_E_NONFINITE;
-    if (grads) {
-        /* buffered: grads are only written, params change in mct_update after the checks */
-        float mean = mct_batch_grads(net, params, loss_kind, loss_param, x, t, nb, arena, scratch, scratch_n, 0,
-                                     grads);
-        mean = mct_div(mean, (float)nb);
-        *loss = mean;
-        if (!finite(mean) || !mct_all_finite(grads, net->n_params)) return MCT_E_NONFINITE;
-        mct_update(net, params, o, state, ts, grads, nb, mean);
-        return MCT_OK;
+    if (grads) {   /* buffered: grads are only written, params change in mct_update after its checks */
+        float sum = mct_batch_grads(net, params, loss_kind, loss_param, x, t, nb, arena, scratch, scratch_n, 0,
+                                    grads);
+        *loss = mct_div(sum, (float)nb);
+        return mct_update(net, params, o, state, ts, grads, nb, *loss);
     }
     if (o->sim_penalty > 0.0f && (o->kind == MCT_OPT_MOMENTUM || o->kind == MCT_OPT_RMSPROP_MOMENTUM))
         return MCT_E_UNSUPPORTED;
@@ -75,7 +71,7 @@ int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *s
     float *gout = scratch + scratch_n - (size_t)net->n_out * nb;
     float mean = mct_div(batch_loss(net, loss_kind, loss_param, y, t, nb, gout), (float)nb);
     *loss = mean;
-    if (!finite(mean)) return MCT_E_NONFINITE;
+    if (!mct_all_finite(&mean, 1)) return MCT_E_NONFINITE;
     mct_step s = mct_step_begin(o, ts, mean);
     mct_sink sink = {0, o, &s, state, net->n_params, (float)nb};
     mct_backward(net, params, arena, nb, gout, NULL, &sink, scratch, scratch_n - net->n_out * nb, 0);

@@ -218,9 +218,10 @@ static void cmd_train(mct_app *a) {
     uint8_t d[8];
     memcpy(d, &loss, 4);
     put_u32(d + 4, a->ts.step);
+    uint8_t st = rc == MCT_OK ? MCT_ST_OK
+               : rc == MCT_E_NONFINITE || rc == MCT_E_NONFINITE_GRAD ? MCT_ST_NONFINITE : MCT_ST_UNSUPPORTED;
     reply_t r;
-    reply_begin(&r, MCT_CMD_TRAIN, rc == MCT_OK ? MCT_ST_OK : rc == MCT_E_NONFINITE ? MCT_ST_NONFINITE
-                                                                                     : MCT_ST_UNSUPPORTED, 8);
+    reply_begin(&r, MCT_CMD_TRAIN, st, 8);
     reply_bytes(&r, d, 8);
     reply_end(&r);
 }
