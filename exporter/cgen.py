@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -16,6 +16,26 @@ from trainer.program import Op, Program
 
 OP_NAMES = {op: f"MCT_OP_{op.name}" for op in Op}
 OPT_KINDS = ["MCT_OPT_SGD", "MCT_OPT_MOMENTUM", "MCT_OPT_RMSPROP", "MCT_OPT_RMSPROP_MOMENTUM", "MCT_OPT_ADAM"]
+
+
+Segments = Sequence[Tuple[int, int, int]]   # (device RAM offset, host offset, count) of each RAM block
+
+
+def segments_to_host(segments: Segments, ram: np.ndarray, host_params: np.ndarray) -> np.ndarray:
+    """A copy of the host network's values (parameters, or one optimizer slot) with the device's RAM
+    values written in, block by block."""
+    out = np.array(host_params, np.float32, copy=True)
+    for r, h, n in segments:
+        out[h:h + n] = ram[r:r + n]
+    return out
+
+
+def segments_from_host(segments: Segments, host_params: np.ndarray, n: int) -> np.ndarray:
+    """The device's n RAM values taken from the host network's values, block by block."""
+    out = np.zeros(n, np.float32)
+    for r, h, c in segments:
+        out[r:r + c] = host_params[h:h + c]
+    return out
 
 
 @dataclass
@@ -56,17 +76,11 @@ class DeviceModel:
 
     def to_host_params(self, ram: np.ndarray, host_params: np.ndarray) -> np.ndarray:
         """The host network's parameters with the device's RAM parameters written in."""
-        out = np.array(host_params, np.float32, copy=True)
-        for r, h, n in self.segments:
-            out[h:h + n] = ram[r:r + n]
-        return out
+        return segments_to_host(self.segments, ram, host_params)
 
     def from_host_params(self, host_params: np.ndarray) -> np.ndarray:
         """The device's RAM parameters taken from the host network's."""
-        out = np.zeros(self.program.n_params, np.float32)
-        for r, h, n in self.segments:
-            out[r:r + n] = host_params[h:h + n]
-        return out
+        return segments_from_host(self.segments, host_params, self.program.n_params)
 
     @property
     def n_trainable(self) -> int:

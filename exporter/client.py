@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import struct
 import subprocess
 import time
@@ -15,6 +16,27 @@ import numpy as np
 from .protocol import STATUS_TEXT, Cmd, ProtocolError, Status, encode, read_reply
 
 REGION_PARAMS, REGION_STATE, REGION_TRAIN_STATE = 0, 1, 2
+
+
+PTY_LINE = re.compile(rb"PTY (/dev/\S+)")
+
+
+def read_pty_line(fd: int, timeout: float) -> Optional[str]:
+    """The device of the first "PTY /dev/..." line read from a pipe within timeout seconds (None: none
+    came, or the writer closed the pipe). Reads the raw descriptor, so no line waits in a buffer."""
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not select.select([fd], [], [], 0.1)[0]:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        buf += chunk
+        m = PTY_LINE.search(buf)
+        if m:
+            return m.group(1).decode()
+    return None
 
 
 class DeviceError(RuntimeError):
@@ -68,20 +90,14 @@ class Device:
         """Start a program that prints 'PTY /dev/pts/N' (the native firmware with --pty) and connect to it."""
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
         assert proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        line = b""
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line and proc.poll() is not None:
-                break
-            m = re.match(rb"PTY (\S+)", line)
-            if m:
-                dev = cls.open(m.group(1).decode(), timeout=timeout)
-                dev.process = proc
-                return dev
+        port = read_pty_line(proc.stdout.fileno(), timeout)
+        if port:
+            dev = cls.open(port, timeout=timeout)
+            dev.process = proc
+            return dev
         proc.kill()
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        raise DeviceError(f"{argv[0]} did not offer a pty: {line!r} {err.strip()}")
+        _, err = proc.communicate()
+        raise DeviceError(f"{argv[0]} did not offer a pty within {timeout:g} s: {err.decode(errors='replace').strip()}")
 
     def close(self) -> None:
         """Close the line (and end a program this client started)."""
@@ -218,14 +234,17 @@ class Device:
         """End a native or simulated firmware (boards answer 'unknown command')."""
         try:
             self.request(Cmd.QUIT)
-        except (ProtocolError, OSError) as e:
-            # the program may end before its reply is read; that is the point of QUIT
-            if self.process is None or self.process.wait(timeout=5) is None:
-                raise DeviceError(f"QUIT: {e}") from None
-        except Exception as e:  # pyserial raises SerialException (an OSError subclass in new versions)
-            if type(e).__name__ != "SerialException" or self.process is None:
+        except Exception as e:
+            # the program may end before its reply is read: that is the point of QUIT. (pyserial's
+            # SerialException is an OSError only in newer versions, hence the test by name.)
+            if not isinstance(e, (ProtocolError, OSError)) and type(e).__name__ != "SerialException":
                 raise
-            self.process.wait(timeout=5)
+            if self.process is None:
+                raise DeviceError(f"QUIT: {e}") from None
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                raise DeviceError(f"QUIT: {e}; the program did not end") from None
 
     def resync(self) -> None:
         """Recover after a lost byte: complete any partial frame with zeros and drop the replies."""
@@ -241,8 +260,3 @@ class Device:
         finally:
             if old is not None:
                 self.link.timeout = old
-
-
-def native_binary(project: str, env: str = "native") -> str:
-    """Path of a project's built native program."""
-    return os.path.join(project, ".pio", "build", env, "program")

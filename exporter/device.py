@@ -24,7 +24,8 @@ from trainer.program import LayerDesc, Op, Program
 
 from .boards import Board
 from .cgen import DeviceModel
-from .quantize import QUANT_MODES, STORE_Q, QuantError, arena_floats, full_integer_layers, quantize_weights
+from .quantize import (QUANT_MODES, STORE_Q, QuantError, arena_floats, full_integer_layers, pad4,
+                       quantize_weights)
 
 TRAINABLE_HELP = "all, none, last:N (the last N layers with parameters) or biases"
 
@@ -98,7 +99,7 @@ def const_blob_entry(d: LayerDesc, w: np.ndarray, b: Optional[np.ndarray], quant
         q, scale = quantize_weights(w, d.n_in, d.n_out)
         parts = [scale.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
         blob = b"".join(parts) + q.tobytes()
-        return blob + b"\0" * (-len(blob) % 4), 2
+        return pad4(blob), 2
     parts = [w.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
     return b"".join(parts), 1
 

@@ -48,6 +48,7 @@ def _advice(ck: Checkpoint, board: Board, loss: Optional[Loss], current: str, qu
     """What to change so the model fits: the most trainable layers that still fit, biases only, int8
     (full-integer int8 when calibration data was given), or a bigger board."""
     n_with = sum(1 for d in ck.net.program.layers if d.n_p)
+    current = current.strip().lower()            # as trainable_flags reads it
     start = n_with - 1 if current == "all" else int(current[5:]) - 1 if current.startswith("last:") else -1
     tries = [current] + [f"last:{k}" for k in range(start, 0, -1)] + ["biases", "none"]
     quants = [quant] + (["int8"] if quant == "f32" else [])

@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 from trainer.optim import KINDS
-from trainer.program import Op
+from trainer.program import LAYER_DTYPE, Op
 
 from .boards import Board
 from .cgen import DeviceModel
 from .quantize import I8_OUT_OPS, STORE_Q, arena_floats, qop_const_bytes
 
-LAYER_BYTES = 48          # sizeof(mct_layer)
 APP_FIXED_RAM = 120       # app bookkeeping, mct_net, mct_opt, hash, train state
 # RAM the platform's runtime takes besides our buffers (serial buffers, libc, Arduino core) on the
 # real board; the simulated stand-ins run mcutrain's bare-metal ports, which need none of it
@@ -100,7 +99,7 @@ def extra_code(m: DeviceModel, board: Board) -> int:
 def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
     """The memory plan of a device model on a board (sim: against the simulated stand-in's RAM)."""
     p = m.program
-    table_bytes = LAYER_BYTES * len(p.layers) + 32
+    table_bytes = LAYER_DTYPE.itemsize * len(p.layers) + 32     # sizeof(mct_layer) each, + mct_net
     q_bytes = sum(qop_const_bytes(d) for d in p.layers if d.storage == STORE_Q)
     i8_arena = sum(arena_floats(d) for d in p.layers if d.op in I8_OUT_OPS)     # floats of int8 tensors
     rows = [

@@ -123,7 +123,8 @@ def requant_multiplier(real: float) -> Tuple[int, int]:
     return mult, shift
 
 
-def _pad4(b: bytes) -> bytes:
+def pad4(b: bytes) -> bytes:
+    """b with zero bytes up to a multiple of 4 (the const blob holds little-endian words)."""
     return b + b"\0" * (-len(b) % 4)
 
 
@@ -149,7 +150,7 @@ class QDenseConsts:
 
     def blob(self) -> bytes:
         """The layer's bytes in the const blob."""
-        return _pad4(np.array([self.zx, self.zy], "<i4").tobytes() + self.bias.astype("<i4").tobytes() +
+        return pad4(np.array([self.zx, self.zy], "<i4").tobytes() + self.bias.astype("<i4").tobytes() +
                      self.mult.astype("<i4").tobytes() + self.shift.astype("<i4").tobytes() +
                      np.ascontiguousarray(self.w, np.int8).tobytes())
 

@@ -10,7 +10,6 @@ Each simulator kind is a `Simulator` subclass registered in SIMULATORS by `kind`
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -105,6 +104,11 @@ class Simulator:
         """The built firmware."""
         return project / ".pio" / "build" / self.env_name(board) / "firmware.elf"
 
+    def store_path(self, project: Path, board: Board) -> Path:
+        """The host file that stands in for the device's storage (one per env: saves of one build are not
+        another's)."""
+        return Path(project) / f"mcutrain_store_{self.env_name(board)}.bin"
+
     def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
                store: Optional[Path]) -> SimSession:
         """Start the firmware and connect a Device to it."""
@@ -129,15 +133,16 @@ class NativeSimulator(Simulator):
 
     def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
                store: Optional[Path]) -> SimSession:
-        env = dict(os.environ, MCUTRAIN_STORE=str(store or project / "mcutrain_store.bin"))
+        env = dict(os.environ, MCUTRAIN_STORE=str(store or self.store_path(project, board)))
         dev = Device.spawn([str(firmware), "--pty"], env=env)
         return SimSession(dev, board, self, "native", firmware)
 
     def report(self, session: SimSession) -> Dict[str, Any]:
-        used, avail, saves = session.device.stats()
+        """QUIT the program; a host build measures no instructions, memory or stack, only its saves."""
+        _, _, saves = session.device.stats()
         session.device.quit()
         return {"board": session.board.name, "simulator": "native", "unit": None, "predict": None,
-                "train": None, "ram_static": None, "stack_peak": None, "flash": None}
+                "train": None, "ram_static": None, "stack_peak": None, "flash": None, "saves": saves}
 
 
 SIMULATORS: Dict[str, Type[Simulator]] = {"native": NativeSimulator}
@@ -240,12 +245,6 @@ def start(project: Path, board: Board, measure: bool = False, store: Optional[Pa
     if not fw.is_file():
         raise SimError(f"{fw} was not built: run `mcutrain build {project} --env {sim.env_name(board)}`")
     return sim.launch(fw, board, project, measure, store)
-
-
-def write_report(report: Dict[str, Any], path: Path) -> None:
-    """Write a report as JSON (atomically)."""
-    from trainer.modelfile import atomic_write
-    atomic_write(path, (json.dumps(report, indent=2, sort_keys=True) + "\n").encode())
 
 
 def run_checked(cmd: List[str], **kw: Any) -> subprocess.CompletedProcess:

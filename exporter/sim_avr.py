@@ -13,15 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-import select
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .boards import Board
-from .client import Device
+from .client import Device, read_pty_line
 from .paths import firmware_dir
 from .sim import SIMULATORS, ProcessLink, SimError, SimSession, Simulator, cache_dir, require_tools, run_checked
 
@@ -30,7 +27,6 @@ START_TIMEOUT = 15.0        # seconds for the harness to offer its pty
 REPLY_TIMEOUT = 60.0        # seconds the client waits for an answer (soft-float training is slow)
 EXIT_TIMEOUT = 10.0         # seconds the harness may take to end after QUIT
 REGION_NAMES = {0: "predict", 1: "train"}   # port_mark regions
-PTY_LINE = re.compile(rb"^PTY (\S+)\r?$", re.M)
 EXIT_OVERFLOW = 97           # the harness's status for a stack overflow
 
 
@@ -84,24 +80,6 @@ def read_report(path: Path) -> Optional[Dict[str, Any]]:
         return None
 
 
-def read_pty_line(fd: int, timeout: float) -> Optional[str]:
-    """The device of the first "PTY /dev/..." line read from a pipe within timeout seconds (None: none
-    came, or the writer closed the pipe). Reads the raw descriptor, so no line waits in a buffer."""
-    buf = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not select.select([fd], [], [], 0.1)[0]:
-            continue
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            return None
-        buf += chunk
-        m = PTY_LINE.search(buf)
-        if m:
-            return m.group(1).decode()
-    return None
-
-
 class AvrLink(ProcessLink):
     """The serial line to the simulated AVR; a stack overflow the harness saw is reported with its numbers."""
 
@@ -123,10 +101,6 @@ class SimavrSimulator(Simulator):
     """AVR boards in simavr (board files: [sim] kind = "simavr", mcu, freq)."""
     kind = "simavr"
     tools = ["avr-gcc", "gcc"]           # avr-size comes with gcc-avr (binutils-avr)
-
-    def store_path(self, project: Path, board: Board) -> Path:
-        """The EEPROM image of the simulated board (the platform's `-t upload` uses the same file)."""
-        return Path(project) / f"mcutrain_store_{self.env_name(board)}.bin"
 
     def command(self, harness: Path, firmware: Path, board: Board, store: Path, report: Path,
                 max_cycles: int = 0) -> List[str]:

@@ -138,7 +138,7 @@ class QemuSimulator(Simulator):
                store: Optional[Path]) -> SimSession:
         require_tools(self.qemu)
         firmware = Path(firmware).resolve()
-        store = Path(store or Path(project) / "mcutrain_store.bin").resolve()
+        store = Path(store or self.store_path(project, board)).resolve()
         store.parent.mkdir(parents=True, exist_ok=True)
         if len(store.name) > 200:
             raise SimError(f"the store file name {store.name!r} is too long (at most 200 characters: the firmware "

@@ -10,8 +10,9 @@ import os
 import re
 import select
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -20,8 +21,10 @@ from exporter.client import Device
 from exporter.export import ExportResult, export_project
 from exporter.sim import require_tools
 from exporter.twin import DeviceTwin
-from trainer import Sequential, TrainParams, layers as L, losses
+from trainer import Sequential, TrainParams, layers as L
 from trainer.modelfile import Checkpoint
+
+from helpers import assert_device_equals_twin, assert_same_bits, model_flags, onehot_samples, train_lockstep
 
 ROOT = Path(__file__).resolve().parent.parent
 STUB = ROOT / "tests" / "arduino_stub"
@@ -58,13 +61,6 @@ class PipeLink:
                 f.close()
 
 
-def model_flags(project: Path) -> List[str]:
-    """The -D flags the export put in platformio.ini's [env] section (the ones every env shares)."""
-    text = (project / "platformio.ini").read_text()
-    common = text.split("\n[env]\n", 1)[1].split("\n[", 1)[0]
-    return re.findall(r"^\s+(-DMCT_\w+=\S+)$", common, re.M)
-
-
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> ExportResult:
     net = Sequential(L.Linear(8, 12), L.Tanh(), L.Linear(12, 4), L.Softmax()).rand_params(seed=3)
@@ -97,7 +93,10 @@ def program(exported: ExportResult) -> Path:
     return exe
 
 
+@contextmanager
 def start(exe: Path, eeprom: Path) -> Iterator[Device]:
+    """The firmware with the Arduino port running on the host (its Serial on our pipes, its EEPROM in the
+    file eeprom), a Device talking to it; ended on exit."""
     proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env=dict(os.environ, MCT_TEST_EEPROM=str(eeprom)))
     dev = Device(PipeLink(proc), proc)
@@ -113,25 +112,19 @@ def test_the_arduino_port_serves_the_protocol_and_saves(exported: ExportResult, 
     boot loads it."""
     eeprom = tmp_path / "eeprom.bin"
     twin = DeviceTwin(exported.model)
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-1, 1, (12, 8)).astype(np.float32)
-    t = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 12)]
-    for dev in start(program, eeprom):
+    x, t = onehot_samples(np.random.default_rng(0), 12, 8, 4, inputs="uniform")
+    with start(program, eeprom) as dev:
         info = dev.info()
         assert info.hash == exported.hash and info.can_save and not info.loaded_save
-        assert np.array_equal(dev.predict(x), twin.predict(x))
-        for k in range(12):
-            loss, step = dev.train(x[k], t[k])
-            assert np.float32(loss) == np.float32(twin.train(x[k], t[k])) and step == k + 1
-        params, state, ts = dev.pull()
-        assert np.array_equal(params, twin.params) and np.array_equal(state, twin.state)
-        assert bytes(ts) == twin.train_state.tobytes()
+        assert_same_bits(dev.predict(x), twin.predict(x), "PREDICT")
+        train_lockstep(dev, twin, x, t)
+        assert_device_equals_twin(dev, twin)
         assert dev.save() == 1
-    for dev in start(program, eeprom):
+    with start(program, eeprom) as dev:
         info = dev.info()
         assert info.loaded_save and info.step == 12
-        assert np.array_equal(dev.pull()[0], twin.params)
-        assert np.array_equal(dev.predict(x), twin.predict(x))
+        assert_device_equals_twin(dev, twin)
+        assert_same_bits(dev.predict(x), twin.predict(x), "PREDICT after the restart")
 
 
 def test_the_self_test_runs_on_the_arduino_framework(exported: ExportResult, tmp_path: Path) -> None:

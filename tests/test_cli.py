@@ -20,8 +20,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
+from exporter.sim_avr import read_pty_line
 from trainer.cli import main
 from trainer.modelfile import load_model
+
+from helpers import assert_same_bits, same_bits
 
 NET = "linear:20x35,sigmoid,linear:35x10,softmax"
 SMALL = "linear:3x8,tanh,linear:8x3,softmax"
@@ -68,12 +71,6 @@ def assert_clean_error(code: int, expected_code: int, stderr: str, *words: str) 
         assert w in stderr, (w, stderr)
 
 
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """Identical arrays, bit for bit."""
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-
-
 def modadd_all() -> tuple:
     """Every (l, r) pair of addition mod 10: inputs (100, 20), integer labels (100,)."""
     l, r = np.divmod(np.arange(100), 10)
@@ -97,16 +94,10 @@ def write_blobs_csv(path: Path, n: int = 300, features: int = 3, seed: int = 7) 
 # ---------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="module", autouse=True)
-def pio_core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A PlatformIO core folder of our own for this module (platform names are registered per core dir)."""
-    core = tmp_path_factory.mktemp("pio-core")
-    old = os.environ.get("PLATFORMIO_CORE_DIR")
-    os.environ["PLATFORMIO_CORE_DIR"] = str(core)
-    yield core
-    if old is None:
-        os.environ.pop("PLATFORMIO_CORE_DIR", None)
-    else:
-        os.environ["PLATFORMIO_CORE_DIR"] = old
+def tool_dirs(pio_core: Path) -> Path:
+    """The session's own PlatformIO core folder and caches (conftest.pio_core), which the subprocesses
+    inherit."""
+    return pio_core
 
 
 @pytest.fixture(scope="module")
@@ -144,9 +135,12 @@ class Firmware:
         self.proc = subprocess.Popen([str(program), "--pty"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env={**os.environ, "MCUTRAIN_STORE": str(store)})
         assert self.proc.stdout is not None
-        m = re.match(r"PTY (\S+)", self.proc.stdout.readline().decode())
-        assert m, "the native firmware did not offer a pty"
-        self.port = m.group(1)
+        port = read_pty_line(self.proc.stdout.fileno(), 60)
+        if port is None:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"the native firmware offered no pty within 60 s (exit status {self.proc.returncode})")
+        self.port = port
         self.hold = os.open(self.port, os.O_RDWR | os.O_NOCTTY)
 
     def close(self) -> None:
@@ -167,12 +161,41 @@ def firmware(native_project: Path, tmp_path: Path) -> Iterator[Firmware]:
 
 # ---------------------------------------------------------------- --help
 
+# the heading of the examples in a command's --help; the top-level group shows the whole path instead
+EXAMPLE_HEADING = "Example:"
+GROUP_EXAMPLE_HEADING = "The whole path on the built-in example"
+
+
+def example_lines(help_text: str, top_level: bool) -> List[str]:
+    """The lines of the example section of a --help text: the lines after the heading ('Example:', or for
+    the top-level group 'The whole path on the built-in example...:') up to the first blank line, stripped;
+    [] when there is no such section."""
+    lines = help_text.splitlines()
+    for i, line in enumerate(lines):
+        text = line.strip()
+        if (text.startswith(GROUP_EXAMPLE_HEADING) and text.endswith(":")) if top_level else text == EXAMPLE_HEADING:
+            section = []
+            for body in lines[i + 1:]:
+                if not body.strip():
+                    break
+                section.append(body.strip())
+            return section
+    return []
+
+
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "mcutrain")
 def test_help_shows_an_example(cmd: List[str]) -> None:
+    """Every command's --help has an example section whose lines are command lines of that command
+    (`mcutrain <cmd> ...`); the top-level group's shows the whole path (train, export, sim)."""
     r = cli(*cmd, "--help")
     assert r.exit_code == 0
-    assert "Example" in r.output or "mcutrain train" in r.output
-    assert f"mcutrain {' '.join(cmd)}".strip() in r.output
+    examples = example_lines(r.output, top_level=not cmd)
+    assert examples, f"no example section in the help of {' '.join(['mcutrain', *cmd])}:\n{r.output}"
+    prefix = " ".join(["mcutrain", *cmd])
+    wrong = [e for e in examples if not (e == prefix or e.startswith(prefix + " "))]
+    assert not wrong, f"example lines that do not start with {prefix!r}: {wrong}"
+    if not cmd:
+        assert [e.split()[1] for e in examples] == ["train", "export", "sim"], examples
 
 
 def test_help_through_the_entry_point(tmp_path: Path) -> None:
@@ -287,9 +310,10 @@ def test_train_errors_through_the_entry_point(tmp_path: Path) -> None:
 
 def _compare_checkpoints(a: Path, b: Path) -> None:
     ca, cb = load_model(a), load_model(b)
-    assert same_bits(ca.net.params, cb.net.params)
-    assert same_bits(ca.optimizer.state, cb.optimizer.state)
-    assert same_bits(ca.optimizer.train_state, cb.optimizer.train_state)
+    assert_same_bits(ca.net.params, cb.net.params, "parameters")
+    assert_same_bits(ca.optimizer.state, cb.optimizer.state, "optimizer state")
+    assert ca.optimizer.train_state.dtype == cb.optimizer.train_state.dtype
+    assert ca.optimizer.train_state.tobytes() == cb.optimizer.train_state.tobytes(), "train state"
 
 
 def test_resume_after_an_interruption_is_bit_identical(tmp_path: Path) -> None:
@@ -344,6 +368,11 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_matches(tmp_path: Path) -> None:
     deadline = time.monotonic() + 60
     while not (tmp_path / "run.mct").exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
+    if not (tmp_path / "run.mct").exists():
+        status = proc.poll()
+        proc.kill()
+        _, err = proc.communicate(timeout=60)
+        pytest.fail(f"no checkpoint within 60 s of training (exit status {status}):\n{err}")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_INTERRUPTED, err
@@ -376,6 +405,11 @@ def test_eval_reports_loss_accuracy_and_confusion(model: Path, tmp_path: Path) -
 
 
 def test_eval_quantized_through_the_c_kernels(model: Path, tmp_path: Path) -> None:
+    """--quant evaluates the model the device would run: its accuracy is the one the device's own layer
+    table gives (the exporter's device model run by the host twin), and close to the f32 network's."""
+    from exporter.device import build_device_model
+    from exporter.twin import DeviceTwin
+    ck = load_model(model)
     x, labels = modadd_all()
     np.savez(tmp_path / "all.npz", x=x, y=labels)
     f32 = json.loads(cli("eval", str(model), "--data", str(tmp_path / "all.npz"), "--classify", "--json").stdout)
@@ -386,7 +420,10 @@ def test_eval_quantized_through_the_c_kernels(model: Path, tmp_path: Path) -> No
         res = json.loads(r.stdout)
         q = res["quantization"]
         assert q["quant"] == quant and q["f32_accuracy"] == pytest.approx(f32["accuracy"])
-        assert q["device_accuracy"] == pytest.approx(res["accuracy"])
+        # the device's model, built here from the model file and run by the host twin of the device
+        m = build_device_model(ck, "none", quant, calibration=x if quant == "int8-full" else None)
+        device_accuracy = float(np.mean(DeviceTwin(m).predict(x).argmax(axis=1) == labels))
+        assert q["device_accuracy"] == device_accuracy and res["accuracy"] == device_accuracy
         assert 0 < q["max_abs_diff"] < 0.5          # really quantized, and still close
         assert res["accuracy"] >= f32["accuracy"] - 0.1
     r = sub("eval", str(model), "--problem", "modadd10", "--quant", "int8", cwd=tmp_path)
@@ -506,27 +543,20 @@ def test_flash_through_the_entry_point(native_project: Path, tmp_path: Path) -> 
     assert_clean_error(r.returncode, EXIT_ERROR, r.stderr, "exported for native")
 
 
-def test_missing_platformio(native_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from exporter import pio
-
-    def no_pio() -> List[str]:
-        raise pio.PioError("PlatformIO is not installed: run `pip install platformio`")
-
-    monkeypatch.setattr(pio, "pio_command", no_pio)
-    for args in (["build", str(native_project)], ["flash", str(native_project)], ["sim", str(native_project)]):
-        r = cli(*args)
-        assert_clean_error(r.exit_code, EXIT_MISSING_TOOL, r.stderr, "pip install platformio")
-    monkeypatch.undo()
-    # through the entry point: platformio made unimportable (a shadowing package that raises ImportError,
-    # the honest way to hide an installed module) and no pio/platformio on PATH
+def test_missing_platformio(native_project: Path, tmp_path: Path) -> None:
+    """build, flash and sim need PlatformIO: through the entry point with platformio made unimportable (a
+    shadowing package that raises ImportError, the honest way to hide an installed module) and no
+    pio/platformio on PATH, each exits 4 saying how to install it."""
     shadow = tmp_path / "shadow" / "platformio"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('platformio hidden by the test')\n")
     path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
                            if not any((Path(d) / n).exists() for n in ("pio", "platformio")))
     env = {**os.environ, "PYTHONPATH": str(shadow.parent), "PATH": path}
-    r = sub("build", str(native_project), cwd=tmp_path, env=env)
-    assert_clean_error(r.returncode, EXIT_MISSING_TOOL, r.stderr, "PlatformIO is not installed")
+    for args in (["build", str(native_project)], ["flash", str(native_project)], ["sim", str(native_project)]):
+        r = sub(*args, cwd=tmp_path, env=env)
+        assert_clean_error(r.returncode, EXIT_MISSING_TOOL, r.stderr, "PlatformIO is not installed",
+                           "pip install platformio")
 
 
 def test_missing_simulator(native_project: Path, model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

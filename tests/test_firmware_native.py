@@ -10,7 +10,6 @@ platformio.ini); the round-trip project is built with PlatformIO offline (`pio r
 """
 from __future__ import annotations
 
-import configparser
 import json
 import os
 import shutil
@@ -20,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import pytest
@@ -36,6 +35,8 @@ from trainer import layers as L
 from trainer.losses import Loss
 from trainer.module import Module
 from trainer.optim import TRAIN_STATE_DTYPE, Optimizer
+
+from helpers import assert_same_bits, model_flags, onehot_samples, same_bits
 
 OPTIMIZERS = ["sgd", "momentum", "rmsprop", "rmsprop_momentum", "adam"]
 STEPS = 100
@@ -88,36 +89,11 @@ def make_optimizer(net: Module, kind: str) -> Tuple[Optimizer, Loss]:
 
 
 def samples(seed: int, n: int) -> Tuple[np.ndarray, np.ndarray]:
-    """n inputs (standard normal, float32) with one-hot targets."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, N_IN)).astype(np.float32)
-    t = np.eye(N_OUT, dtype=np.float32)[rng.integers(0, N_OUT, n)]
-    return x, t
+    """n inputs (standard normal, float32) with one-hot targets, from a generator seeded with seed."""
+    return onehot_samples(np.random.default_rng(seed), n, N_IN, N_OUT)
 
 
 # ============================================================================ small helpers
-
-def same_bits(a: Any, b: Any) -> bool:
-    """Equal float32 arrays, bit for bit."""
-    a, b = np.asarray(a, np.float32).ravel(), np.asarray(b, np.float32).ravel()
-    return a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-def assert_same_bits(got: Any, want: Any, what: str) -> None:
-    """Equal bit for bit; the message shows the first difference."""
-    g, w = np.asarray(got, np.float32).ravel(), np.asarray(want, np.float32).ravel()
-    assert g.shape == w.shape, f"{what}: {g.shape} values, expected {w.shape}"
-    bad = np.flatnonzero(g.view(np.uint32) != w.view(np.uint32))
-    assert bad.size == 0, (f"{what}: {bad.size} of {g.size} differ; first at {bad[0]}: {g[bad[0]]!r} "
-                           f"({g.view(np.uint32)[bad[0]]:08x}) != {w[bad[0]]!r} ({w.view(np.uint32)[bad[0]]:08x})")
-
-
-def model_flags(project: Path) -> List[str]:
-    """The -DMCT_* model flags of the project's platformio.ini ([env] build_flags)."""
-    ini = configparser.ConfigParser(interpolation=None)
-    ini.read(project / "platformio.ini")
-    return [f for f in ini["env"]["build_flags"].split() if f.startswith("-DMCT_")]
-
 
 def c_sources(project: Path) -> List[Path]:
     """The project's C translation units: src/*.c, src/ports/*.c, lib/mcutrain_core/src/*.c."""
@@ -207,15 +183,11 @@ def frame(cmd: int, payload: bytes = b"", bad_crc: bool = False) -> bytes:
 # ============================================================================ fixtures
 
 @pytest.fixture(scope="module", autouse=True)
-def own_pio_core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """This module's own PlatformIO core folder (platform names are registered per core folder)."""
+def tool_dirs(pio_core: Path) -> Path:
+    """The session's own PlatformIO core folder (conftest.pio_core); the native firmware needs gcc."""
     if shutil.which("gcc") is None:
         pytest.fail("gcc is not installed: the native firmware needs it (apt-get install gcc)")
-    core = tmp_path_factory.mktemp("pio-core")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PLATFORMIO_CORE_DIR", str(core))
-    yield core
-    mp.undo()
+    return pio_core
 
 
 @dataclass
@@ -418,7 +390,7 @@ def sanitized(builds: Builds, store: Path) -> Iterator[Device]:
         assert rc == 0 and not err.strip(), f"exit {rc}, sanitizer output:\n{err}"
 
 
-def resync_then_info(dev: Device, timeout: float = 0.5) -> bool:
+def resync_then_info(dev: Device, timeout: float = 5.0) -> bool:
     """The documented resync (max_payload + 6 zero bytes, what comes back discarded), then INFO: True when
     the device answers that INFO (replies to the cut frame are skipped), False when nothing comes back."""
     dev.link.write(bytes(dev.cached_info.max_payload + 6) + encode(Cmd.INFO))
@@ -582,7 +554,7 @@ def test_truncated_frames_are_completed_by_the_resync_procedure(builds: Builds, 
             assert raw[-1] != 0, "a zero CRC byte would make the completed frame valid: pick other values"
             for cut in sorted({1, 2, 3, 4, 5, len(raw) // 2, len(raw) - 2, len(raw) - 1}):
                 dev.link.write(raw[:cut])
-                assert resync_then_info(dev, timeout=5.0), f"command {raw[1]} cut after {cut} bytes"
+                assert resync_then_info(dev), f"command {raw[1]} cut after {cut} bytes"
         assert_unchanged(dev, before, x, p.result.hash)
 
 
@@ -630,7 +602,7 @@ def test_a_lost_byte_is_recovered_by_the_resync_procedure(builds: Builds, tmp_pa
                     stuck.append(f"{name} without byte {i}")
                     # get the device back: complete any length it may wait for, then resync again
                     dev.link.write(bytes(0x10000 + 2))
-                    assert resync_then_info(dev, timeout=5.0)
+                    assert resync_then_info(dev)
         assert_unchanged(dev, before, x, p.result.hash)
     assert not stuck, (f"after these lost bytes the documented resync ({info.max_payload + 6} zero bytes) did "
                        f"not bring the device back (it waited for a longer payload): {stuck}")
@@ -685,8 +657,8 @@ def fuzz_frames(rng: np.random.Generator, n: int, n_params: int, slots: int, max
                 region, off, count = struct.unpack("<BIH", payload)
                 ok = region in sizes and off + count <= sizes[region] and count <= max_floats
                 return (r.status, len(r.data)) == ((Status.OK, 4 * count) if ok else (Status.BAD_ARG, 0))
-            # INFO / STATS: OK without a payload (with one: see test_commands_without_payload_reject_a_payload)
-            return r.status == Status.OK if k == 0 else r.status in (Status.OK, Status.BAD_LENGTH)
+            # INFO / STATS take no payload: OK without one, BAD_LENGTH with one (docs/protocol.md)
+            return r.status == (Status.OK if k == 0 else Status.BAD_LENGTH)
 
         yield raw, check
 
@@ -909,3 +881,31 @@ def test_pio_project_config_accepts_every_board(tmp_path: Path) -> None:
             flags = flags if isinstance(flags, list) else str(flags).split()
             assert "-ffp-contract=off" in flags, (board.name, env)
             assert set(r.model.build_flags()) <= set(flags), (board.name, env)
+
+
+# ============================================================================ 8. only the ops the model uses
+
+def defined_functions(program: Path) -> Set[str]:
+    """The names of the functions defined in a program (`nm --defined-only`, text symbols)."""
+    r = subprocess.run(["nm", "--defined-only", str(program)], capture_output=True, text=True, check=True)
+    return {parts[2] for parts in (line.split() for line in r.stdout.splitlines())
+            if len(parts) == 3 and parts[1] in ("T", "t")}
+
+
+def test_firmware_links_only_the_ops_the_model_uses(roundtrip: RoundTrip, tmp_path: Path) -> None:
+    """MCT_OPS_MASK leaves the kernels of unused layer types out of the firmware: the native build of a
+    Linear/Tanh/Softmax model (`pio run -e native`) defines mct_dense_forward but neither mct_glu_forward nor
+    mct_rmsnorm_forward, while the every-layer model's build (the round-trip project) defines all three."""
+    if shutil.which("nm") is None:
+        pytest.fail("nm is not installed: apt-get install binutils")
+    net = small_net()
+    r = export_project(Checkpoint(net, net.new_momentum(TrainParams(lr=0.05), 0.9)), "native", tmp_path / "p",
+                       loss=losses.cross_entropy)
+    assert {d.op.name for d in r.model.program.layers}.isdisjoint({"GLU", "RMSNORM"})
+    pio.build(r.path, "native")
+    small = defined_functions(r.path / ".pio" / "build" / "native" / "program")
+    assert "mct_dense_forward" in small and "mct_dense_backward" in small
+    assert "mct_glu_forward" not in small and "mct_glu_backward" not in small
+    assert "mct_rmsnorm_forward" not in small and "mct_rmsnorm_backward" not in small
+    every = defined_functions(roundtrip.program)
+    assert {"mct_dense_forward", "mct_glu_forward", "mct_rmsnorm_forward"} <= every

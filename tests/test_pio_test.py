@@ -16,7 +16,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 import pytest
@@ -28,6 +28,8 @@ from trainer import layers as L
 from trainer.module import Module
 from trainer.optim import Optimizer
 from trainer.train import train_step
+
+from helpers import bits
 
 TEST_NAMES = ["test_model_hash", "test_net_check", "test_predict", "test_train_step"]
 LOSS = losses.cross_entropy
@@ -150,14 +152,12 @@ def run_case(case: Case, base: Path) -> Run:
 
 
 @pytest.fixture(scope="module")
-def own_core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """This module's own PlatformIO core folder (where pio.run installs tool-scons)."""
-    base = tmp_path_factory.mktemp("piotest")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PLATFORMIO_CORE_DIR", str(base / "pio-core"))
+def own_core(pio_core: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of this module's PlatformIO core folders: `pio test` runs in parallel, so each project
+    gets a core folder of its own (core_dir), sharing the tool-scons that pio.ensure_scons() installs in
+    the session's core folder (conftest.pio_core)."""
     pio.ensure_scons()
-    yield base
-    mp.undo()
+    return tmp_path_factory.mktemp("piotest")
 
 
 @pytest.fixture(scope="module")
@@ -205,11 +205,6 @@ def test_a_flipped_expected_bit_fails(runs: Dict[str, Run], case: Case) -> None:
             assert case_status(text, name) == ["PASSED"], (name, text[-3000:])
     assert re.search(rf"^{re.escape(case.env)}\s+test_model\s+FAILED", text, re.M), text[-2000:]
     assert "4 test cases: 1 failed, 3 succeeded" in text
-
-
-def bits(values: np.ndarray) -> np.ndarray:
-    """float32 bit patterns."""
-    return np.ascontiguousarray(values, np.float32).view(np.uint32)
 
 
 def test_expected_values_are_the_host_trainers(runs: Dict[str, Run]) -> None:

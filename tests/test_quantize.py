@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Iterator, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -23,12 +23,13 @@ from exporter.memplan import AVR_OP_CODE, plan
 from exporter.quantize import (QDenseConsts, QParams, dequant_blob, evaluate, qdense_consts, qlut_table, quant_blob,
                                quantize_weights, requant_multiplier)
 from exporter.twin import DeviceTwin
-from trainer import Sequential, TrainParams, losses, train_batch
-from trainer import layers as L
+from trainer import TrainParams, losses, train_batch
 from trainer.modelfile import Checkpoint
 from trainer.module import core_net
 from trainer.problems import ModularAddition10
 from trainer.program import Act, LayerDesc, Op, Program
+
+from helpers import assert_device_equals_twin, assert_same_bits, readme_net, train_lockstep
 
 INT32_MAX = 2 ** 31 - 1
 I8_OUT = (Op.QUANT, Op.QDENSE, Op.QLUT)
@@ -99,17 +100,11 @@ def qdense_ref(xq: np.ndarray, c: QDenseConsts) -> np.ndarray:
     return out
 
 
-def readme_net() -> Sequential:
-    """The README network: Linear(20,35), Sigmoid, Linear(35,10), Softmax, seeded init."""
-    return Sequential(L.Linear(20, 35), L.Sigmoid(), L.Linear(35, 10), L.Softmax()).rand_params(seed=456645,
-                                                                                               scale=1.0)
-
-
 @pytest.fixture(scope="module")
 def trained() -> Checkpoint:
     """The README example trained as in the README (5000 batches of 10, RMSProp with momentum), saved
     with SGD as the device's optimizer."""
-    net = readme_net()
+    net = readme_net(seed=456645, scale=1.0)
     opt = net.new_rmsprop_with_momentum(TrainParams(lr=2e-2), 0.85, 0.8)
     problem = ModularAddition10(seed=1)
     for _ in range(5000):
@@ -130,20 +125,17 @@ def eval_data() -> Tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def pio_core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A PlatformIO core folder of this module's own (platform names are registered per core folder)."""
+def native_tools(pio_core: Path) -> Path:
+    """PlatformIO and gcc, which the native firmware needs (a missing one fails with what to install), and
+    the session's own PlatformIO core folder (conftest.pio_core)."""
+    from exporter.pio import PioError, pio_command
     try:
-        from exporter.pio import pio_command
         pio_command()
-    except Exception as e:  # PlatformIO missing
-        pytest.skip(f"PlatformIO is not available: {e}")
+    except PioError as e:
+        pytest.fail(f"PlatformIO is not available: {e}")
     if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed: the native firmware needs a C compiler")
-    core = tmp_path_factory.mktemp("pio-core")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PLATFORMIO_CORE_DIR", str(core))
-    yield core
-    mp.undo()
+        pytest.fail("gcc is not installed: the native firmware needs a C compiler (apt-get install gcc)")
+    return pio_core
 
 
 # ----------------------------------------------------------------------------- weights and constants
@@ -428,7 +420,7 @@ def test_accuracy_report_of_a_less_certain_network(calibration: np.ndarray,
                                                    eval_data: Tuple[np.ndarray, np.ndarray]) -> None:
     """After only 150 README steps (about 70 % accuracy, outputs far from saturation) full-integer int8
     visibly changes the outputs, while loss and accuracy stay close to the f32 network's."""
-    net = readme_net()
+    net = readme_net(seed=456645, scale=1.0)
     opt = net.new_rmsprop_with_momentum(TrainParams(lr=2e-2), 0.85, 0.8)
     problem = ModularAddition10(seed=2)
     for _ in range(150):
@@ -478,7 +470,7 @@ def test_memory_plan_shows_int8_savings(trained: Checkpoint, calibration: np.nda
 
 @pytest.mark.parametrize("trainable", ["none", "last:1"])
 def test_native_firmware_int8_full_equals_host(trained: Checkpoint, calibration: np.ndarray,
-                                               pio_core: Path, tmp_path: Path, trainable: str) -> None:
+                                               native_tools: Path, tmp_path: Path, trainable: str) -> None:
     """The native firmware of an int8-full export (built with PlatformIO offline) predicts exactly what the
     host's C core computes with the same layer table; with the last layer trainable it also trains on the
     device exactly as core.train_fused does on the host (losses, parameters, optimizer state)."""
@@ -494,16 +486,11 @@ def test_native_firmware_int8_full_equals_host(trained: Checkpoint, calibration:
         d = s.device
         assert d.info().hash == r.hash
         want = twin.predict(x)
-        assert np.array_equal(d.predict(x), want)
+        assert_same_bits(d.predict(x), want, "PREDICT")
         assert not np.array_equal(want, trained.net.forward(x))     # it really is the quantized model
         if trainable == "none":
             return
-        for k in range(x.shape[0]):
-            loss_dev, _ = d.train(x[k], y[k])
-            assert np.float32(loss_dev) == np.float32(twin.train(x[k], y[k])), k
-        p, st, tsd = d.pull()
-        assert not np.array_equal(p, m.params)                       # training moved the trainable layer
-        assert np.array_equal(p, twin.params)
-        assert np.array_equal(st, twin.state)
-        assert bytes(tsd) == twin.train_state.tobytes()
-        assert np.array_equal(d.predict(x), twin.predict(x))
+        train_lockstep(d, twin, x, y)
+        assert not np.array_equal(twin.params, m.params)            # training moved the trainable layer
+        assert_device_equals_twin(d, twin)
+        assert_same_bits(d.predict(x), twin.predict(x), "PREDICT after training")

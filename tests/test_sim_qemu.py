@@ -13,7 +13,7 @@ package to install (no skips)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import List, Tuple
 
 import numpy as np
 import pytest
@@ -22,7 +22,7 @@ from exporter import pio, sim
 from exporter.boards import get_board
 from exporter.export import ExportResult, export_project
 from exporter.memplan import MemoryPlanError
-from exporter.sim import SimError, SimSession
+from exporter.sim import SimError
 from exporter.sim_qemu import elf_sizes, set_env_option
 from exporter.twin import DeviceTwin
 from trainer import LR, Checkpoint, Residual, Sequential, TrainParams, losses
@@ -31,6 +31,8 @@ from trainer.losses import Loss
 from trainer.module import Module
 from trainer.optim import Optimizer
 from trainer.problems import ModularAddition10
+
+from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, readme_net, train_lockstep
 
 # one board per simulated core (nucleo_f401re, the other M4F board, runs in the int8 test)
 CORE_BOARDS = ["nano33ble", "bluepill", "pico", "teensy41", "nucleo_l552ze_q", "esp32c3"]
@@ -41,17 +43,10 @@ EPOCHS = 5          # the networks of the issue learn 20 samples in 5 passes (10
 
 
 @pytest.fixture(scope="module", autouse=True)
-def own_tool_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """This session's own PlatformIO core folder (platform names are registered per core folder, so sharing
-    one with other checkouts breaks builds), build cache (the core's objects are shared between exports
-    with the same flags) and mcutrain cache (the QEMU plugin)."""
-    base = tmp_path_factory.mktemp("simqemu")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PLATFORMIO_CORE_DIR", str(base / "pio-core"))
-    mp.setenv("PLATFORMIO_BUILD_CACHE_DIR", str(base / "pio-build-cache"))
-    mp.setenv("MCUTRAIN_CACHE", str(base / "cache"))
-    yield base
-    mp.undo()
+def tool_dirs(pio_core: Path) -> Path:
+    """The session's own PlatformIO core folder, build cache and mcutrain cache (the QEMU plugin); see
+    conftest.pio_core."""
+    return pio_core
 
 
 # ---- networks ----
@@ -71,11 +66,6 @@ def quant_net() -> Module:
     """Three Linear layers: with trainable='last:1' the first two are frozen int8 weights in flash."""
     return Sequential(L.Linear(12, 16), L.Relu(), L.Linear(16, 8), L.Tanh(), L.Linear(8, 4),
                       L.Softmax()).rand_params(seed=5)
-
-
-def readme_net() -> Module:
-    """The README network: 20 -> 35 (sigmoid) -> 10 (softmax)."""
-    return Sequential(L.Linear(20, 35), L.Sigmoid(), L.Linear(35, 10), L.Softmax()).rand_params(seed=456645)
 
 
 def relu_net() -> Module:
@@ -100,50 +90,6 @@ def export(net: Module, opt: Optimizer, loss: Loss, board: str, out: Path, **kw:
     return export_project(Checkpoint(net, opt), board, out, loss=loss, sim=True, **kw)
 
 
-def bits(v: object) -> bytes:
-    """The float32 bits of a value or an array."""
-    return np.asarray(v, np.float32).tobytes()
-
-
-def assert_same_bits(device: np.ndarray, host: np.ndarray, what: str) -> None:
-    """Equal bit for bit, with the first difference in the message."""
-    d, h = np.asarray(device, np.float32).ravel(), np.asarray(host, np.float32).ravel()
-    assert d.shape == h.shape, f"{what}: {d.shape} values on the device, {h.shape} on the host"
-    diff = np.flatnonzero(d.view(np.uint32) != h.view(np.uint32))
-    assert diff.size == 0, (f"{what}: {diff.size} of {d.size} differ; first at {diff[0]}: device "
-                            f"{d[diff[0]]!r} ({d.view(np.uint32)[diff[0]]:08x}), host {h[diff[0]]!r} "
-                            f"({h.view(np.uint32)[diff[0]]:08x})")
-
-
-def train_lockstep(s: SimSession, twin: DeviceTwin, xs: np.ndarray, ts: np.ndarray) -> List[float]:
-    """Train the device and the host twin on the same samples; every step's loss and step number must agree.
-    Returns the losses."""
-    out = []
-    for k, (x, t) in enumerate(zip(xs, ts)):
-        loss_dev, step = s.device.train(x, t)
-        loss_host = twin.train(x, t)
-        assert bits(loss_dev) == bits(loss_host), \
-            f"step {k}: loss {loss_dev!r} on the device, {loss_host!r} on the host"
-        assert step == k + 1
-        out.append(loss_dev)
-    return out
-
-
-def assert_pulled_state_equal(s: SimSession, twin: DeviceTwin) -> None:
-    """The device's parameters, optimizer slots and train state equal the host twin's, bit for bit."""
-    p, st, tsd = s.device.pull()
-    assert_same_bits(p, twin.params, "parameters")
-    assert_same_bits(st, twin.state[:st.size], "optimizer state")
-    assert bytes(tsd) == twin.train_state.tobytes(), "train state (step, Adam powers)"
-
-
-def samples(rng: np.random.Generator, n: int, n_in: int, n_out: int) -> Tuple[np.ndarray, np.ndarray]:
-    """n inputs (standard normal) with one-hot targets."""
-    x = rng.standard_normal((n, n_in)).astype(np.float32)
-    t = np.eye(n_out, dtype=np.float32)[rng.integers(0, n_out, n)]
-    return x, t
-
-
 # ---- exact parity on every core ----
 @pytest.mark.parametrize("kind", OPTIMIZERS)
 @pytest.mark.parametrize("board", CORE_BOARDS)
@@ -156,13 +102,13 @@ def test_predict_and_train_match_host_bit_for_bit(board: str, kind: str, tmp_pat
     x_eval = rng.standard_normal((5, 8)).astype(np.float32)
     x_eval[4] *= np.float32(1e-39)          # subnormal inputs: every core must handle them as x86-64 does
     assert np.all(np.abs(x_eval[4]) < np.finfo(np.float32).tiny)
-    xs, ts = samples(rng, STEPS, 8, 4)
+    xs, ts = onehot_samples(rng, STEPS, 8, 4)
     with sim.start(r.path, r.board) as s:
         info = s.device.info()
         assert info.hash == r.hash and info.n_params == twin.n_params and info.step == 0
         assert_same_bits(s.device.predict(x_eval), twin.predict(x_eval), "PREDICT before training")
-        train_lockstep(s, twin, xs, ts)
-        assert_pulled_state_equal(s, twin)
+        train_lockstep(s.device, twin, xs, ts)
+        assert_device_equals_twin(s.device, twin)
         assert_same_bits(s.device.predict(x_eval), twin.predict(x_eval), "PREDICT after training")
         assert not np.array_equal(twin.params, r.model.params), "training changed nothing"
 
@@ -176,13 +122,13 @@ def test_int8_export_predicts_the_host_quantized_output(board: str, tmp_path: Pa
     twin = DeviceTwin(r.model)
     rng = np.random.default_rng(2)
     x = rng.standard_normal((6, 12)).astype(np.float32)
-    xs, ts = samples(rng, 20, 12, 4)
+    xs, ts = onehot_samples(rng, 20, 12, 4)
     with sim.start(r.path, r.board) as s:
         y = s.device.predict(x)
         assert_same_bits(y, twin.predict(x), "int8 PREDICT")
         assert not np.array_equal(y, net(x)), "the int8 export gave the f32 network's outputs"
-        train_lockstep(s, twin, xs, ts)
-        assert_pulled_state_equal(s, twin)
+        train_lockstep(s.device, twin, xs, ts)
+        assert_device_equals_twin(s.device, twin)
         assert_same_bits(s.device.predict(x), twin.predict(x), "int8 PREDICT after training the last layer")
 
 
@@ -193,7 +139,7 @@ def mean_loss(loss: Loss, y: np.ndarray, t: np.ndarray) -> float:
 
 
 def test_readme_network_trains_on_the_m4f_and_reports_its_cost(tmp_path: Path) -> None:
-    net = readme_net()
+    net = readme_net(seed=456645, scale=1.0)
     opt, loss = net.new_rmsprop_with_momentum(TrainParams(lr=2e-2), 0.85, 0.8), losses.logit_bce
     r = export(net, opt, loss, "nano33ble", tmp_path / "p")
     assert r.model.n_trainable == net.param_count()
@@ -202,8 +148,8 @@ def test_readme_network_trains_on_the_m4f_and_reports_its_cost(tmp_path: Path) -
     x, t = np.asarray(x, np.float32), np.asarray(t, np.float32)
     with sim.start(r.path, r.board, measure=True) as s:
         before = s.device.predict(x)
-        train_lockstep(s, twin, np.tile(x, (EPOCHS, 1)), np.tile(t, (EPOCHS, 1)))
-        assert_pulled_state_equal(s, twin)
+        train_lockstep(s.device, twin, np.tile(x, (EPOCHS, 1)), np.tile(t, (EPOCHS, 1)))
+        assert_device_equals_twin(s.device, twin)
         after = s.device.predict(x)
         assert_same_bits(after, twin.predict(x), "PREDICT after training")
         rep = s.report()
@@ -224,11 +170,11 @@ def test_relu_64_32_10_network_trains_on_the_m4f(tmp_path: Path) -> None:
     r = export(net, opt, loss, "nano33ble", tmp_path / "p")
     assert r.model.n_trainable == net.param_count()
     twin = DeviceTwin(r.model)
-    x, t = samples(np.random.default_rng(4), 20, 64, 10)
+    x, t = onehot_samples(np.random.default_rng(4), 20, 64, 10)
     with sim.start(r.path, r.board) as s:
         before = s.device.predict(x)
-        train_lockstep(s, twin, np.tile(x, (EPOCHS, 1)), np.tile(t, (EPOCHS, 1)))
-        assert_pulled_state_equal(s, twin)
+        train_lockstep(s.device, twin, np.tile(x, (EPOCHS, 1)), np.tile(t, (EPOCHS, 1)))
+        assert_device_equals_twin(s.device, twin)
         after = s.device.predict(x)
         assert_same_bits(after, twin.predict(x), "PREDICT after training")
     assert mean_loss(loss, after, t) < 0.5 * mean_loss(loss, before, t)
@@ -241,7 +187,7 @@ def test_saves_survive_a_restart(board: str, tmp_path: Path) -> None:
     opt, loss = net.new_adam(TrainParams(lr=1e-2)), losses.cross_entropy
     r = export(net, opt, loss, board, tmp_path / "p")
     store = tmp_path / "store dir" / "board,store.bin"        # a space and a comma: both must survive QEMU's options
-    xs, ts = samples(np.random.default_rng(5), 10, 12, 4)
+    xs, ts = onehot_samples(np.random.default_rng(5), 10, 12, 4)
     with sim.start(r.path, r.board, store=store) as s:
         assert s.device.info().can_save and not s.device.info().loaded_save
         for x, t in zip(xs, ts):
@@ -288,7 +234,7 @@ def test_model_too_large_for_the_stand_in_fails_at_link_time(tmp_path: Path) -> 
 def test_stack_overflow_stops_the_firmware_with_a_message(board: str, tmp_path: Path) -> None:
     net = quant_net()
     r = export(net, net.new_adam(TrainParams()), losses.cross_entropy, board, tmp_path / "p")
-    x, t = samples(np.random.default_rng(6), 1, 12, 4)
+    x, t = onehot_samples(np.random.default_rng(6), 1, 12, 4)
     with sim.start(r.path, r.board) as s:          # how much stack INFO and a training step need
         s.device.info()
         after_info = s.device.stats()[0]

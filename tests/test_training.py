@@ -19,15 +19,16 @@ from trainer.module import Module
 from trainer.optim import Optimizer, as_optimizer
 from trainer.problems import AxPlusB, ModularAddition10, Parity
 
+import helpers
+
 # (step, mean logit_bce loss over the 250 steps ending there) of the README example
 MODADD10_LOSS_CURVE: List[Tuple[int, float]] = []
 CURVE_EVERY = 250
 
 
 def readme_net() -> Sequential:
-    """The README network: Linear(20,35), Sigmoid, Linear(35,10), Softmax, seeded init."""
-    return Sequential(L.Linear(20, 35), L.Sigmoid(), L.Linear(35, 10), L.Softmax()).rand_params(seed=456645,
-                                                                                               scale=1.0)
+    """The README network (Linear(20,35), Sigmoid, Linear(35,10), Softmax) with the README's seeded init."""
+    return helpers.readme_net(seed=456645, scale=1.0)
 
 
 def accuracy(net: Module, x: np.ndarray, y: np.ndarray) -> float:
@@ -201,22 +202,24 @@ def trained_three_steps() -> Tuple[Module, Optimizer, np.ndarray, np.ndarray]:
     return net, opt, x, y
 
 
-@pytest.mark.parametrize("where", ["input_nan", "input_inf", "target_nan"])
+# where the bad value goes: (input or target, sample, column, value)
+BAD_DATA = {"input_nan": ("x", 3, 7, np.nan), "input_inf": ("x", 3, 7, np.inf), "target_nan": ("y", 6, 2, np.nan)}
+
+
+@pytest.mark.parametrize("where", list(BAD_DATA))
 @pytest.mark.parametrize("threads", [1, 2])
 def test_nonfinite_data_raises_and_keeps_params(where: str, threads: int) -> None:
-    """(f) NaN/inf data: TrainingError naming the step (the 4th here); parameters, slots, step unchanged."""
+    """(f) NaN/inf data: TrainingError naming the bad sample and the step (the 4th here); parameters, slots,
+    step unchanged."""
     net, opt, x, y = trained_three_steps()
-    if where == "input_nan":
-        x[3, 7] = np.nan
-    elif where == "input_inf":
-        x[3, 7] = np.inf
-    else:
-        y[6, 2] = np.nan
+    which, sample, col, value = BAD_DATA[where]
+    (x if which == "x" else y)[sample, col] = value
     before = snapshot(net, opt)
     with pytest.raises(TrainingError) as e:
         train_batch(opt, net, losses.logit_bce, x, y, threads=threads)
     msg = str(e.value)
-    assert "step 4" in msg and ("nan" in msg.lower() or "inf" in msg.lower())
+    assert f"sample {sample} of the batch at step 4 has NaN or inf in its input or target" in msg, msg
+    assert "the parameters are those after step 3" in msg, msg
     assert_same_snapshot(before, snapshot(net, opt))
     assert opt.step == 3
     # training goes on normally once the data is good again
@@ -225,28 +228,28 @@ def test_nonfinite_data_raises_and_keeps_params(where: str, threads: int) -> Non
     assert opt.step == 4 and np.isfinite(net.params).all()
 
 
-def test_nan_input_raises_even_if_the_first_layer_hides_it() -> None:
-    """NaN in the input stops training even when a leading ReLU maps NaN to 0 (the loss stays finite):
-    the data is bad and must not be trained on silently."""
-    net = Sequential(L.Relu(4), L.Linear(4, 2)).rand_params(seed=1)
-    opt = net.new_momentum(TrainParams(lr=0.1), 0.9)
-    x = np.array([[np.nan, 1.0, 2.0, 3.0]], np.float32)
-    t = np.zeros((1, 2), np.float32)
-    before = snapshot(net, opt)
-    with pytest.raises(TrainingError, match="step 1"):
-        train_batch(opt, net, losses.mse, x, t)
-    assert_same_snapshot(before, snapshot(net, opt))
+# (network, optimizer, one bad input): a leading ReLU maps NaN to 0, so the loss stays finite; an infinite
+# input into a saturating net gives a finite loss but NaN gradients (inf * 0)
+HIDDEN_BAD_INPUT = {
+    "nan_behind_relu": (lambda: Sequential(L.Relu(4), L.Linear(4, 2)).rand_params(seed=1),
+                        lambda n: n.new_momentum(TrainParams(lr=0.1), 0.9), np.nan),
+    "inf_into_sigmoid": (lambda: Sequential(L.Linear(4, 2), L.Sigmoid()).rand_params(seed=1),
+                         lambda n: n.new_adam(TrainParams(lr=0.1)), np.inf),
+}
 
 
-def test_nonfinite_gradient_with_finite_loss_keeps_params() -> None:
-    """An infinite input into a saturating net gives a finite loss but NaN gradients (inf * 0): the
-    update must not write NaN into the parameters; training stops with TrainingError."""
-    net = Sequential(L.Linear(4, 2), L.Sigmoid()).rand_params(seed=1)
-    opt = net.new_adam(TrainParams(lr=0.1))
-    x = np.array([[np.inf, 1.0, 2.0, 3.0]], np.float32)
+@pytest.mark.parametrize("case", list(HIDDEN_BAD_INPUT))
+def test_bad_input_stops_training_even_when_the_loss_is_finite(case: str) -> None:
+    """NaN or inf in the input stops training even where the loss would stay finite (a leading ReLU hides
+    NaN; inf into a saturating net gives NaN gradients): the data is bad and must not be trained on
+    silently, and no NaN may reach the parameters; TrainingError names the sample and step 1."""
+    make_net, make_opt, bad = HIDDEN_BAD_INPUT[case]
+    net = make_net()
+    opt = make_opt(net)
+    x = np.array([[bad, 1.0, 2.0, 3.0]], np.float32)
     t = np.zeros((1, 2), np.float32)
     before = snapshot(net, opt)
-    with pytest.raises(TrainingError, match="step 1"):
+    with pytest.raises(TrainingError, match="sample 0 of the batch at step 1"):
         train_batch(opt, net, losses.mse, x, t)
     assert_same_snapshot(before, snapshot(net, opt))
     assert np.isfinite(net.params).all()

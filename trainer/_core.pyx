@@ -101,16 +101,22 @@ def math_eval(str name, float[::1] x):
 
 
 def loss_eval(int kind, float param, float[:, ::1] y, float[:, ::1] t):
-    """Per-sample losses (n,) and gradients dL/dy (n, width) of a batch, computed by the core."""
+    """(per-sample losses (n,), gradients dL/dy (n, width), mean loss) of a batch, computed by the core.
+    The mean is the core's own batch loss (train.c): the float32 sum in sample order, then mct_div by n."""
     cdef Py_ssize_t s, nb = y.shape[0], w = y.shape[1]
     losses = np.empty(nb, np.float32)
     grads = np.empty((nb, w), np.float32)
     cdef float[::1] lv = losses
     cdef float[:, ::1] gv = grads
+    cdef float total = 0.0
+    cdef float mean = 0.0
     with nogil:
         for s in range(nb):
             lv[s] = mct_loss(<uint8_t>kind, param, &y[s, 0], &t[s, 0], <uint16_t>w, &gv[s, 0])
-    return losses, grads
+            total = total + lv[s]
+        if nb > 0:
+            mean = mct_div(total, <float>nb)
+    return losses, grads, float(mean)
 
 
 def lr_at(uint8_t[::1] opt, uint32_t step):

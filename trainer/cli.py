@@ -2,8 +2,6 @@
 talk to the device. Each command lives in its own module; this one ties them together."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
-
 import click
 
 from . import __version__
@@ -41,11 +39,6 @@ def _register() -> None:
 
 
 _register()
-
-
-def run(argv: Optional[Sequence[str]] = None) -> Any:
-    """Run the command line with argv (for embedding); returns click's result."""
-    return main.main(args=list(argv) if argv is not None else None, prog_name="mcutrain")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,11 +3,11 @@ bars and the rules for output files (written atomically, never replaced without 
 from __future__ import annotations
 
 import inspect
+import math
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import click
 
@@ -16,7 +16,7 @@ EXIT_ERROR = 1          # anything that went wrong; the message says what to do
 EXIT_USAGE = 2          # the command line itself is wrong (click's own code)
 EXIT_NO_FIT = 3         # the model does not fit the board's memory
 EXIT_MISSING_TOOL = 4   # PlatformIO, a simulator or a toolchain is not installed
-EXIT_INTERRUPTED = 130  # Ctrl-C (training saved a checkpoint first)
+EXIT_INTERRUPTED = 130  # Ctrl-C (what was kept depends on the command and on how often it was pressed)
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
@@ -25,7 +25,8 @@ Exit codes:
   {EXIT_USAGE}    bad command line (unknown option, missing argument, bad choice)
   {EXIT_NO_FIT}    the model does not fit the board's RAM or flash
   {EXIT_MISSING_TOOL}    a tool is missing: PlatformIO, a simulator or a toolchain
-  {EXIT_INTERRUPTED}  interrupted with Ctrl-C (train saves a checkpoint first)"""
+  {EXIT_INTERRUPTED}  interrupted with Ctrl-C (a first Ctrl-C lets train save a checkpoint and
+       device train stop between samples; a second one stops at once)"""
 
 
 class CliError(click.ClickException):
@@ -120,7 +121,7 @@ def check_output(path: Path, force: bool, what: str = "output") -> Path:
     """CliError if path exists and force is off; make its folder. Returns the path."""
     if path.exists() and not force:
         raise CliError(f"{path} exists; pass --force to replace it or choose another {what} name")
-    if path.parent and not path.parent.exists():
+    if not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -150,12 +151,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Optional
 
 
 def _cell(v: Any) -> str:
+    """One table cell: yes/no, numbers with thousands separators, '-' for None."""
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):
-        if v == int(v) and abs(v) < 1e15:
+        if math.isfinite(v) and v == int(v) and abs(v) < 1e15:
             return f"{int(v):,}"
         return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
     return "-" if v is None else str(v)
@@ -201,16 +203,6 @@ class Progress:
             if self._pending:
                 self._bar.update(self._pending, self.status)
             self._bar.__exit__(*exc)
-
-
-@contextmanager
-def maybe(cm: Optional[Any]) -> Iterator[Any]:
-    """Enter cm if it is not None."""
-    if cm is None:
-        yield None
-    else:
-        with cm as v:
-            yield v
 
 
 def example(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

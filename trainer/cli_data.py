@@ -196,16 +196,18 @@ def open_source(spec: DataSpec, seed: int, val: float = 0.0) -> Source:
     raise DataError("say where the samples come from: --data FILE or --problem NAME (e.g. --problem modadd10)")
 
 
-def check_widths(n_in: int, n_out: int, source: Source, what: str = "the network") -> None:
-    """DataError (one sentence) when the data's widths do not match a model's."""
+def check_widths(n_in: int, n_out: int, source: Source, what: str = "the network",
+                 advice: Optional[str] = None) -> None:
+    """DataError (one sentence) when the data's widths do not match a model's. advice replaces the
+    default remedy (changing the network's first or last layer), e.g. for a model that is fixed."""
     from_file = isinstance(source, FileSource)
     if source.n_in != n_in:
         raise DataError(f"{what} takes {n_in} inputs but {source.name} has {source.n_in} per sample: "
-                        f"make the first layer take {source.n_in} inputs"
+                        + (advice or f"make the first layer take {source.n_in} inputs")
                         + (" or choose other input columns (--inputs)" if from_file else ""))
     if source.n_out != n_out:
         raise DataError(f"{what} outputs {n_out} values but {source.name} has {source.n_out} targets per sample: "
-                        f"make the last layer output {source.n_out}"
+                        + (advice or f"make the last layer output {source.n_out}")
                         + (" (for integer class labels, add --classify)" if from_file else ""))
 
 
@@ -255,50 +257,41 @@ def metrics(outputs: np.ndarray, targets: np.ndarray, loss: Any, classification:
     return out
 
 
-def load_inputs(path: str, n_in: int, inputs: Optional[str] = None, x_key: str = "x") -> np.ndarray:
+def load_inputs(path: str, n_in: int, inputs: Optional[str] = None, x_key: str = "x",
+                layout: Optional[DataSpec] = None) -> np.ndarray:
     """Network inputs only (no targets), e.g. to predict or to calibrate: a CSV (all columns, or the
-    --inputs columns), an NPZ array x_key, or IDX images. The width must be n_in."""
+    --inputs columns), an NPZ array x_key, or IDX images. The width must be n_in.
+
+    layout: the data spec of a model's training data, for files laid out like it (calibration inputs):
+    a CSV that does not have exactly n_in columns gives the columns the training data took as inputs
+    (its inputs, else all but its targets, by default the last column), and an NPZ its x_key."""
     fmt = file_format(path)
     if not Path(path).exists():
         raise DataError(f"data file {path} does not exist")
     if fmt == "npz":
         with np.load(path, allow_pickle=False) as z:
-            if x_key not in z.files:
-                raise DataError(f"{path} has no array {x_key!r}; it has {', '.join(z.files) or 'none'}")
-            x = z[x_key]
+            key = layout.x_key if layout is not None and layout.x_key in z.files else x_key
+            if key not in z.files:
+                raise DataError(f"{path} has no array {key!r}; it has {', '.join(z.files) or 'none'}")
+            x = z[key]
         x = x.reshape(x.shape[0], -1)
     elif fmt == "idx":
-        raw = datasets.read_idx(path)
-        x = raw.reshape(raw.shape[0], -1).astype(np.float32) / (255.0 if raw.dtype == np.dtype(">u1") else 1.0)
+        x = datasets.idx_images(path)
     else:
-        x = _csv_inputs(path, inputs)
+        header, x = datasets.read_csv_table(path)
+        if inputs is not None:
+            x = x[:, datasets._columns(inputs, header, x.shape[1], "input")]
+        elif layout is not None and x.shape[1] != n_in:
+            x = x[:, datasets.csv_columns(header, x.shape[1], layout.inputs, layout.targets or "-1")[0]]
     if x.ndim != 2 or x.shape[1] != n_in:
         cols = x.shape[1] if x.ndim == 2 else 0
-        hint = " (pick the columns with --inputs, e.g. --inputs 0-%d)" % (n_in - 1) if fmt == "csv" else ""
+        hint = ""
+        if fmt == "csv" and layout is None:
+            hint = f" (pick the columns with --inputs, e.g. --inputs 0-{n_in - 1})"
+        elif fmt == "csv":
+            hint = (f" (give {n_in} columns, or the columns of the training data: its inputs and its target "
+                    f"column(s))")
         raise DataError(f"{path} has {cols} input values per sample, the model takes {n_in}{hint}")
     if not np.all(np.isfinite(x)):
         raise DataError(f"{path} has NaN or infinite inputs")
     return np.ascontiguousarray(x, np.float32)
-
-
-def _csv_inputs(path: str, inputs: Optional[str]) -> np.ndarray:
-    """The numbers of a CSV file (a header row is skipped), all columns or the chosen ones."""
-    import csv
-    with open(path, newline="") as f:
-        rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
-    if not rows:
-        raise DataError(f"{path} is empty")
-    header: list = []
-    try:
-        [float(c) for c in rows[0]]
-    except ValueError:
-        header, rows = [c.strip() for c in rows[0]], rows[1:]
-    try:
-        data = np.array([[float(c) for c in r] for r in rows], np.float64)
-    except ValueError as e:
-        raise DataError(f"{path}: not all cells are numbers ({e})") from None
-    if data.ndim != 2:
-        raise DataError(f"{path}: rows have different numbers of columns")
-    if inputs is not None:
-        data = data[:, datasets._columns(inputs, header, data.shape[1], "input")]
-    return data

@@ -9,13 +9,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
+from exporter.cgen import Segments, segments_from_host, segments_to_host
+
 from .cli_common import CliError, Interrupted, Progress, check_output, example, note, table, write_output
-from .cli_data import data_options, load_inputs, open_source, pop_data_options
+from .cli_data import check_widths, data_options, load_inputs, open_source, pop_data_options
 from .modelfile import Checkpoint, encode_model
 from .optim import KINDS
 from .runner import StopRequest
 
-Segments = List[Tuple[int, int, int]]
 OPT_KINDS = list(KINDS)          # enum mct_opt_kind order
 
 
@@ -37,34 +38,31 @@ def checked_project(dev: Any, project: Optional[str]) -> Optional[Dict[str, Any]
     """The project's mcutrain.json after checking that the device runs its model (None without --project)."""
     if not project:
         return None
+    from exporter.client import DeviceError
+
     from .cli_export import read_project
     meta = read_project(project)
-    got = dev.cached_info.hash
-    if got != meta["hash"]:
-        raise CliError(f"the device runs model {got}, not the one in {project} ({meta['hash']}): flash that "
-                       f"project first (mcutrain flash {project}), or give the right --project")
+    try:
+        dev.check_hash(meta["hash"])
+    except DeviceError as e:
+        raise CliError(f"{e} (mcutrain flash {project}), or give the right --project") from None
     return meta
+
+
+def project_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--project (required): the exported project the device runs."""
+    return click.option("--project", type=click.Path(exists=True, file_okay=False), required=True, help=help_text)
+
+
+def base_model_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--model: the host model of the project [default: the project's model.mct]."""
+    return click.option("--model", "base", type=click.Path(exists=True, dir_okay=False), default=None,
+                        help=help_text)
 
 
 def segments(meta: Dict[str, Any]) -> Segments:
     """(device RAM offset, host offset, count) of each block of RAM parameters."""
     return [(int(r), int(h), int(n)) for r, h, n in meta["segments"]]
-
-
-def device_to_host(segs: Segments, ram: np.ndarray, host: np.ndarray) -> np.ndarray:
-    """Host values with the device's RAM values written in, block by block."""
-    out = np.array(host, np.float32, copy=True)
-    for r, h, n in segs:
-        out[h:h + n] = ram[r:r + n]
-    return out
-
-
-def host_to_device(segs: Segments, host: np.ndarray, n_ram: int) -> np.ndarray:
-    """The device's RAM values taken from the host's."""
-    out = np.zeros(n_ram, np.float32)
-    for r, h, n in segs:
-        out[r:r + n] = host[h:h + n]
-    return out
 
 
 @click.group()
@@ -121,7 +119,7 @@ def predict_cmd(port: str, baud: int, timeout: float, data_path: Optional[str], 
     with connect(port, baud, timeout) as dev:
         n_in = dev.info().n_in
         x = load_inputs(data_path, n_in, inputs, x_key) if data_path else _inline(values or "", n_in)
-        y = np.stack([dev.predict(row) for row in x])
+        y = dev.predict(x)
     text = _csv(y, argmax)
     if output:
         write_output(Path(output), text.encode(), True)
@@ -172,9 +170,7 @@ def train_cmd(port: str, baud: int, timeout: float, n_samples: Optional[int], sh
     src = open_source(spec, seed)
     with connect(port, baud, timeout) as dev:
         i = dev.info()
-        if (src.n_in, src.n_out) != (i.n_in, i.n_out):
-            raise CliError(f"{src.name} has {src.n_in} inputs and {src.n_out} targets per sample, the device's model "
-                           f"takes {i.n_in} and outputs {i.n_out}: use data that fits the exported model")
+        check_widths(i.n_in, i.n_out, src, "the device's model", advice="use data that fits the exported model")
         if i.n_trainable == 0:
             raise CliError("the device's model has no trainable layers (exported with --trainable none): export "
                            "with --trainable all, last:N or biases to train on the device")
@@ -219,34 +215,34 @@ def _train_stream(dev: Any, x: np.ndarray, y: np.ndarray, quiet: bool) -> Tuple[
 
 @device.command("pull")
 @port_options
-@click.option("--project", type=click.Path(exists=True, file_okay=False), required=True,
-              help="The exported project the device runs (says which parameters live in RAM).")
-@click.option("--model", "base", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Host model to fill in [default: the project's model.mct].")
+@project_option("The exported project the device runs (says which parameters live in RAM).")
+@base_model_option("Host model to fill in: the exported one [default: the project's model.mct].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Model file to write.")
 @click.option("--force", is_flag=True, help="Replace an existing model file.")
 @example("mcutrain device pull --port /dev/ttyACM0 --project fw -o learned.mct")
 def pull_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[str], output: str,
              force: bool) -> None:
     """Read the device's learned parameters (and optimizer state) back into a model file."""
-    from .cli_export import host_model
     out = check_output(Path(output), force, "model file")
-    ck = _base_model(project, base, host_model)
+    ck = _base_model(project, base)
     with connect(port, baud, timeout) as dev:
         meta = checked_project(dev, project)
         assert meta is not None
+        _check_base(ck, meta, project)
         params, state, ts = dev.pull()
-        step = dev.cached_info.step
+        step, opt_kind = dev.cached_info.step, dev.cached_info.opt_kind
     segs = segments(meta)
-    ck.net.params = device_to_host(segs, params, ck.net.params)
-    kept_state = _pull_state(ck, segs, state, ts, len(params))
+    ck.net.params = segments_to_host(segs, params, ck.net.params)
+    kept_state = _pull_state(ck, segs, state, ts, len(params), opt_kind)
     metadata = {**ck.metadata, "device": {"hash": meta["hash"], "board": meta["board"], "step": step, "port": port}}
     write_output(out, encode_model(ck.net, ck.optimizer, metadata), True)
     click.echo(f"pulled {len(params):,} parameters (device step {step}) into {out}"
                + ("" if kept_state else "; the optimizer state was not pulled (the host model has another optimizer)"))
 
 
-def _base_model(project: str, base: Optional[str], host_model: Callable[..., Optional[Checkpoint]]) -> Checkpoint:
+def _base_model(project: str, base: Optional[str]) -> Checkpoint:
+    """The host model: --model, else the project's model.mct; CliError when there is neither."""
+    from .cli_export import host_model
     ck = host_model(project, base)
     if ck is None:
         raise CliError(f"{project} has no model.mct (exported by an older mcutrain?): give the exported model "
@@ -254,53 +250,64 @@ def _base_model(project: str, base: Optional[str], host_model: Callable[..., Opt
     return ck
 
 
-def _pull_state(ck: Checkpoint, segs: Segments, state: np.ndarray, ts: np.ndarray, n_ram: int) -> bool:
-    """Put the device's optimizer slots and train state into the host optimizer when they belong together."""
+def _check_base(ck: Checkpoint, meta: Dict[str, Any], project: str) -> None:
+    """CliError unless the host model has the network exported to the project (same layers and sizes)."""
+    if ck.net.spec() != meta.get("architecture", ck.net.spec()):
+        raise CliError(f"the model's network is not the one exported to {project}: give a model with the same "
+                       f"layers and sizes (the exported one is the project's model.mct)")
+
+
+def _same_optimizer(ck: Checkpoint, opt_kind: int) -> bool:
+    """Does the host model's optimizer keep the same kind of state as the device's (enum mct_opt_kind)?"""
+    return ck.optimizer is not None and KINDS[ck.optimizer.kind] == opt_kind
+
+
+def _pull_state(ck: Checkpoint, segs: Segments, state: np.ndarray, ts: np.ndarray, n_ram: int,
+                opt_kind: int) -> bool:
+    """Put the device's optimizer slots and train state into the host optimizer when they belong together
+    (the same optimizer kind)."""
     opt = ck.optimizer
-    if opt is None:
+    if opt is None or not _same_optimizer(ck, opt_kind):
         return False
     slots = opt.state.shape[0]
     if state.size != slots * n_ram:
         return False
     for s in range(slots):
-        opt.state[s] = device_to_host(segs, state[s * n_ram:(s + 1) * n_ram], opt.state[s])
+        opt.state[s] = segments_to_host(segs, state[s * n_ram:(s + 1) * n_ram], opt.state[s])
     opt.train_state.view(np.uint8)[...] = np.asarray(ts, np.uint8)[:opt.train_state.nbytes]
     return True
 
 
 @device.command("push")
 @port_options
-@click.option("--project", type=click.Path(exists=True, file_okay=False), required=True,
-              help="The exported project the device runs.")
-@click.option("--model", "base", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Model whose parameters to send [default: the project's model.mct].")
+@project_option("The exported project the device runs.")
+@base_model_option("Model whose parameters to send (the exported network) [default: the project's model.mct].")
 @click.option("--with-state", is_flag=True, help="Send the optimizer state and step too.")
 @example("mcutrain device push --port /dev/ttyACM0 --project fw --model retrained.mct")
 def push_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[str], with_state: bool) -> None:
     """Write a host model's parameters into the device's RAM (SAVE persists them)."""
-    from .cli_export import host_model
-    ck = _base_model(project, base, host_model)
+    ck = _base_model(project, base)
     with connect(port, baud, timeout) as dev:
         meta = checked_project(dev, project)
         assert meta is not None
-        n_ram = dev.cached_info.n_params
+        _check_base(ck, meta, project)
+        info = dev.cached_info
+        n_ram = info.n_params
         segs = segments(meta)
-        if sum(n for _, _, n in segs) != n_ram or ck.net.spec() != meta.get("architecture", ck.net.spec()):
-            raise CliError(f"the model's network is not the one exported to {project}: push a model with the same "
-                           f"layers and sizes")
-        state, ts = _push_state(ck, segs, n_ram, dev.cached_info.slots) if with_state else (None, None)
-        dev.push(host_to_device(segs, ck.net.params, n_ram), state, ts)
+        state, ts = _push_state(ck, segs, n_ram, info.slots, info.opt_kind) if with_state else (None, None)
+        dev.push(segments_from_host(segs, ck.net.params, n_ram), state, ts)
     click.echo(f"pushed {n_ram:,} parameters" + (" and the optimizer state" if state is not None else "")
                + " to the device; `mcutrain device save` persists them")
 
 
-def _push_state(ck: Checkpoint, segs: Segments, n_ram: int, slots: int) -> Tuple[Optional[np.ndarray], Any]:
+def _push_state(ck: Checkpoint, segs: Segments, n_ram: int, slots: int,
+                opt_kind: int) -> Tuple[Optional[np.ndarray], Any]:
     """The device's view of the host optimizer state (None when the optimizers do not match)."""
     opt = ck.optimizer
-    if opt is None or opt.state.shape[0] != slots:
+    if opt is None or not _same_optimizer(ck, opt_kind) or opt.state.shape[0] != slots:
         note("note: the optimizer state was not sent: the model's optimizer is not the device's")
         return None, None
-    flat = np.concatenate([host_to_device(segs, opt.state[s], n_ram) for s in range(slots)]) if slots else None
+    flat = np.concatenate([segments_from_host(segs, opt.state[s], n_ram) for s in range(slots)]) if slots else None
     return flat, opt.train_state.view(np.uint8).copy()
 
 

@@ -11,9 +11,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
-from .cli_common import CliError, MissingTool, example, note, table, write_output
-from .cli_data import DataSpec
-from .cli_model import QUANT_CHOICES, calibration_inputs, device_model, eval_source, model_loss
+from .cli_common import CliError, MissingTool, check_output, example, note, table, write_output
+from .cli_model import (calibration_inputs, device_model, device_model_options, model_loss, model_samples,
+                        sim_option)
 from .modelfile import Checkpoint, atomic_write, load_model
 
 HOST_MODEL = "model.mct"          # the exported model, kept in the project for `sim` and `device pull`
@@ -76,9 +76,11 @@ def host_model(project: str, model: Optional[str]) -> Optional[Checkpoint]:
     return load_model(path) if (model or path.is_file()) else None
 
 
-def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, board: Any) -> Any:
-    """The device model the project was generated from, rebuilt on the host (None if it cannot be, e.g.
-    int8-full without the stored calibration inputs)."""
+def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, board: Any,
+                         model_name: str) -> Any:
+    """The device model the project was generated from, rebuilt on the host from ck (None if it cannot
+    be: int8-full without the stored calibration inputs). CliError when ck (named model_name) is not
+    the model the project was exported from."""
     cal = None
     if meta.get("quant") == "int8-full":
         p = Path(project) / CALIBRATION
@@ -88,19 +90,13 @@ def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, boa
             cal = z["x"]
     loss = model_loss(ck, meta.get("loss"))
     m = device_model(ck, meta.get("quant", "f32"), meta.get("trainable", "all"), loss, board=board, calibration=cal)
-    return m if m.hash().hex() == meta.get("hash") else None
+    if m.hash().hex() != meta.get("hash"):
+        raise CliError(f"{model_name} is not the model exported to {project} (its device model {m.hash().hex()} is "
+                       f"not {meta.get('hash')}): give the exported model with --model, or export this one")
+    return m
 
 
 # ---------------------------------------------------------------- export
-
-def _eval_data(ck: Checkpoint) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-    """Evaluation samples for the quantization report: the model's own held-out data, if it records it."""
-    try:
-        _, x, y, _ = eval_source(ck, DataSpec(), 1000)
-    except Exception:  # no stored source, or its file is gone: no report
-        return None
-    return x, y
-
 
 def _npz_bytes(x: np.ndarray) -> bytes:
     buf = io.BytesIO()
@@ -111,14 +107,9 @@ def _npz_bytes(x: np.ndarray) -> bytes:
 @click.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--board", required=True, help="Target board (see `mcutrain boards`).")
-@click.option("--quant", type=click.Choice(QUANT_CHOICES), default="f32", show_default=True,
-              help="f32; int8 weights for frozen layers (FPU targets); int8-full: integer frozen layers (no FPU).")
-@click.option("--trainable", default="all", show_default=True,
-              help="Layers that keep training on the device: all, none, last:N or biases.")
-@click.option("--calibration", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Inputs (CSV/NPZ/IDX) that set int8-full's activation ranges [default: the training data].")
+@device_model_options(trainable_default="all")
 @click.option("--loss", "loss_name", default=None, help="Loss the device trains with [default: the model's].")
-@click.option("--sim", "for_sim", is_flag=True, help="Check the memory plan against the board's simulated stand-in.")
+@sim_option
 @click.option("-o", "--output", type=click.Path(file_okay=False), default=None,
               help="Project folder [default: MODEL-BOARD].")
 @click.option("--force", is_flag=True, help="Replace an existing project folder.")
@@ -138,10 +129,8 @@ def export(model: str, board: str, quant: str, trainable: str, calibration: Opti
     b = get_board(board)
     ck = load_model(model)
     out = Path(output or f"{Path(model).stem}-{b.name}")
-    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
-        raise CliError(f"{out} exists; pass --force to replace it or choose another folder with -o")
     loss = model_loss(ck, loss_name)
-    eval_data = _eval_data(ck) if quant != "f32" else None
+    eval_data = model_samples(ck, 1000) if quant != "f32" else None
     cal = calibration_inputs(ck, calibration, eval_data[0] if eval_data else None) if quant == "int8-full" else None
     res = export_project(model, b.name, out, quant=quant, trainable=trainable, loss=loss, force=force,
                          sim=for_sim, calibration=cal, eval_data=eval_data)
@@ -235,11 +224,10 @@ def flash(project: str, board: Optional[str], port: Optional[str], verbose: bool
 def check_samples(ck: Checkpoint, n: int) -> Tuple[np.ndarray, Optional[np.ndarray]]:
     """Inputs (and targets, if known) to compare device and host on: the model's own data, else seeded
     random inputs."""
-    try:
-        _, x, y, _ = eval_source(ck, DataSpec(), max(n, 1))
-        return np.ascontiguousarray(x[:n], np.float32), np.ascontiguousarray(y[:n], np.float32)
-    except Exception:  # no stored source: random inputs, no targets
+    own = model_samples(ck, max(n, 1))
+    if own is None:   # no stored source (or its file is gone): random inputs, no targets
         return np.random.default_rng(0).uniform(-1, 1, (n, ck.net.n_in)).astype(np.float32), None
+    return np.ascontiguousarray(own[0][:n], np.float32), np.ascontiguousarray(own[1][:n], np.float32)
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -260,10 +248,11 @@ def _verdict(same: bool, diff: float, scale: float) -> Tuple[str, bool]:
 
 def predict_check(dev: Any, m: Any, ck: Checkpoint, x: np.ndarray) -> Dict[str, Any]:
     """The device's outputs against the host's (the same device model through the host's C core, or the
-    f32 network when the device model cannot be rebuilt)."""
+    f32 network when the quantized device model cannot be rebuilt: int8-full without its calibration)."""
+    from exporter.twin import DeviceTwin
     got = dev.predict(x)
     if m is not None:
-        want = m.core().forward(np.concatenate([m.params, np.zeros(1, np.float32)]), x)
+        want = DeviceTwin(m).predict(x)
         text, ok = _verdict(_same_bits(got, want), _max_diff(got, want), float(np.abs(want).max(initial=0)))
         ref = "host (same C core)"
     else:
@@ -322,10 +311,10 @@ def sim(project: str, board: Optional[str], model: Optional[str], samples: int, 
     require_simulator(b)
     if not no_build:
         require_pio()
-    if report_path and Path(report_path).exists() and not force:
-        raise CliError(f"{report_path} exists; pass --force to replace it or choose another name")
+    if report_path:
+        check_output(Path(report_path), force, "report")
     ck = host_model(project, model)
-    m = project_device_model(project, meta, ck, b) if ck is not None else None
+    m = project_device_model(project, meta, ck, b, model or f"{project}/{HOST_MODEL}") if ck is not None else None
     checks: Dict[str, Any] = {}
     with sim_mod.start(Path(project), b, measure=True, build=not no_build) as s:
         info = s.device.info()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 import numpy as np
@@ -11,7 +11,8 @@ import numpy as np
 from . import losses as losses_mod
 from .cli_common import CliError, MissingTool, example, note, table, write_output
 from .cli_data import (DataSpec, FileSource, ProblemSource, Source, check_widths, data_options, load_inputs,
-                       open_source, pop_data_options)
+                       metrics, open_source, pop_data_options)
+from .datasets import DataError
 from .losses import Loss
 from .modelfile import MAGIC, Checkpoint, load_model
 
@@ -22,10 +23,17 @@ QUANT_CHOICES = ["f32", "int8", "int8-full"]
 
 def model_loss(ck: Checkpoint, name: Optional[str]) -> Loss:
     """--loss if given, else the loss the model was trained with, else mse."""
-    try:
-        return losses_mod.by_name(name or ck.metadata.get("loss") or "mse")
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    return losses_mod.by_name(name or ck.metadata.get("loss") or "mse")
+
+
+def stored_source(ck: Checkpoint, missing_ok: bool = False) -> Optional[Source]:
+    """The data source the model file records, opened with the run's seed and validation split (None
+    when it records none; with missing_ok, also None when its data file is gone)."""
+    stored = ck.metadata.get("train") or {}
+    spec = DataSpec.from_dict(stored.get("data") or {})
+    if not spec.given or (missing_ok and spec.path and not Path(spec.path).exists()):
+        return None
+    return open_source(spec, int(stored.get("seed", 0)), float(stored.get("val", 0.0)) if spec.path else 0.0)
 
 
 def eval_source(ck: Checkpoint, spec: DataSpec, samples: int) -> Tuple[Source, np.ndarray, np.ndarray, str]:
@@ -36,31 +44,38 @@ def eval_source(ck: Checkpoint, spec: DataSpec, samples: int) -> Tuple[Source, n
         src = open_source(spec, int(stored.get("seed", 0)))
         x, y = src.evaluation(samples)
         return src, x, y, f"{src.name} ({len(x)} samples)"
-    if not stored.get("data"):
+    own = stored_source(ck)
+    if own is None:
         raise CliError("the model file does not say what it was trained on: give --data FILE or --problem NAME")
-    spec = DataSpec.from_dict(stored["data"])
-    val = float(stored.get("val", 0.0)) if spec.path else 0.0
-    src = open_source(spec, int(stored.get("seed", 0)), val)
-    if isinstance(src, FileSource) and src.val is not None:
-        return src, src.val.x, src.val.y, f"{src.name}, the held-out {val:.0%} ({len(src.val)} samples)"
-    x, y = src.evaluation(samples)
-    what = "fresh samples" if isinstance(src, ProblemSource) else "all samples: no split was held out"
-    return src, x, y, f"{src.name} ({len(x)} {what})"
+    if isinstance(own, FileSource) and own.val is not None:
+        val = float(stored.get("val", 0.0))
+        return own, own.val.x, own.val.y, f"{own.name}, the held-out {val:.0%} ({len(own.val)} samples)"
+    x, y = own.evaluation(samples)
+    what = "fresh samples" if isinstance(own, ProblemSource) else "all samples: no split was held out"
+    return own, x, y, f"{own.name} ({len(x)} {what})"
+
+
+def model_samples(ck: Checkpoint, n: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """The samples (x, y) `mcutrain eval MODEL` uses (n of them from a problem; a file's held-out part),
+    or None when the model file records no data source or its data cannot be read."""
+    try:
+        _, x, y, _ = eval_source(ck, DataSpec(), n)
+    except (DataError, CliError, OSError):
+        return None
+    return x, y
 
 
 def calibration_inputs(ck: Checkpoint, path: Optional[str], x_eval: Optional[np.ndarray]) -> np.ndarray:
-    """Inputs that set the int8 ranges: --calibration FILE, else the model's training data, else the
-    evaluation inputs (if any)."""
+    """Inputs that set the int8 ranges: --calibration FILE (laid out like the training data, target
+    columns allowed), else the model's training data, else the evaluation inputs (if any)."""
     n_in = ck.net.n_in
     assert n_in is not None
+    stored = (ck.metadata.get("train") or {}).get("data") or {}
     if path:
-        return load_inputs(path, n_in)
-    stored = ck.metadata.get("train") or {}
-    if stored.get("data"):
-        spec = DataSpec.from_dict(stored["data"])
-        if spec.given and (spec.problem or (spec.path and Path(spec.path).exists())):
-            src = open_source(spec, int(stored.get("seed", 0)), float(stored.get("val", 0.0)) if spec.path else 0.0)
-            return src.train.x[:1000] if isinstance(src, FileSource) else src.batch(0, 512)[0]
+        return load_inputs(path, n_in, layout=DataSpec.from_dict(stored))
+    src = stored_source(ck, missing_ok=True)
+    if src is not None:
+        return src.train.x[:1000] if isinstance(src, FileSource) else src.batch(0, 512)[0]
     if x_eval is None:
         raise CliError("--quant int8-full needs calibration inputs to choose the int8 ranges, and the model file "
                        "does not record its training data: give --calibration FILE (a few hundred typical inputs)")
@@ -73,6 +88,34 @@ def device_model(ck: Checkpoint, quant: str, trainable: str, loss: Loss, board: 
     """The device's model of a checkpoint (int8-full needs calibration inputs)."""
     from exporter.device import build_device_model
     return build_device_model(ck, trainable, quant, loss, board=board, calibration=calibration)
+
+
+TRAINABLE_HELP = ("Layers that keep training (f32, in RAM) on the device: all, none, last:N or biases. Only frozen "
+                  "layers are quantized, so --quant needs some: with 'all' it changes nothing.")
+
+
+def device_model_options(trainable_default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--quant, --trainable (default trainable_default) and --calibration: the device model to build."""
+    def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        opts = [
+            click.option("--quant", type=click.Choice(QUANT_CHOICES), default="f32", show_default=True,
+                         help="f32; int8: int8 weights in frozen layers (float math); int8-full: frozen layers "
+                              "run in integers (for boards without an FPU)."),
+            click.option("--trainable", default=trainable_default, show_default=True, help=TRAINABLE_HELP),
+            click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
+                         help="Inputs (CSV/NPZ/IDX, laid out like the training data) that set int8-full's "
+                              "activation ranges [default: the training data]."),
+        ]
+        for o in reversed(opts):
+            f = o(f)
+        return f
+    return deco
+
+
+def sim_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--sim: plan the memory against the board's simulated stand-in."""
+    return click.option("--sim", "for_sim", is_flag=True,
+                        help="Check the memory plan against the board's simulated stand-in.")(f)
 
 
 def confusion(outputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -99,12 +142,7 @@ def confusion_text(m: np.ndarray, limit: int = 20) -> str:
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @data_options
 @click.option("--loss", "loss_name", default=None, help="Loss to report [default: the one it was trained with].")
-@click.option("--quant", type=click.Choice(QUANT_CHOICES), default="f32", show_default=True,
-              help="Evaluate the device's model with this quantization, through the same C kernels.")
-@click.option("--trainable", default="none", show_default=True,
-              help="With --quant: which layers stay trainable (f32, in RAM) on the device: all, none, last:N, biases.")
-@click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="Inputs (CSV/NPZ/IDX) that set the int8-full activation ranges [default: the training data].")
+@device_model_options(trainable_default="none")
 @click.option("--samples", type=click.IntRange(1), default=1000, show_default=True,
               help="Samples to draw from a problem.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
@@ -125,21 +163,20 @@ def eval_cmd(model: str, loss_name: Optional[str], quant: str, trainable: str, c
     check_widths(ck.net.n_in, ck.net.n_out, src, f"the network in {model}")
     loss = model_loss(ck, loss_name)
     result: Dict[str, Any] = {"model": model, "data": what, "samples": int(len(x)), "loss_name": str(loss)}
-    outputs = ck.net.forward(x)
-    if quant != "f32":
+    if quant == "f32":
+        outputs = ck.net.forward(x)
+    else:
         from exporter.quantize import evaluate
+        from exporter.twin import DeviceTwin
         cal = calibration_inputs(ck, calibration, x) if quant == "int8-full" else None
         dm = device_model(ck, quant, trainable, loss, calibration=cal)
         report = evaluate(ck, dm, x, y, loss, trainable)
         result["quantization"] = report.to_dict()
-        params = np.concatenate([np.asarray(dm.params, np.float32), np.zeros(1, np.float32)])
-        outputs = dm.core().forward(params, np.ascontiguousarray(x, np.float32))
-    result["loss"] = float(loss(outputs, y)[0])
+        outputs = DeviceTwin(dm).predict(x)
     classifier = src.classification
+    result.update(metrics(outputs, y, loss, classifier))
     if classifier:
-        m = confusion(outputs, y)
-        result["accuracy"] = float(np.trace(m) / m.sum())
-        result["confusion"] = m.tolist()
+        result["confusion"] = confusion(outputs, y).tolist()
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -184,8 +221,8 @@ def describe_training(ck: Checkpoint) -> List[str]:
 @click.option("--board", default=None, help="Show the memory plan on this board (see `mcutrain boards`).")
 @click.option("--quant", type=click.Choice(["f32", "int8"]), default="f32", show_default=True,
               help="Quantization assumed by the memory plan.")
-@click.option("--trainable", default="all", show_default=True, help="Layers trained on the device, for the plan.")
-@click.option("--sim", "for_sim", is_flag=True, help="Plan against the board's simulated stand-in.")
+@click.option("--trainable", default="all", show_default=True, help=TRAINABLE_HELP)
+@sim_option
 @example("""
 mcutrain info model.mct
 mcutrain info model.mct --board uno --trainable last:1""")

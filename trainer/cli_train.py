@@ -1,6 +1,7 @@
 """`mcutrain train`: build or resume a network, check it against the data, train it, save it."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -29,6 +30,12 @@ TP_OPTIONS = {"lr": "lr", "schedule": "schedule", "lr_final": "lr_final", "decay
               "warmup": "warmup_steps", "l1": "l1", "l2": "l2", "clip": "clip", "scale_by_loss": "scale_by_loss"}
 COEFF_OPTIONS = ("momentum", "beta", "beta1", "beta2", "eps", "similarity_penalty")
 RUN_OPTIONS = ("batch", "threads", "seed", "val", "eval_every", "log_every")
+DATA_FIELDS = {"data_path": "path", "problem": "problem", "inputs": "inputs", "targets": "targets",
+               "labels": "labels", "x_key": "x_key", "y_key": "y_key", "classify": "classify"}  # option -> DataSpec
+# how a resumed run names a change of its data source's settings, and the DataSpec fields behind each
+DATA_CHANGES = [("--data/--problem", ("problem", "path")), ("--labels", ("labels",)), ("--inputs", ("inputs",)),
+                ("--targets", ("targets",)), ("--x-key", ("x_key",)), ("--y-key", ("y_key",)),
+                ("--classify", ("classify",))]
 
 
 def _options(f: Any) -> Any:
@@ -119,7 +126,7 @@ def train(ctx: click.Context, **kw: Any) -> None:
     if setup is None:
         return
     net, opt, loss, source, settings, out, start = setup
-    log = _open_log(kw["log_path"], kw["force"], resuming=bool(kw["resume"]))
+    log = _open_log(kw["log_path"], kw["force"], resuming=bool(kw["resume"]), every=settings.log_every)
     if log is not None:
         log.start(network=net.spec(), optimizer=opt.config(), settings=settings.to_dict(),
                   n_params=net.param_count(), resumed_at=start if start else None)
@@ -128,9 +135,13 @@ def train(ctx: click.Context, **kw: Any) -> None:
                           kw["checkpoint_every"], kw["stop_after"])
         try:
             result = run.run()
-        finally:
+        except BaseException:
             if log is not None:
                 log.close()
+            raise
+    if log is not None:
+        log.end(step=result.batches, smoothed_loss=result.loss, interrupted=result.interrupted,
+                **{f"val_{k}": v for k, v in result.val.items()})
     if result.interrupted:
         raise Interrupted(f"interrupted at step {result.batches} of {settings.steps}; saved a checkpoint to "
                           f"{out}: continue with `mcutrain train --resume {out}`")
@@ -179,10 +190,7 @@ def _loss(name: str, net: Module) -> Loss:
     last = list(net.layers())[-1]
     if name == "auto":
         return losses_mod.cross_entropy if isinstance(last, L.Softmax) else losses_mod.mse
-    try:
-        loss = losses_mod.by_name(name)
-    except ValueError as e:
-        raise CliError(str(e)) from None
+    loss = losses_mod.by_name(name)
     if loss is losses_mod.cross_entropy and not isinstance(last, L.Softmax):
         note("note: cross_entropy expects probabilities; the network does not end with softmax")
     return loss
@@ -236,7 +244,7 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     net = ck.net
     stored = ck.metadata.get("train") or {}
     settings = RunSettings.from_dict(stored) if stored else RunSettings()
-    changed = _apply_run_options(settings, kw, explicit)
+    changed, data_changed = _apply_run_options(settings, kw, explicit)
     source = open_source(settings.data, settings.seed, settings.val if settings.data.path else 0.0)
     check_widths(net.n_in, net.n_out, source, f"the network in {src}")
     loss = _loss(settings.loss if "loss_name" not in explicit else kw["loss_name"], net)
@@ -249,7 +257,7 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     changed += opt_changes
     start = int(stored.get("batches", opt.step))
     crc = stored.get("data_crc")
-    if crc is not None and "--data" not in changed and settings.data.fingerprint() != crc:
+    if crc is not None and not data_changed and settings.data.fingerprint() != crc:
         changed.append(f"the contents of {settings.data.path}")
     if changed:
         note(f"note: {', '.join(dict.fromkeys(changed))} differ from the saved run: training continues, but not "
@@ -261,14 +269,10 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     return net, opt, loss, source, settings, out, start
 
 
-def _apply_run_options(settings: RunSettings, kw: Dict[str, Any], explicit: Set[str]) -> List[str]:
-    """Put the explicitly given data and run options into the stored settings; returns what changed."""
-    changed: List[str] = []
-    data = pop_data_options(kw)
-    if explicit & set(DATA_KEYS):
-        if data.to_dict() != settings.data.to_dict():
-            changed.append("--data/--problem")
-        settings.data = data
+def _apply_run_options(settings: RunSettings, kw: Dict[str, Any], explicit: Set[str]) -> Tuple[List[str], bool]:
+    """Put the explicitly given data and run options into the stored settings. Returns what changed and
+    whether the data source itself (the file, its labels file or the problem) changed."""
+    changed, data_changed = _apply_data_options(settings, kw, explicit)
     for name in RUN_OPTIONS:
         if name in explicit and getattr(settings, name) != kw[name]:
             if name not in ("eval_every", "log_every"):
@@ -276,7 +280,26 @@ def _apply_run_options(settings: RunSettings, kw: Dict[str, Any], explicit: Set[
             setattr(settings, name, kw[name])
     if not settings.data.given:
         raise CliError(f"{kw['resume']} does not say what it was trained on: give --data or --problem")
-    return changed
+    return changed, data_changed
+
+
+def _apply_data_options(settings: RunSettings, kw: Dict[str, Any], explicit: Set[str]) -> Tuple[List[str], bool]:
+    """The data options of a resumed run: --data or --problem names a new source (with the other data
+    options as given); any other data option alone changes only that setting of the stored source.
+    Returns (the options whose values differ from the saved run, whether the source itself changed)."""
+    given = pop_data_options(kw)
+    keys = explicit & set(DATA_KEYS)
+    if not keys:
+        return [], False
+    old = settings.data
+    if keys & {"data_path", "problem"}:
+        new = given
+    else:
+        new = replace(old, **{DATA_FIELDS[k]: getattr(given, DATA_FIELDS[k]) for k in keys})
+    settings.data = new
+    changed = [option for option, fields in DATA_CHANGES if any(getattr(new, f) != getattr(old, f) for f in fields)]
+    source_changed = any(getattr(new, f) != getattr(old, f) for f in ("problem", "path", "labels"))
+    return changed, source_changed
 
 
 def _resumed_optimizer(opt: Optional[Optimizer], net: Module, kw: Dict[str, Any], explicit: Set[str],
@@ -308,15 +331,16 @@ def _resumed_optimizer(opt: Optional[Optimizer], net: Module, kw: Dict[str, Any]
 
 # ---- output ----
 
-def _open_log(path: Optional[str], force: bool, resuming: bool) -> Optional[Recorder]:
-    """The JSON-lines recorder (appending when a resumed run continues its log)."""
+def _open_log(path: Optional[str], force: bool, resuming: bool, every: int) -> Optional[Recorder]:
+    """The JSON-lines recorder, writing a step record every `every` steps (appending when a resumed
+    run continues its log)."""
     if not path:
         return None
     p = Path(path)
     if resuming and p.exists():
-        return Recorder(p, append=True)
+        return Recorder(p, every=every, append=True)
     check_output(p, force, "log")
-    return Recorder(p)
+    return Recorder(p, every=every)
 
 
 def _summary(result: Any, settings: RunSettings, source: Source, opt: Optimizer, out: Path) -> None:

@@ -27,6 +27,11 @@ class _Composite(Module):
         parts = [c._init_params(rng, scale) for c in self.children()]
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
+    def _resolve(self, n: int) -> None:
+        """A composite's sizes are fixed at construction: check them."""
+        if self.n_in != n:
+            raise ShapeError(f"{self.describe()} takes {self.n_in} values, the layer before gives {n}")
+
 
 class Sequential(_Composite):
     """Layers run one after another. Sizes must chain: Sequential(Linear(20, 35), Linear(36, 10))
@@ -63,10 +68,6 @@ class Sequential(_Composite):
 
     def children(self) -> Tuple[Module, ...]:
         return self.modules
-
-    def _resolve(self, n: int) -> None:
-        if self.n_in != n:
-            raise ShapeError(f"{self.describe()} takes {self.n_in} values, the layer before gives {n}")
 
     def _emit(self, b: ProgramBuilder) -> None:
         for m in self.modules:
@@ -112,10 +113,6 @@ class Residual(_Composite):
 
     def children(self) -> Tuple[Module, ...]:
         return (self.inner,)
-
-    def _resolve(self, n: int) -> None:
-        if self.n_in != n:
-            raise ShapeError(f"{self.describe()} takes {self.n_in} values, the layer before gives {n}")
 
     def _emit(self, b: ProgramBuilder) -> None:
         n = self.n_in
@@ -167,7 +164,9 @@ class LR(_Composite):
 
 
 def flatten_names(module: Module, prefix: Optional[str] = None) -> Dict[str, Module]:
-    """Map '0', '1.inner', ... to the leaf layers, for messages and plots."""
+    """Map the leaf layers' positions to them, for messages and plots: '0', '1', ... for the layers of a
+    Sequential, with one more '.i' per level of nesting (the body of a Residual or LR is its child 0,
+    e.g. '1.0', and a Sequential inside it gives '1.0.0', '1.0.1', ...)."""
     out: Dict[str, Module] = {}
     kids = module.children()
     if not kids:

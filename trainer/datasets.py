@@ -6,7 +6,7 @@ import gzip
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -49,13 +49,6 @@ class Dataset:
         return (Dataset(self.x[t], self.y[t], self.name + " (train)"),
                 Dataset(self.x[v], self.y[v], self.name + " (validation)"))
 
-    def batches(self, batch: int, rng: np.random.Generator) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-        """One epoch of shuffled batches (the last one may be smaller)."""
-        order = rng.permutation(len(self))
-        for i in range(0, len(self), batch):
-            idx = order[i:i + batch]
-            yield np.ascontiguousarray(self.x[idx]), np.ascontiguousarray(self.y[idx])
-
     @property
     def classification(self) -> bool:
         """True when every target row is one-hot."""
@@ -90,7 +83,11 @@ def _columns(spec: Union[None, str, Sequence[int]], header: List[str], n_cols: i
                 a, b = (int(s) for s in part.split("-", 1))
                 out.extend(range(a, b + 1))
             elif part.lstrip("-").isdigit():
-                out.append(int(part) % n_cols)
+                c = int(part)                      # negative numbers count from the end: -1 is the last
+                if c < -n_cols:
+                    raise DataError(f"{what} column {c} does not exist: the file has {n_cols} columns "
+                                    f"(-{n_cols} to {n_cols - 1})")
+                out.append(c + n_cols if c < 0 else c)
             else:
                 raise DataError(f"{what} column {part!r} is neither a number, a range like 0-19, nor a header name")
         spec = out
@@ -101,35 +98,69 @@ def _columns(spec: Union[None, str, Sequence[int]], header: List[str], n_cols: i
     return cols
 
 
+def csv_columns(header: List[str], n_cols: int, inputs: Union[None, str, Sequence[int]],
+                targets: Union[None, str, Sequence[int]]) -> Tuple[List[int], List[int]]:
+    """(input columns, target columns) of a CSV table: the inputs default to every column that is not
+    a target."""
+    t_cols = _columns(targets, header, n_cols, "target")
+    i_cols = (_columns(inputs, header, n_cols, "input") if inputs is not None
+              else [c for c in range(n_cols) if c not in t_cols])
+    return i_cols, t_cols
+
+
+def read_csv_table(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
+    """(header, numbers (n, columns) float64) of a CSV file: blank lines are skipped and a first row
+    that is not all numbers is the header. DataError says what is wrong with a malformed file."""
+    p = Path(path)
+    try:
+        with open(p, newline="") as f:
+            reader = csv.reader(f)
+            rows = [(reader.line_num, r) for r in reader if r and any(c.strip() for c in r)]
+    except OSError as e:
+        raise DataError(f"cannot read {p}: {e.strerror or e}") from None
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise DataError(f"{p} is not a readable CSV file ({e})") from None
+    if not rows:
+        raise DataError(f"{p} is empty")
+    header: List[str] = []
+    try:
+        [float(c) for c in rows[0][1]]
+    except ValueError:
+        header = [c.strip() for c in rows[0][1]]
+        rows = rows[1:]
+        if not rows:
+            raise DataError(f"{p} has a header row but no samples")
+    n_cols = len(rows[0][1])
+    for line, r in rows:
+        if len(r) != n_cols:
+            raise DataError(f"{p}: line {line} has {len(r)} columns, line {rows[0][0]} has {n_cols}: "
+                            f"every sample needs the same columns")
+    try:
+        data = np.array([[float(c) for c in r] for _, r in rows], np.float64).reshape(len(rows), n_cols)
+    except ValueError:
+        line, j, cell = next((line, j, c) for line, r in rows for j, c in enumerate(r) if not _is_number(c))
+        raise DataError(f"{p}: line {line}, column {j}: {cell.strip()!r} is not a number") from None
+    return header, data
+
+
+def _is_number(text: str) -> bool:
+    """Does float() read this CSV cell?"""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def load_csv(path: Union[str, Path], inputs: Union[None, str, Sequence[int]] = None,
              targets: Union[None, str, Sequence[int]] = "-1", one_hot_classes: Optional[int] = None,
              classify: bool = False) -> Dataset:
     """Numbers from a CSV file (a header row is detected). By default the last column is the target;
     inputs default to all other columns. classify=True turns an integer target column into one-hot."""
     p = Path(path)
-    try:
-        with open(p, newline="") as f:
-            rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
-    except OSError as e:
-        raise DataError(f"cannot read {p}: {e.strerror}") from None
-    if not rows:
-        raise DataError(f"{p} is empty")
-    header: List[str] = []
-    try:
-        [float(c) for c in rows[0]]
-    except ValueError:
-        header = [c.strip() for c in rows[0]]
-        rows = rows[1:]
-    n_cols = len(rows[0]) if rows else len(header)
-    try:
-        data = np.array([[float(c) for c in r] for r in rows], dtype=np.float64)
-    except ValueError as e:
-        raise DataError(f"{p}: not all cells are numbers ({e})") from None
-    if data.ndim != 2 or data.shape[1] != n_cols:
-        raise DataError(f"{p}: rows have different numbers of columns")
-    t_cols = _columns(targets, header, n_cols, "target")
-    i_cols = (_columns(inputs, header, n_cols, "input") if inputs is not None
-              else [c for c in range(n_cols) if c not in t_cols])
+    header, data = read_csv_table(p)
+    n_cols = data.shape[1]
+    i_cols, t_cols = csv_columns(header, n_cols, inputs, targets)
     x = data[:, i_cols].astype(np.float32)
     y = data[:, t_cols]
     if classify or one_hot_classes:
@@ -183,31 +214,19 @@ def read_idx(path: Union[str, Path]) -> np.ndarray:
     return np.frombuffer(raw, dt, int(np.prod(dims)), 4 + 4 * nd).reshape(dims)
 
 
-def load_idx(images: Union[str, Path], labels: Union[str, Path], classes: Optional[int] = None) -> Dataset:
-    """Images (n, ...) scaled to [0, 1] for byte data, labels one-hot."""
-    x = read_idx(images)
-    y = read_idx(labels)
-    if x.shape[0] != y.shape[0]:
-        raise DataError(f"{images} has {x.shape[0]} images but {labels} has {y.shape[0]} labels")
+def idx_images(path: Union[str, Path]) -> np.ndarray:
+    """IDX images (n, ...) as float32 rows (n, features); byte data is scaled to [0, 1]."""
+    x = read_idx(path)
     xf = x.reshape(x.shape[0], -1).astype(np.float32)
     if x.dtype == np.dtype(">u1"):
         xf /= 255.0
-    return Dataset(xf, one_hot(y.reshape(-1), classes, str(labels)), Path(images).name)
+    return xf
 
 
-def load(path: Union[str, Path], **kw: object) -> Dataset:
-    """Load by file type: .csv, .npz, or an IDX images file (labels=... names the labels file)."""
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"data file {p} does not exist")
-    suf = "".join(p.suffixes).lower()
-    if suf.endswith(".csv"):
-        return load_csv(p, **kw)  # type: ignore[arg-type]
-    if suf.endswith(".npz"):
-        return load_npz(p, **kw)  # type: ignore[arg-type]
-    if "idx" in suf or "ubyte" in p.name:
-        labels = kw.get("labels")
-        if not labels:
-            raise DataError(f"{p} looks like IDX images: give the labels file too")
-        return load_idx(p, labels, kw.get("classes"))  # type: ignore[arg-type]
-    raise DataError(f"don't know how to read {p}: use .csv, .npz or IDX files")
+def load_idx(images: Union[str, Path], labels: Union[str, Path], classes: Optional[int] = None) -> Dataset:
+    """Images (n, ...) scaled to [0, 1] for byte data, labels one-hot."""
+    x = idx_images(images)
+    y = read_idx(labels)
+    if x.shape[0] != y.shape[0]:
+        raise DataError(f"{images} has {x.shape[0]} images but {labels} has {y.shape[0]} labels")
+    return Dataset(x, one_hot(y.reshape(-1), classes, str(labels)), Path(images).name)

@@ -24,6 +24,11 @@ def _bias_init(rng: np.random.Generator, n: int, scale: float) -> np.ndarray:
     return (rng.normal(0.0, 1.0 / (8.0 * n), n) * scale).astype(np.float32)
 
 
+def _swish_beta_init(rng: np.random.Generator, n: int, scale: float) -> np.ndarray:
+    """Swish's learned betas: normal around 1 with std 1 / (2 sqrt(2) n), times scale."""
+    return (rng.normal(1.0, 1.0 / (2.0 * math.sqrt(2.0) * n), n) * scale).astype(np.float32)
+
+
 def _check_size(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1 or value > 65535:
         raise ShapeError(f"{name} must be a whole number from 1 to 65535, got {value!r}")
@@ -82,6 +87,11 @@ class Dense(_Sized):
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         return _glorot(rng, self.n_in, self.n_out, self.n_in * self.n_out, scale)
 
+    @property
+    def weight(self) -> np.ndarray:
+        """W as an (n_in, n_out) view."""
+        return self.params.reshape(self.n_in, self.n_out)
+
 
 class Linear(_Sized):
     """y = x W + b: Dense followed by Bias1d, run as one op."""
@@ -134,7 +144,7 @@ class Swish(_SameSize):
         b.add(Op.SWISH, self.n_in, self.n_out, n_p=self.n_in, name=self.describe())
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
-        return (rng.normal(1.0, 1.0 / (2.0 * math.sqrt(2.0) * self.n_in), self.n_in) * scale).astype(np.float32)
+        return _swish_beta_init(rng, self.n_in, scale)
 
 
 class Diag(_SameSize):
@@ -272,8 +282,7 @@ class GLU(_Sized):
         parts = [_glorot(rng, self.n_in, self.n_out, io, scale), _glorot(rng, self.n_in, self.n_out, io, scale),
                  _bias_init(rng, self.n_out, scale), _bias_init(rng, self.n_out, scale)]
         if self.gate == "swish":
-            parts.append((rng.normal(1.0, 1.0 / (2.0 * math.sqrt(2.0) * self.n_out), self.n_out) * scale)
-                         .astype(np.float32))
+            parts.append(_swish_beta_init(rng, self.n_out, scale))
         return np.concatenate(parts)
 
     def spec(self) -> Dict[str, Any]:
@@ -377,7 +386,7 @@ class Softmax(_SameSize):
         return {**super().spec(), "temperature": self.temperature}
 
 
-# Names users may write in specs (lower case) -> class.
+# Class name -> class, for specs and model files (spec.py looks names up case-insensitively and adds aliases).
 LAYER_TYPES = {c.__name__: c for c in (
     Dense, Linear, Bias1d, Swish, Diag, ScalarScale, RMSNorm, DyT, Conv1d, GLU, SwiGLU, GLULeakyRelu, TanhGLU,
     ReluGLU, Relu, LeakyRelu, Sigmoid, Tanh, SiLU, Softplus, Sine, Cosine, Softmax)}

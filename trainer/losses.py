@@ -6,6 +6,8 @@ from typing import Any, Tuple
 
 import numpy as np
 
+from .optim import ConfigError
+
 
 @dataclass(frozen=True)
 class Loss:
@@ -15,7 +17,8 @@ class Loss:
     param: float = 0.0
 
     def __call__(self, y: Any, t: Any) -> Tuple[float, np.ndarray]:
-        """(mean loss over the samples, dL/dy per sample) for one sample or a batch."""
+        """(mean loss over the samples, dL/dy per sample) for one sample or a batch. The mean is the
+        core's batch loss (a float32 sum in sample order divided by the count), as training reports it."""
         from . import _core
         from .module import ShapeError, as_batch
         y = np.asarray(y)
@@ -24,8 +27,8 @@ class Loss:
         tb, _ = as_batch(t, width, "target")
         if tb.shape != yb.shape:
             raise ShapeError(f"target shape {tb.shape} does not match output shape {yb.shape}")
-        values, grads = _core.loss_eval(self.kind, self.param, yb, tb)
-        return float(values.mean(dtype=np.float64)), (grads[0] if single else grads)
+        _, grads, mean = _core.loss_eval(self.kind, self.param, yb, tb)
+        return mean, (grads[0] if single else grads)
 
     def __str__(self) -> str:
         return self.name if self.kind != 1 else f"huber:{self.param:g}"
@@ -38,9 +41,9 @@ cosine = Loss("cosine", 4)
 
 
 def huber(beta: float = 1.0) -> Loss:
-    """Huber loss: quadratic within beta of the target, linear beyond."""
+    """Huber loss: quadratic within beta of the target, linear beyond. ConfigError unless beta > 0."""
     if not beta > 0:
-        raise ValueError(f"Huber beta must be > 0, got {beta}")
+        raise ConfigError(f"Huber beta must be > 0, got {beta}")
     return Loss("huber", 1, float(beta))
 
 
@@ -49,14 +52,15 @@ _NAMES = {"mse": mse, "bce": logit_bce, "logit_bce": logit_bce, "xent": cross_en
 
 
 def by_name(name: str) -> Loss:
-    """'mse', 'huber' or 'huber:0.5', 'logit_bce' (or 'bce'), 'cross_entropy' (or 'xent'), 'cosine'."""
+    """'mse', 'huber' or 'huber:0.5', 'logit_bce' (or 'bce'), 'cross_entropy' (or 'xent'), 'cosine'.
+    ConfigError (a ValueError whose message is meant for the user) for any other name."""
     key = name.strip().lower()
     if key.startswith("huber"):
         _, _, beta = key.partition(":")
         try:
             return huber(float(beta) if beta else 1.0)
         except ValueError:
-            raise ValueError(f"bad Huber loss {name!r}: write huber or huber:BETA with BETA > 0") from None
+            raise ConfigError(f"bad Huber loss {name!r}: write huber or huber:BETA with BETA > 0") from None
     if key not in _NAMES:
-        raise ValueError(f"unknown loss {name!r}; choose one of mse, huber[:beta], logit_bce, cross_entropy, cosine")
+        raise ConfigError(f"unknown loss {name!r}; choose one of mse, huber[:beta], logit_bce, cross_entropy, cosine")
     return _NAMES[key]

@@ -39,7 +39,7 @@ def as_batch(x: Any, width: int, what: str = "input") -> Tuple[np.ndarray, bool]
             x = np.asarray(x)
         except Exception as e:  # ragged lists and the like
             raise ShapeError(f"{what} must be an array of numbers: {e}") from None
-    if x.dtype.kind not in "fiu" or x.dtype.kind == "b":
+    if x.dtype.kind not in "fiu":
         raise ShapeError(f"{what} has dtype {x.dtype}; pass float32 numbers (np.float32)")
     if x.ndim == 1:
         single = True
@@ -73,13 +73,9 @@ class Gradients:
     samples: int = 1
 
     def mean(self) -> np.ndarray:
-        """The mean gradient per sample."""
+        """The mean gradient per sample, for looking at it (the tests do). update() does not use it: it
+        hands the sum and the count to the core, which divides with its own mct_div."""
         return self.values / np.float32(self.samples)
-
-    def __add__(self, other: "Gradients") -> "Gradients":
-        if self.values.shape != other.values.shape:
-            raise ShapeError("gradients of different modules cannot be added")
-        return Gradients(self.values + other.values, self.samples + other.samples)
 
 
 class Module:
@@ -142,9 +138,7 @@ class Module:
     def _ensure_buf(self) -> np.ndarray:
         if self._buf is None:
             self._require_sizes()
-            buf = np.zeros(max(self.param_count(), 1), np.float32)
-            buf[:self.param_count()] = self._default_params()
-            self._bind(buf)
+            self._bind(np.zeros(max(self.param_count(), 1), np.float32))   # _bind writes the defaults
         assert self._buf is not None
         return self._buf
 

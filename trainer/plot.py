@@ -108,13 +108,10 @@ def weight_panels(net: Module) -> List[Tuple[str, np.ndarray, bool]]:
         title = f"{name}: {layer.describe()}"
         if p.size == 0:
             continue
-        if isinstance(layer, (Dense, Linear)):
-            io_ = layer.n_in * layer.n_out
-            w = p[:io_].reshape(layer.n_in, layer.n_out)
-            linear = isinstance(layer, Linear)
-            if linear:
-                w = np.vstack([w, p[io_:][None, :]])
-            panels.append((title + (" (last row: bias)" if linear else ""), w, linear))
+        if isinstance(layer, Linear):
+            panels.append((title + " (last row: bias)", np.vstack([layer.weight, layer.bias[None, :]]), True))
+        elif isinstance(layer, Dense):
+            panels.append((title, layer.weight, False))
         elif isinstance(layer, GLU):
             i, o = layer.n_in, layer.n_out
             io_ = i * o

@@ -144,8 +144,8 @@ class TrainingRun:
         extra: Dict[str, float] = {}
         if self.batches % self.s.evaluation_interval() == 0 or last:
             extra = {f"val_{k}": v for k, v in self.validate().items()}
-        if self.recorder is not None and (extra or last or self.batches % self.s.log_every == 0):
-            self.recorder.step(self.batches, value, lr, force=True, **extra)
+        if self.recorder is not None:   # every recorder.every steps, and whenever there is more to say
+            self.recorder.step(self.batches, value, lr, force=bool(extra) or last, **extra)
         if self.checkpoint_every and self.batches % self.checkpoint_every == 0 and not last:
             self.save()
         return value

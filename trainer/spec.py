@@ -22,9 +22,8 @@ class SpecError(ValueError):
 
 
 _LOWER = {name.lower(): cls for name, cls in L.LAYER_TYPES.items()}
-_LOWER.update({"silu": L.SiLU, "leakyrelu": L.LeakyRelu, "leaky_relu": L.LeakyRelu, "bias": L.Bias1d,
-               "scalarscale": L.ScalarScale, "scale": L.ScalarScale, "rmsnorm": L.RMSNorm, "swiglu": L.SwiGLU,
-               "glu_leaky_relu": L.GLULeakyRelu, "tanhglu": L.TanhGLU, "reluglu": L.ReluGLU})
+_LOWER.update({"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarScale,
+               "glu_leaky_relu": L.GLULeakyRelu})   # aliases besides the lower-case class names
 
 
 def module_from_spec(spec: Dict[str, Any], where: str = "network") -> Module:
@@ -47,9 +46,8 @@ def module_from_spec(spec: Dict[str, Any], where: str = "network") -> Module:
         if cls is None:
             raise SpecError(f"{where}: unknown layer type {t!r}; known: {', '.join(sorted(L.LAYER_TYPES))}, "
                             f"Sequential, Residual, LR")
-        if "n" in args and issubclass(cls, (L._SameSize,)):
-            n = args.pop("n")
-            return cls(**args, n=n) if n is not None else cls(**args)
+        if args.get("n", 0) is None:     # a size left to the Sequential
+            del args["n"]
         return cls(**args)
     except ShapeError as e:
         raise SpecError(f"{where}: {e}") from None

@@ -16,7 +16,9 @@
 #define SYNC_OUT 0x5Au
 #define SAVE_MAGIC 0x5354434Du /* "MCTS" */
 #define SAVE_HEADER 24u
-#define SAVE_BLOB ((uint32_t)(sizeof(float) * (MCT_MODEL_N_PARAMS + MCT_STATE_FLOATS) + sizeof(mct_train_state)))
+/* a save holds exactly the RAM parameters, the optimizer slots and the train state (the arrays may be
+ * one float longer: C has no empty arrays) */
+#define SAVE_BLOB ((uint32_t)(sizeof(float) * MCT_MODEL_N_PARAMS * (1 + MCT_MODEL_SLOTS) + sizeof(mct_train_state)))
 #define SAVE_SLOT (SAVE_HEADER + SAVE_BLOB)
 #define STACK_PATTERN 0xA5u
 /* The longest payload any valid frame has (TRAIN's, or the frame buffer's). */
@@ -89,7 +91,7 @@ static float *region(mct_app *a, uint8_t which, uint32_t *n) {
 static uint8_t *blob_piece(mct_app *a, uint8_t i, uint32_t *n) {
     switch (i) {
     case 0: *n = sizeof(float) * MCT_MODEL_N_PARAMS; return (uint8_t *)a->params;
-    case 1: *n = sizeof(float) * MCT_STATE_FLOATS; return (uint8_t *)a->state;
+    case 1: *n = sizeof(float) * MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS; return (uint8_t *)a->state;
     default: *n = sizeof(mct_train_state); return (uint8_t *)&a->ts;
     }
 }
@@ -197,11 +199,24 @@ static void cmd_info(mct_app *a) {
     reply_end(&r);
 }
 
-static void cmd_predict(mct_app *a) {
-    float *x = a->arena + mct_model.in_off;
+float *mct_app_predict(mct_app *a) {
     port_mark(0, 1);
-    float *y = mct_forward(&mct_model, a->params, x, a->arena, 1);
+    float *y = mct_forward(&mct_model, a->params, a->arena + mct_model.in_off, a->arena, 1);
     port_mark(0, 0);
+    return y;
+}
+
+int mct_app_train(mct_app *a, float *loss) {
+    port_mark(1, 1);
+    int rc = mct_train_step(&mct_model, a->params, &mct_model_opt, a->state, &a->ts, MCT_MODEL_LOSS_KIND,
+                            MCT_MODEL_LOSS_PARAM, a->arena + mct_model.in_off, a->target, 1, a->arena, a->scratch,
+                            MCT_MODEL_SCRATCH, 0, loss);
+    port_mark(1, 0);
+    return rc;
+}
+
+static void cmd_predict(mct_app *a) {
+    float *y = mct_app_predict(a);
     reply_t r;
     reply_begin(&r, MCT_CMD_PREDICT, MCT_ST_OK, MCT_MODEL_N_OUT * 4);
     reply_bytes(&r, y, MCT_MODEL_N_OUT * 4);
@@ -210,11 +225,7 @@ static void cmd_predict(mct_app *a) {
 
 static void cmd_train(mct_app *a) {
     float loss = 0.0f;
-    port_mark(1, 1);
-    int rc = mct_train_step(&mct_model, a->params, &mct_model_opt, a->state, &a->ts, MCT_MODEL_LOSS_KIND,
-                            MCT_MODEL_LOSS_PARAM, a->arena + mct_model.in_off, a->target, 1, a->arena, a->scratch,
-                            MCT_MODEL_SCRATCH, 0, &loss);
-    port_mark(1, 0);
+    int rc = mct_app_train(a, &loss);
     uint8_t d[8];
     memcpy(d, &loss, 4);
     put_u32(d + 4, a->ts.step);
@@ -226,13 +237,10 @@ static void cmd_train(mct_app *a) {
     reply_end(&r);
 }
 
-static void cmd_read(mct_app *a, uint16_t len) {
-    uint32_t n, off, count;
-    float *base;
-    if (len != 7 || !(base = region(a, a->rx[0], &n))) { reply_status(MCT_CMD_READ, MCT_ST_BAD_ARG); return; }
-    off = get_u32(a->rx + 1);
-    count = get_u16(a->rx + 5);
-    if (off > n || count > n - off || count * 4u > MCT_MODEL_RX_MAX - 5u) {
+static void cmd_read(mct_app *a) {
+    uint32_t n, off = get_u32(a->rx + 1), count = get_u16(a->rx + 5);      /* len is 7 (length_ok) */
+    float *base = region(a, a->rx[0], &n);
+    if (!base || off > n || count > n - off || count * 4u > MCT_MODEL_RX_MAX - 5u) {
         reply_status(MCT_CMD_READ, MCT_ST_BAD_ARG);
         return;
     }
@@ -243,15 +251,9 @@ static void cmd_read(mct_app *a, uint16_t len) {
 }
 
 static void cmd_write(mct_app *a, uint16_t len) {
-    uint32_t n, off, count;
-    float *base;
-    if (len < 5 || (len - 5) % 4 || !(base = region(a, a->rx[0], &n))) {
-        reply_status(MCT_CMD_WRITE, MCT_ST_BAD_ARG);
-        return;
-    }
-    off = get_u32(a->rx + 1);
-    count = (uint32_t)(len - 5) / 4u;
-    if (off > n || count > n - off) { reply_status(MCT_CMD_WRITE, MCT_ST_BAD_ARG); return; }
+    uint32_t n, off = get_u32(a->rx + 1), count = (uint32_t)(len - 5) / 4u;   /* len is 5 + 4k (length_ok) */
+    float *base = region(a, a->rx[0], &n);
+    if (!base || off > n || count > n - off) { reply_status(MCT_CMD_WRITE, MCT_ST_BAD_ARG); return; }
     uint8_t *dst = (uint8_t *)(base + off);
     for (uint32_t j = 0; j < count * 4u; j++) dst[j] = a->rx[5 + j];
     reply_status(MCT_CMD_WRITE, MCT_ST_OK);
@@ -333,7 +335,7 @@ void mct_app_poll(mct_app *a) {
     case MCT_CMD_INFO: cmd_info(a); break;
     case MCT_CMD_PREDICT: cmd_predict(a); break;
     case MCT_CMD_TRAIN: cmd_train(a); break;
-    case MCT_CMD_READ: cmd_read(a, len); break;
+    case MCT_CMD_READ: cmd_read(a); break;
     case MCT_CMD_WRITE: cmd_write(a, len); break;
     case MCT_CMD_SAVE: st = save_state(a, &seq); cmd_seq(cmd, st, seq); break;
     case MCT_CMD_LOAD:

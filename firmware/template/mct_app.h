@@ -33,6 +33,10 @@ typedef struct mct_app {
 void mct_app_reset(mct_app *a);
 /* Boot: reset, then load the newest valid save if there is one. */
 void mct_app_init(mct_app *a);
+/* PREDICT on the input already in the arena (a->arena + mct_model.in_off); returns the outputs. */
+float *mct_app_predict(mct_app *a);
+/* TRAIN on the input in the arena and the target in a->target; the core's status, the loss in *loss. */
+int mct_app_train(mct_app *a, float *loss);
 /* Receive one frame from the host and answer it. */
 void mct_app_poll(mct_app *a);
 /* Fill the free stack area with a pattern so STATS can report the peak use (call first in main). */

@@ -551,7 +551,6 @@ static void test_gemm_equals_gemm_bt(void) {
     static const uint32_t Ks[] = {1, 2, 3, 5, 8, 17};
     static const uint32_t Ns[] = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 37};
     rng_seed(7);
-    int cases = 0;
     for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
         for (size_t b = 0; b < sizeof Ks / sizeof Ks[0]; b++)
             for (size_t c = 0; c < sizeof Ns / sizeof Ns[0]; c++) {
@@ -578,9 +577,7 @@ static void test_gemm_equals_gemm_bt(void) {
                 mct_transpose(B, T, K, N);
                 CHECKF(same_bits(T, BT, (size_t)N * K), "transpose at K=%u N=%u", K, N);
                 free(A); free(B); free(BT); free(C1); free(C2); free(C3); free(T);
-                cases++;
             }
-    CHECK(cases == 9 * 6 * 14);
 }
 
 /* ------------------------------------------------------------------------------------------------ */

@@ -9,7 +9,8 @@
 #   custom_flash_size    bytes of flash of the board (capped likewise)
 #   custom_opt_level     Os, O2 (default), O3, ...
 #   custom_min_stack     bytes the stack must keep free at least (default 1024)
-#   custom_store_path    host file for saves (default mcutrain_store.bin in QEMU's working folder)
+#   custom_store_path    host file for saves (default mcutrain_store_<env>.bin in QEMU's working folder,
+#                        the project folder under `pio run -t upload`; mcutrain's simulator uses the same)
 # `pio run -e ENV -t upload` runs the firmware in QEMU with its UART on a new pty (QEMU prints
 # "char device redirected to /dev/pts/N"); connect mcutrain's device client there.
 import os
@@ -60,7 +61,7 @@ if not opt.startswith("-O"):
     opt = "-O" + opt[1:]
 cpu_flags = env.GetProjectOption("custom_cpu_flags",
                                  "-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard").split()
-store = env.GetProjectOption("custom_store_path", "")
+store = env.GetProjectOption("custom_store_path", "") or "mcutrain_store_%s.bin" % env.subst("$PIOENV")
 
 env.Replace(
     AR="arm-none-eabi-gcc-ar", AS="arm-none-eabi-gcc", CC="arm-none-eabi-gcc", CXX="arm-none-eabi-g++",
@@ -80,9 +81,7 @@ if not os.path.isfile(memory_ld) or open(memory_ld).read() != text:
     with open(memory_ld, "w") as f:
         f.write(text)
 
-defines = [uart]
-if store:
-    defines.append(("MCT_STORE_PATH", '\\"%s\\"' % store.replace("\\", "/")))
+defines = [uart, ("MCT_STORE_PATH", '\\"%s\\"' % store.replace("\\", "/"))]
 env.Append(
     CPPDEFINES=defines,
     ASFLAGS=cpu_flags,

@@ -145,9 +145,7 @@ static void test_predict(void) {
     float *x = app.arena + mct_model.in_off;
     for (uint8_t i = 0; i < MCT_TEST_N_PREDICT; i++) {
         load_floats(x, mct_test_x[i], MCT_MODEL_N_IN);
-        port_mark(0, 1);
-        const float *y = mct_forward(&mct_model, app.params, x, app.arena, 1);
-        port_mark(0, 0);
+        const float *y = mct_app_predict(&app);     /* what PREDICT runs */
         for (uint16_t j = 0; j < MCT_MODEL_N_OUT; j++) {
             uint32_t want = rd32(&mct_test_y[i][j]);
             if (bits(y[j]) != want) {
@@ -165,16 +163,12 @@ static void test_train_step(void) {
         float loss = 0.0f;
         load_floats(x, mct_test_x[s], MCT_MODEL_N_IN);
         load_floats(app.target, mct_test_t[s], MCT_MODEL_N_OUT);
-        port_mark(1, 1);
-        int rc = mct_train_step(&mct_model, app.params, &mct_model_opt, app.state, &app.ts, MCT_MODEL_LOSS_KIND,
-                                MCT_MODEL_LOSS_PARAM, x, app.target, 1, app.arena, app.scratch, MCT_MODEL_SCRATCH,
-                                0, &loss);
-        port_mark(1, 0);
+        int rc = mct_app_train(&app, &loss);        /* what TRAIN runs */
         uint32_t crc_p = mct_crc32(0, (const uint8_t *)app.params, sizeof(float) * MCT_MODEL_N_PARAMS);
         uint32_t crc_s = mct_crc32(0, (const uint8_t *)app.state,
                                    sizeof(float) * MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS);
-        if ((uint32_t)rc != rd32(&mct_test_rc[s])) {
-            t_fail(__LINE__, T_P("mct_train_step status at step #"), s, 0, (uint32_t)rc, rd32(&mct_test_rc[s]));
+        if (rc != MCT_OK) {      /* the fixed samples are finite: the step must be taken */
+            t_fail(__LINE__, T_P("mct_train_step status at step #"), s, 0, (uint32_t)rc, MCT_OK);
             return;
         }
         if (bits(loss) != rd32(&mct_test_loss[s])) {

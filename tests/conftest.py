@@ -1,0 +1,32 @@
+"""Fixtures shared by the test modules."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def pio_core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This test session's own tool folders, set in the environment (so subprocesses get them too) and
+    restored at the end of the session:
+
+    - PLATFORMIO_CORE_DIR: a PlatformIO core folder. PlatformIO registers a symlink:// platform by name per
+      core folder, so sharing one with another checkout (or another session) breaks builds. Builds that run
+      in parallel inside the session must each use a core folder of their own (test_pio_test, test_sim_avr).
+    - PLATFORMIO_BUILD_CACHE_DIR: a build cache, so the core's objects are compiled once for all the exports
+      with the same flags.
+    - MCUTRAIN_CACHE: mcutrain's cache (the QEMU plugin, the simavr harness).
+
+    Returns the PlatformIO core folder."""
+    base = tmp_path_factory.mktemp("tools")
+    core = base / "pio-core"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PLATFORMIO_CORE_DIR", str(core))
+    mp.setenv("PLATFORMIO_BUILD_CACHE_DIR", str(base / "pio-build-cache"))
+    mp.setenv("MCUTRAIN_CACHE", str(base / "mcutrain-cache"))
+    try:
+        yield core
+    finally:
+        mp.undo()

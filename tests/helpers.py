@@ -1,0 +1,111 @@
+"""Helpers shared by the test modules: float32 bit comparisons, one-hot samples, the README network, training
+a device and its host twin in lockstep, and the model flags of an exported project.
+
+The tests import this module as `helpers` (tests/ has no __init__.py, so pytest's default import mode puts
+tests/ on sys.path)."""
+from __future__ import annotations
+
+import configparser
+from pathlib import Path
+from typing import Any, List, Tuple
+
+import numpy as np
+
+from trainer import Sequential
+from trainer import layers as L
+
+
+# ---------------------------------------------------------------- bits
+
+def _f32(values: Any) -> np.ndarray:
+    """values as a C-ordered float32 array. Python and NumPy scalars are converted; an array must already
+    be float32 (a float64 array would be rounded silently, which would hide a wrong dtype)."""
+    if isinstance(values, np.ndarray):
+        assert values.dtype == np.float32, f"expected a float32 array, got {values.dtype}"
+        return np.ascontiguousarray(values)
+    return np.asarray(values, dtype=np.float32, order="C")
+
+
+def bits(values: Any) -> np.ndarray:
+    """The float32 bit patterns (uint32, same shape) of a value or a float32 array."""
+    return _f32(values).view(np.uint32)
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """True when a and b are float32 numbers of the same shape and identical bit for bit (so -0.0 differs
+    from 0.0 and NaNs compare by their payload)."""
+    fa, fb = _f32(a), _f32(b)
+    return fa.shape == fb.shape and fa.tobytes() == fb.tobytes()
+
+
+def assert_same_bits(got: Any, want: Any, what: str) -> None:
+    """got and want hold the same float32 values bit for bit, in the same order (compared flat, so a
+    (slots, n) optimizer state matches the device's flat region); the message names the first difference."""
+    g, w = _f32(got).ravel(), _f32(want).ravel()
+    assert g.shape == w.shape, f"{what}: {g.size} values, expected {w.size}"
+    bad = np.flatnonzero(g.view(np.uint32) != w.view(np.uint32))
+    assert bad.size == 0, (f"{what}: {bad.size} of {g.size} differ; first at {bad[0]}: {g[bad[0]]!r} "
+                           f"({g.view(np.uint32)[bad[0]]:08x}) != {w[bad[0]]!r} ({w.view(np.uint32)[bad[0]]:08x})")
+
+
+# ---------------------------------------------------------------- data and networks
+
+def onehot_samples(rng: np.random.Generator, n: int, n_in: int, n_out: int,
+                   inputs: str = "normal") -> Tuple[np.ndarray, np.ndarray]:
+    """n float32 inputs (n, n_in) and one-hot float32 targets (n, n_out) of uniformly drawn classes; the
+    inputs are drawn first. inputs='normal': standard normal; 'uniform': uniform in [-1, 1), drawn as
+    float32."""
+    if inputs == "normal":
+        x = rng.standard_normal((n, n_in)).astype(np.float32)
+    elif inputs == "uniform":
+        x = (rng.random((n, n_in), dtype=np.float32) * 2.0 - 1.0).astype(np.float32)
+    else:
+        raise ValueError(f"inputs must be 'normal' or 'uniform', got {inputs!r}")
+    t = np.eye(n_out, dtype=np.float32)[rng.integers(0, n_out, n)]
+    return x, t
+
+
+def readme_net(*, seed: int, scale: float) -> Sequential:
+    """The README network, Linear(20, 35), Sigmoid, Linear(35, 10), Softmax, with seeded parameters
+    (rand_params(seed, scale))."""
+    return Sequential(L.Linear(20, 35), L.Sigmoid(), L.Linear(35, 10), L.Softmax()).rand_params(seed=seed,
+                                                                                               scale=scale)
+
+
+# ---------------------------------------------------------------- a device and its host twin
+
+def train_lockstep(device: Any, twin: Any, xs: np.ndarray, ts: np.ndarray) -> List[float]:
+    """TRAIN the device (an exporter.client.Device) and its host twin (exporter.twin.DeviceTwin) on the same
+    samples, one at a time: every step's loss must be the same bits and the device's step count must be
+    the twin's, one more per sample. Returns the device's losses."""
+    out: List[float] = []
+    start = twin.step
+    for k, (x, t) in enumerate(zip(xs, ts)):
+        loss_dev, step = device.train(x, t)
+        loss_host = twin.train(x, t)
+        assert same_bits(loss_dev, loss_host), f"step {k}: loss {loss_dev!r} on the device, {loss_host!r} on the host"
+        assert step == twin.step == start + k + 1, f"step {k}: the device says step {step}, the twin {twin.step}"
+        out.append(loss_dev)
+    return out
+
+
+def assert_device_equals_twin(device: Any, twin: Any) -> None:
+    """The device's pulled parameters, optimizer state (all slots: the twin's whole state) and train state
+    equal the twin's, bit for bit."""
+    params, state, train_state = device.pull()
+    assert_same_bits(params, twin.params, "parameters")
+    assert_same_bits(state, twin.state, "optimizer state")
+    assert bytes(train_state) == twin.train_state.tobytes(), "train state (step, Adam powers)"
+
+
+# ---------------------------------------------------------------- exported projects
+
+def model_flags(project: Path) -> List[str]:
+    """The -DMCT_* model flags of an exported project's platformio.ini ([env] build_flags, which every env
+    shares); there must be some."""
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(project / "platformio.ini")
+    assert "env" in ini, f"{project / 'platformio.ini'} has no [env] section"
+    flags = [f for f in ini["env"].get("build_flags", "").split() if f.startswith("-DMCT_")]
+    assert flags, f"{project / 'platformio.ini'} has no -DMCT_ model flags in [env] build_flags"
+    return flags
