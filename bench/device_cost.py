@@ -25,12 +25,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter import sim  # noqa: E402
-from exporter.export import export_project  # noqa: E402
-from exporter.sim_qemu import set_env_option  # noqa: E402
-from trainer import Checkpoint, Sequential, TrainParams, losses  # noqa: E402
-from trainer import layers as L  # noqa: E402
-from trainer.module import Module  # noqa: E402
+from mcutrain.exporter import sim  # noqa: E402
+from mcutrain.exporter.export import export_project  # noqa: E402
+from mcutrain.exporter.sim_qemu import set_env_option  # noqa: E402
+from mcutrain import Checkpoint, Sequential, TrainParams, losses  # noqa: E402
+from mcutrain import layers as L  # noqa: E402
+from mcutrain.module import Module  # noqa: E402
 
 NETS = {
     "N1": lambda: Sequential(L.Linear(20, 35), L.Sigmoid(), L.Linear(35, 10), L.Softmax()),

@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from trainer import Sequential, TrainParams, layers as L, losses, train_batch
+from mcutrain import Sequential, TrainParams, layers as L, losses, train_batch
 
 LR, MOMENTUM, BETA, EPS = 2e-2, 0.85, 0.8, 1e-20
 

@@ -11,8 +11,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from trainer import __version__
-from trainer.program import Op, Program
+from mcutrain import __version__
+from mcutrain.program import Op, Program
 
 OP_NAMES = {op: f"MCT_OP_{op.name}" for op in Op}
 OPT_KINDS = ["MCT_OPT_SGD", "MCT_OPT_MOMENTUM", "MCT_OPT_RMSPROP", "MCT_OPT_RMSPROP_MOMENTUM", "MCT_OPT_ADAM"]
@@ -51,7 +51,7 @@ class DeviceModel:
     rx_max: int                 # bytes of the firmware's frame buffer
     source: str = "model"       # where it came from, for the header comment
     segments: List[Tuple[int, int, int]] = field(default_factory=list)  # (RAM offset, host offset, count)
-    quant: str = "f32"          # 'f32', 'int8' or 'int8-full' (see exporter.quantize)
+    quant: str = "f32"          # 'f32', 'int8' or 'int8-full' (see mcutrain.exporter.quantize)
     # the f32 export with the same trainable layers, for quantized models (the memory plan's comparison)
     baseline: Optional["DeviceModel"] = field(default=None, repr=False, compare=False)
 
@@ -71,7 +71,7 @@ class DeviceModel:
 
     def core(self) -> Any:
         """The host's C core running this very layer table (flash blob included)."""
-        from trainer.module import core_net
+        from mcutrain.module import core_net
         return core_net(self.program)
 
     def to_host_params(self, ram: np.ndarray, host_params: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ parameters); 'biases' (every Linear splits into a frozen Dense and a trainable b
 train, all other parameters are frozen). Frozen Dense/Linear layers are stored in the const blob
 (flash), as f32 or, with quant='int8', as int8 weights with a scale per output; with
 quant='int8-full' the frozen Dense/Linear layers and activations before the first trainable layer
-run in integers (QUANT/QDENSE/QLUT/DEQUANT, calibrated on sample inputs; see exporter.quantize).
+run in integers (QUANT/QDENSE/QLUT/DEQUANT, calibrated on sample inputs; see mcutrain.exporter.quantize).
 Every other parameter stays in RAM. The host runs the same layer table through the same C kernels,
 so it can predict and train exactly as the device does (`DeviceModel.core()`).
 """
@@ -17,10 +17,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from trainer.losses import Loss
-from trainer.modelfile import Checkpoint
-from trainer.optim import OPT_DTYPE, SLOTS, Optimizer, TrainParams
-from trainer.program import LayerDesc, Op, Program
+from mcutrain.losses import Loss
+from mcutrain.modelfile import Checkpoint
+from mcutrain.optim import OPT_DTYPE, SLOTS, Optimizer, TrainParams
+from mcutrain.program import LayerDesc, Op, Program
 
 from .boards import Board
 from .cgen import DeviceModel
@@ -174,7 +174,7 @@ def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32
         raise DeviceSpecError("the momentum similarity penalty needs every gradient before the update, which "
                               "the device does not keep; export with a copy of the optimizer without it")
     if loss is None:
-        from trainer import losses as losses_mod
+        from mcutrain import losses as losses_mod
         name = ck.metadata.get("loss")
         loss = losses_mod.by_name(name) if name else losses_mod.mse
     params = np.concatenate(ram).astype(np.float32) if ram else np.zeros(0, np.float32)

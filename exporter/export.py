@@ -16,8 +16,8 @@ from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
-from trainer.losses import Loss
-from trainer.modelfile import Checkpoint, load_model
+from mcutrain.losses import Loss
+from mcutrain.modelfile import Checkpoint, load_model
 
 from .boards import Board, get_board
 from .cgen import DeviceModel, model_c, model_h

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from trainer.optim import KINDS
-from trainer.program import LAYER_DTYPE, Op
+from mcutrain.optim import KINDS
+from mcutrain.program import LAYER_DTYPE, Op
 
 from .boards import Board
 from .cgen import DeviceModel

@@ -1,6 +1,6 @@
 """The generated PlatformIO project: platformio.ini for the board (the official platform for the
 real board, mcutrain's offline platforms for the simulated stand-in and the native build), src/
-with the firmware template and the generated model, the core as a library in lib/, and the
+with the firmware application and the generated model, the core as a library in lib/, and the
 offline dev-platforms in platforms/."""
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def platformio_ini(board: Board, source: str, model_flags: Sequence[str] = ()) -
 
 def library_json() -> str:
     """lib/mcutrain_core/library.json: the core as a PlatformIO library (usable through lib_deps too)."""
-    from trainer import __version__
+    from mcutrain import __version__
     return json.dumps({
         "name": "mcutrain_core", "version": __version__,
         "description": "mcutrain's C core: layers, losses and optimizers for training small networks on the device",
@@ -129,13 +129,13 @@ def write_project(out: Path, board: Board, files: Dict[str, str], source: str,
         if f.suffix in (".c", ".h"):
             shutil.copyfile(f, core_dst / f.name)
     (out / "lib" / "mcutrain_core" / "library.json").write_text(library_json())
-    for f in sorted((fw / "template").iterdir()):
+    for f in sorted((fw / "app").iterdir()):
         if f.suffix in (".c", ".h", ".cpp"):
             shutil.copyfile(f, out / "src" / f.name)
-    for f in sorted((fw / "template" / "ports").iterdir()):
+    for f in sorted((fw / "app" / "ports").iterdir()):
         shutil.copyfile(f, out / "src" / "ports" / f.name)
     # the on-target self-test of `pio test` (test/test_model/expected.h comes with the generated files)
-    shutil.copytree(fw / "template" / "test", out / "test",
+    shutil.copytree(fw / "app" / "test", out / "test",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copytree(fw / "platforms", out / "platforms",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -31,9 +31,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from trainer.losses import Loss
-from trainer.modelfile import Checkpoint
-from trainer.program import LayerDesc, Op, Program
+from mcutrain.losses import Loss
+from mcutrain.modelfile import Checkpoint
+from mcutrain.program import LayerDesc, Op, Program
 
 QUANT_MODES = ("f32", "int8", "int8-full")
 INT32_MAX = 2 ** 31 - 1
@@ -172,7 +172,7 @@ def qdense_consts(w: np.ndarray, b: Optional[np.ndarray], n_in: int, n_out: int,
 
 def act_through_core(kind: int, alpha: float, x: np.ndarray) -> np.ndarray:
     """The C core's f32 activation `kind` (enum mct_act) of every value of x, through a one-layer program."""
-    from trainer.module import core_net
+    from mcutrain.module import core_net
     x = np.ascontiguousarray(np.asarray(x, np.float32).ravel())
     n = x.shape[0]
     d = LayerDesc(op=Op.ACT, kind=int(kind), n_in=n, n_out=n, alpha=float(alpha), in_off=0, out_off=n,
@@ -224,7 +224,7 @@ def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
 
 def as_calibration(x: Any, n_in: int) -> np.ndarray:
     """Calibration inputs as a float32 batch (n, n_in); QuantError when missing, misshapen or not finite."""
-    from trainer.module import ShapeError, as_batch
+    from mcutrain.module import ShapeError, as_batch
     if x is None:
         raise QuantError("--quant int8-full needs calibration inputs (sample inputs of the network, shape "
                          f"(n, {n_in})) to choose the int8 ranges of the activations: pass calibration=... "
@@ -241,7 +241,7 @@ def as_calibration(x: Any, n_in: int) -> np.ndarray:
 def calibrate(program: Program, params: np.ndarray, x: np.ndarray) -> List[Tuple[Tuple[float, float], Tuple[float, float]]]:
     """(min, max) of each layer's input and output over the calibration batch x, running `program` (an f32
     layer table) through the C core: one ((in_lo, in_hi), (out_lo, out_hi)) per layer."""
-    from trainer.module import core_net
+    from mcutrain.module import core_net
     nb = x.shape[0]
     buf = np.concatenate([np.asarray(params, np.float32), np.zeros(1, np.float32)])
     _, arena = core_net(program).traced_forward(buf, np.ascontiguousarray(x, np.float32))
@@ -363,7 +363,7 @@ class QuantReport:
 
 def loss_of_model(kind: int, param: float) -> Loss:
     """The Loss object of a loss kind (enum mct_loss_kind) and parameter."""
-    from trainer import losses as losses_mod
+    from mcutrain import losses as losses_mod
     for candidate in (losses_mod.mse, losses_mod.logit_bce, losses_mod.cross_entropy, losses_mod.cosine):
         if candidate.kind == kind:
             return candidate
@@ -379,7 +379,7 @@ def evaluate(ck: Checkpoint, device_model: Any, x: Any, y: Any, loss: Optional[L
     """Compare the f32 network of ck with the device model run on the host through the same C kernels
     (DeviceModel.core().forward) on inputs x (n, n_in) and targets y (n, n_out): loss (the device model's
     unless given), accuracy for one-hot targets, and the largest output difference."""
-    from trainer.module import ShapeError, as_batch
+    from mcutrain.module import ShapeError, as_batch
     p = device_model.program
     try:
         xb, _ = as_batch(x, p.n_in, "evaluation inputs")

@@ -1,6 +1,6 @@
 """The on-target self-test of an exported project (`pio test -e ENV`): the expected bits it checks.
 
-test/test_model/test_main.c (copied from firmware/template/test/) runs on the target, natively or in the
+test/test_model/test_main.c (copied from firmware/app/test/) runs on the target, natively or in the
 board's simulator, and compares what the device computes with test/test_model/expected.h, generated here
 from the host's C core running the device's own layer table (DeviceModel.core()):
   - a few fixed inputs and the exact output bits of PREDICT from the exported parameters;
@@ -16,7 +16,7 @@ from typing import List, Sequence
 
 import numpy as np
 
-from trainer import __version__
+from mcutrain import __version__
 
 from .cgen import DeviceModel
 from .twin import DeviceTwin

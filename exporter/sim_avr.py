@@ -1,7 +1,7 @@
 """simavr stand-in: AVR boards (the Uno's ATmega328P) in libsimavr, through mcutrain's own harness.
 
 The firmware (env:sim-BOARD, built with platforms/simavr and ports/port_simavr.c) speaks the protocol
-over USART0; the harness (firmware/sim/avr_run.c, compiled once into sim.cache_dir() with gcc and
+over USART0; the harness (firmware/host_tools/avr_run.c, compiled once into sim.cache_dir() with gcc and
 libsimavr) bridges that UART to a pty, so the Device client talks to it as to a board. The harness also
 counts the exact cycles between the firmware's markers (one PREDICT's forward pass, one TRAIN step),
 tracks the lowest stack pointer, stops the run when the stack grows into the static data (a stack
@@ -35,7 +35,7 @@ def build_harness() -> Path:
     require_tools("gcc")
     if not SIMAVR_HEADER.is_file():
         raise SimError("libsimavr not found: install it (Debian/Ubuntu: sudo apt-get install simavr libsimavr-dev)")
-    src = firmware_dir() / "sim" / "avr_run.c"
+    src = firmware_dir() / "host_tools" / "avr_run.c"
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
     exe = cache_dir() / f"avr_run-{digest}"
     if not exe.is_file():

@@ -3,7 +3,7 @@ ESP32-C3 in qemu-system-riscv32 (virt, rv32imc).
 
 The firmware (env:sim-BOARD, built with platforms/qemu-arm or platforms/qemu-riscv) speaks the protocol
 over the machine's UART, which QEMU puts on a pty: the Device client talks to it as to a board. Exit and
-saves (to a host file) use semihosting. With measure=True, mcutrain's TCG plugin (firmware/sim/
+saves (to a host file) use semihosting. With measure=True, mcutrain's TCG plugin (firmware/host_tools/
 insn_plugin.c, built once into sim.cache_dir()) counts the instructions between the firmware's marker
 functions: one PREDICT's forward pass and one TRAIN step.
 """
@@ -42,7 +42,7 @@ def _qemu_opt(value: str) -> str:
 def build_plugin() -> Path:
     """The instruction-counting plugin, compiled once per source version into the cache folder."""
     require_tools("gcc")
-    src = firmware_dir() / "sim" / "insn_plugin.c"
+    src = firmware_dir() / "host_tools" / "insn_plugin.c"
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
     lib = cache_dir() / f"insn_plugin-{digest}.so"
     if not lib.is_file():

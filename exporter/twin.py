@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.optim import TRAIN_STATE_DTYPE
+from mcutrain.optim import TRAIN_STATE_DTYPE
 
 from .cgen import DeviceModel
 

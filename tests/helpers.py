@@ -11,8 +11,8 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-from trainer import Sequential
-from trainer import layers as L
+from mcutrain import Sequential
+from mcutrain import layers as L
 
 
 # ---------------------------------------------------------------- bits
@@ -75,7 +75,7 @@ def readme_net(*, seed: int, scale: float) -> Sequential:
 # ---------------------------------------------------------------- a device and its host twin
 
 def train_lockstep(device: Any, twin: Any, xs: np.ndarray, ts: np.ndarray) -> List[float]:
-    """TRAIN the device (an exporter.client.Device) and its host twin (exporter.twin.DeviceTwin) on the same
+    """TRAIN the device (an mcutrain.exporter.client.Device) and its host twin (mcutrain.exporter.twin.DeviceTwin) on the same
     samples, one at a time: every step's loss must be the same bits and the device's step count must be
     the twin's, one more per sample. Returns the device's losses."""
     out: List[float] = []

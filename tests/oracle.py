@@ -11,8 +11,8 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from trainer import compose, layers
-from trainer.module import Module
+from mcutrain import compose, layers
+from mcutrain.module import Module
 
 Array = np.ndarray
 
@@ -119,7 +119,7 @@ def forward(m: Module, p: Array, x: Array, kinks: Optional[List[Array]] = None) 
 # ---------------------------------------------------------------- losses (per sample)
 
 def loss_per_sample(name: str, y: Array, t: Array, beta: float = 1.0) -> Array:
-    """Loss of each sample (nb,) for y, t (nb, n), float64, as documented for trainer.losses."""
+    """Loss of each sample (nb,) for y, t (nb, n), float64, as documented for mcutrain.losses."""
     y = np.asarray(y, np.float64)
     t = np.asarray(t, np.float64)
     n = y.shape[1]

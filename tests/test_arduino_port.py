@@ -1,4 +1,4 @@
-"""The Arduino port (firmware/template/ports/port_arduino.cpp), used by every real board's env.
+"""The Arduino port (firmware/app/ports/port_arduino.cpp), used by every real board's env.
 
 The Arduino framework itself is downloaded by PlatformIO and cannot be used offline, so the port is
 compiled here with g++ against a minimal stand-in of the Arduino API (tests/arduino_stub: Serial on
@@ -17,12 +17,12 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from exporter.client import Device
-from exporter.export import ExportResult, export_project
-from exporter.sim import require_tools
-from exporter.twin import DeviceTwin
-from trainer import Sequential, TrainParams, layers as L
-from trainer.modelfile import Checkpoint
+from mcutrain.exporter.client import Device
+from mcutrain.exporter.export import ExportResult, export_project
+from mcutrain.exporter.sim import require_tools
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain import Sequential, TrainParams, layers as L
+from mcutrain.modelfile import Checkpoint
 
 from helpers import assert_device_equals_twin, assert_same_bits, model_flags, onehot_samples, train_lockstep
 

@@ -13,9 +13,9 @@ from typing import List
 import numpy as np
 import pytest
 
-from trainer import Sequential, TrainParams, losses, train_batch
-from trainer import layers as L
-from trainer.module import Module
+from mcutrain import Sequential, TrainParams, losses, train_batch
+from mcutrain import layers as L
+from mcutrain.module import Module
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "train_throughput.py"

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from exporter.sim_avr import read_pty_line
-from trainer.cli import main
-from trainer.modelfile import load_model
+from mcutrain.exporter.sim_avr import read_pty_line
+from mcutrain.cli import main
+from mcutrain.modelfile import load_model
 
 from helpers import assert_same_bits, same_bits
 
@@ -407,8 +407,8 @@ def test_eval_reports_loss_accuracy_and_confusion(model: Path, tmp_path: Path) -
 def test_eval_quantized_through_the_c_kernels(model: Path, tmp_path: Path) -> None:
     """--quant evaluates the model the device would run: its accuracy is the one the device's own layer
     table gives (the exporter's device model run by the host twin), and close to the f32 network's."""
-    from exporter.device import build_device_model
-    from exporter.twin import DeviceTwin
+    from mcutrain.exporter.device import build_device_model
+    from mcutrain.exporter.twin import DeviceTwin
     ck = load_model(model)
     x, labels = modadd_all()
     np.savez(tmp_path / "all.npz", x=x, y=labels)
@@ -461,7 +461,7 @@ def test_plot_log_and_weights(model: Path, workdir: Path, tmp_path: Path) -> Non
 
 
 def test_boards_table(tmp_path: Path) -> None:
-    from exporter.boards import all_boards
+    from mcutrain.exporter.boards import all_boards
     rows = json.loads(cli("boards", "--json").stdout)
     by_name = {r["name"]: r for r in rows}
     assert set(by_name) == {b.name for b in all_boards()}
@@ -607,9 +607,9 @@ def test_sim_on_a_simulated_board(tmp_path: Path, board: str) -> None:
 
 def _host_training(project: Path, x: np.ndarray, t: np.ndarray) -> tuple:
     """What the device's TRAIN does, sample after sample, on the host's C core (from the exported state)."""
-    from exporter.device import build_device_model
-    from exporter.twin import DeviceTwin
-    from trainer import losses
+    from mcutrain.exporter.device import build_device_model
+    from mcutrain.exporter.twin import DeviceTwin
+    from mcutrain import losses
     ck = load_model(project / "model.mct")
     m = build_device_model(ck, "all", "f32", losses.cross_entropy)
     twin = DeviceTwin(m)

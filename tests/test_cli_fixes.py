@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from trainer import Sequential, TrainParams, losses, train_batch
-from trainer import layers as L
-from trainer.cli import main
-from trainer.cli_common import table
-from trainer.cli_data import load_inputs
-from trainer.datasets import DataError, load_csv
-from trainer.modelfile import load_model
-from trainer.optim import ConfigError
-from trainer.recorder import Recorder, read_log
+from mcutrain import Sequential, TrainParams, losses, train_batch
+from mcutrain import layers as L
+from mcutrain.cli import main
+from mcutrain.cli.common import table
+from mcutrain.sources import load_inputs
+from mcutrain.datasets import DataError, load_csv
+from mcutrain.modelfile import load_model
+from mcutrain.optim import ConfigError
+from mcutrain.recorder import Recorder, read_log
 
 EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
 SMALL = "linear:3x8,tanh,linear:8x3,softmax"
@@ -300,7 +300,7 @@ class NativeDevice:
 
     def regions(self) -> tuple:
         """(RAM parameters, optimizer slots, train state) as the device holds them now."""
-        from exporter.client import Device
+        from mcutrain.exporter.client import Device
         with Device.open(self.port) as dev:
             return dev.pull()
 

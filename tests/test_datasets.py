@@ -1,4 +1,4 @@
-"""The IDX reader (MNIST's format: trainer.datasets.read_idx / load_idx) on files written here with
+"""The IDX reader (MNIST's format: mcutrain.datasets.read_idx / load_idx) on files written here with
 struct and NumPy, and the ModularAddition16 problem."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Tuple
 import numpy as np
 import pytest
 
-from trainer.datasets import DataError, load_idx, read_idx
-from trainer.problems import ModularAddition16, by_name
+from mcutrain.datasets import DataError, load_idx, read_idx
+from mcutrain.problems import ModularAddition16, by_name
 
 # IDX type codes (the third magic byte) and the big-endian dtypes they stand for
 UBYTE, SBYTE, INT32, FLOAT32 = 0x08, 0x09, 0x0C, 0x0D

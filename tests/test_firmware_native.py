@@ -24,17 +24,17 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 import numpy as np
 import pytest
 
-from exporter import pio, sim
-from exporter.boards import Board, all_boards, get_board
-from exporter.client import Device, DeviceError
-from exporter.export import ExportResult, export_project
-from exporter.protocol import Cmd, ProtocolError, Reply, Status, crc16, encode, read_reply
-from exporter.twin import DeviceTwin
-from trainer import LR, Checkpoint, Residual, Sequential, TrainParams, losses, save_model, train_batch, train_step
-from trainer import layers as L
-from trainer.losses import Loss
-from trainer.module import Module
-from trainer.optim import TRAIN_STATE_DTYPE, Optimizer
+from mcutrain.exporter import pio, sim
+from mcutrain.exporter.boards import Board, all_boards, get_board
+from mcutrain.exporter.client import Device, DeviceError
+from mcutrain.exporter.export import ExportResult, export_project
+from mcutrain.exporter.protocol import Cmd, ProtocolError, Reply, Status, crc16, encode, read_reply
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain import LR, Checkpoint, Residual, Sequential, TrainParams, losses, save_model, train_batch, train_step
+from mcutrain import layers as L
+from mcutrain.losses import Loss
+from mcutrain.module import Module
+from mcutrain.optim import TRAIN_STATE_DTYPE, Optimizer
 
 from helpers import assert_same_bits, model_flags, onehot_samples, same_bits
 

@@ -24,11 +24,11 @@ from typing import Callable, List, Tuple
 import numpy as np
 import pytest
 
-from trainer import LR, Residual, Sequential, losses
-from trainer.layers import (
+from mcutrain import LR, Residual, Sequential, losses
+from mcutrain.layers import (
     DyT, GLU, GLULeakyRelu, ReluGLU, SwiGLU, TanhGLU, Bias1d, Conv1d, Cosine, Dense, Diag, LeakyRelu, Linear,
     Relu, RMSNorm, ScalarScale, Sigmoid, SiLU, Sine, Softmax, Softplus, Swish, Tanh, LAYER_TYPES)
-from trainer.module import Module
+from mcutrain.module import Module
 
 import oracle
 from helpers import assert_same_bits

@@ -4,7 +4,7 @@ The header documents: exp, log, tanh, sin and cos within 1.5 ulp; log1p and sin/
 within 2.5 ulp (sin/cos: absolute error near their zeros; accurate for |x| <= 8192); sqrt correctly
 rounded (on this host mct_sqrtf is the FPU's square root instruction, correctly rounded by IEEE 754, so
 only the integer-only mct_sqrtf_soft of FPU-less targets is checked bit for bit against IEEE sqrt). exp is
-0 below -86 and +inf above 88.5. The functions are reached through trainer._core.math_eval(name, float32
+0 below -86 and +inf above 88.5. The functions are reached through mcutrain._core.math_eval(name, float32
 array), which runs the same C inline functions as the core.
 
 The error of a result y at an input x is |y - f(x)| measured in units of the float32 spacing at the exact
@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from trainer import _core
+from mcutrain import _core
 
 Ref = Callable[[np.ndarray], np.ndarray]
 

@@ -12,12 +12,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from trainer import LR, Checkpoint, ModelFileError, Residual, Sequential, TrainParams, load_model, losses, save_model
-from trainer import layers as L
-from trainer import train_batch
-from trainer.module import Module
-from trainer.optim import Optimizer, as_optimizer
-from trainer.problems import ModularAddition10
+from mcutrain import LR, Checkpoint, ModelFileError, Residual, Sequential, TrainParams, load_model, losses, save_model
+from mcutrain import layers as L
+from mcutrain import train_batch
+from mcutrain.module import Module
+from mcutrain.optim import Optimizer, as_optimizer
+from mcutrain.problems import ModularAddition10
 
 MAGIC = b"MCTRAIN\0"
 

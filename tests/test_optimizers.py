@@ -9,7 +9,7 @@ Every elementary float32 operation the optimizer uses (+, -, *, /, sqrt) is corr
 C and in NumPy, so parameters, slots and step are compared for exact equality. The only exceptions
 are the two transcendental functions: the cosine schedule (cos) and the similarity penalty (log).
 The core has its own portable cos/log (firmware/core/mct_math.h) which differ from NumPy's in the
-last bit for some arguments; exact tests use the core's primitives through trainer._core.math_eval
+last bit for some arguments; exact tests use the core's primitives through mcutrain._core.math_eval
 (the formula around them is still ours), and separate tests use NumPy's cos/log with a tight tolerance.
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 import pytest
 
-from trainer import LR, ConfigError, Optimizer, Sequential, TrainParams, losses, train_batch
-from trainer import layers as L
-from trainer import _core
-from trainer.module import Module
-from trainer.optim import as_optimizer
+from mcutrain import LR, ConfigError, Optimizer, Sequential, TrainParams, losses, train_batch
+from mcutrain import layers as L
+from mcutrain import _core
+from mcutrain.module import Module
+from mcutrain.optim import as_optimizer
 
 F = np.float32
 STEPS = 4

@@ -21,13 +21,13 @@ from typing import Dict, List, Tuple
 import numpy as np
 import pytest
 
-from exporter import pio
-from exporter.export import ExportResult, export_project
-from trainer import Checkpoint, Residual, Sequential, TrainParams, losses
-from trainer import layers as L
-from trainer.module import Module
-from trainer.optim import Optimizer
-from trainer.train import train_step
+from mcutrain.exporter import pio
+from mcutrain.exporter.export import ExportResult, export_project
+from mcutrain import Checkpoint, Residual, Sequential, TrainParams, losses
+from mcutrain import layers as L
+from mcutrain.module import Module
+from mcutrain.optim import Optimizer
+from mcutrain.train import train_step
 
 from helpers import bits
 

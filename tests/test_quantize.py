@@ -16,18 +16,18 @@ from typing import List, Sequence, Tuple
 import numpy as np
 import pytest
 
-from exporter.boards import get_board
-from exporter.device import DeviceSpecError, build_device_model
-from exporter.export import ExportError, export_project
-from exporter.memplan import AVR_OP_CODE, plan
-from exporter.quantize import (QDenseConsts, QParams, dequant_blob, evaluate, qdense_consts, qlut_table, quant_blob,
+from mcutrain.exporter.boards import get_board
+from mcutrain.exporter.device import DeviceSpecError, build_device_model
+from mcutrain.exporter.export import ExportError, export_project
+from mcutrain.exporter.memplan import AVR_OP_CODE, plan
+from mcutrain.exporter.quantize import (QDenseConsts, QParams, dequant_blob, evaluate, qdense_consts, qlut_table, quant_blob,
                                quantize_weights, requant_multiplier)
-from exporter.twin import DeviceTwin
-from trainer import TrainParams, losses, train_batch
-from trainer.modelfile import Checkpoint
-from trainer.module import core_net
-from trainer.problems import ModularAddition10
-from trainer.program import Act, LayerDesc, Op, Program
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain import TrainParams, losses, train_batch
+from mcutrain.modelfile import Checkpoint
+from mcutrain.module import core_net
+from mcutrain.problems import ModularAddition10
+from mcutrain.program import Act, LayerDesc, Op, Program
 
 from helpers import assert_device_equals_twin, assert_same_bits, readme_net, train_lockstep
 
@@ -128,7 +128,7 @@ def eval_data() -> Tuple[np.ndarray, np.ndarray]:
 def native_tools(pio_core: Path) -> Path:
     """PlatformIO and gcc, which the native firmware needs (a missing one fails with what to install), and
     the session's own PlatformIO core folder (conftest.pio_core)."""
-    from exporter.pio import PioError, pio_command
+    from mcutrain.exporter.pio import PioError, pio_command
     try:
         pio_command()
     except PioError as e:
@@ -474,7 +474,7 @@ def test_native_firmware_int8_full_equals_host(trained: Checkpoint, calibration:
     """The native firmware of an int8-full export (built with PlatformIO offline) predicts exactly what the
     host's C core computes with the same layer table; with the last layer trainable it also trains on the
     device exactly as core.train_fused does on the host (losses, parameters, optimizer state)."""
-    from exporter import sim
+    from mcutrain.exporter import sim
     r = export_project(trained, "native", tmp_path / "p", quant="int8-full", trainable=trainable,
                        calibration=calibration)
     m = r.model

@@ -1,5 +1,5 @@
 """Exported firmware on the simulated Arduino Uno: an ATmega328P in simavr, driven by mcutrain's harness
-(firmware/sim/avr_run.c) through exporter.sim_avr, built offline by platforms/simavr (avr-gcc, -Os).
+(firmware/host_tools/avr_run.c) through mcutrain.exporter.sim_avr, built offline by platforms/simavr (avr-gcc, -Os).
 
 The device must compute exactly what the host's C core computes for its layer table (DeviceModel.core()):
 the same outputs and, after training on the device, the same parameters, bit for bit. The Uno has 2 KB
@@ -24,20 +24,20 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from exporter import pio, sim
-from exporter.boards import get_board
-from exporter.cgen import DeviceModel, model_c, model_h
-from exporter.client import Device
-from exporter.device import build_device_model
-from exporter.export import export_project
-from exporter.memplan import MemoryPlan, MemoryPlanError, plan
-from exporter.project import write_project
-from exporter.sim import SimError
-from exporter.sim_avr import build_harness, read_pty_line
-from exporter.twin import DeviceTwin
-from trainer import Checkpoint, Sequential, TrainParams
-from trainer import layers as L
-from trainer.module import Module
+from mcutrain.exporter import pio, sim
+from mcutrain.exporter.boards import get_board
+from mcutrain.exporter.cgen import DeviceModel, model_c, model_h
+from mcutrain.exporter.client import Device
+from mcutrain.exporter.device import build_device_model
+from mcutrain.exporter.export import export_project
+from mcutrain.exporter.memplan import MemoryPlan, MemoryPlanError, plan
+from mcutrain.exporter.project import write_project
+from mcutrain.exporter.sim import SimError
+from mcutrain.exporter.sim_avr import build_harness, read_pty_line
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain import Checkpoint, Sequential, TrainParams
+from mcutrain import layers as L
+from mcutrain.module import Module
 
 from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, readme_net, train_lockstep
 

@@ -1,7 +1,7 @@
 """Exported firmware on the QEMU stand-ins: every simulated Cortex-M core (M4F mps2-an386 for nano33ble and
 nucleo_f401re, M3 mps2-an385 for bluepill, M0 microbit for pico, M7 mps2-an500 for teensy41, M33
 mps2-an505 for nucleo_l552ze_q) and rv32imc (QEMU virt) for the esp32c3, built offline by
-platforms/qemu-arm and platforms/qemu-riscv and driven through exporter.sim_qemu over QEMU's pty.
+platforms/qemu-arm and platforms/qemu-riscv and driven through mcutrain.exporter.sim_qemu over QEMU's pty.
 
 The device must compute exactly what the host's C core computes for its layer table (DeviceModel.core()):
 the same outputs, the same loss at every step and, after training on the device, the same parameters,
@@ -18,19 +18,19 @@ from typing import List, Tuple
 import numpy as np
 import pytest
 
-from exporter import pio, sim
-from exporter.boards import get_board
-from exporter.export import ExportResult, export_project
-from exporter.memplan import MemoryPlanError
-from exporter.sim import SimError
-from exporter.sim_qemu import elf_sizes, set_env_option
-from exporter.twin import DeviceTwin
-from trainer import LR, Checkpoint, Residual, Sequential, TrainParams, losses
-from trainer import layers as L
-from trainer.losses import Loss
-from trainer.module import Module
-from trainer.optim import Optimizer
-from trainer.problems import ModularAddition10
+from mcutrain.exporter import pio, sim
+from mcutrain.exporter.boards import get_board
+from mcutrain.exporter.export import ExportResult, export_project
+from mcutrain.exporter.memplan import MemoryPlanError
+from mcutrain.exporter.sim import SimError
+from mcutrain.exporter.sim_qemu import elf_sizes, set_env_option
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain import LR, Checkpoint, Residual, Sequential, TrainParams, losses
+from mcutrain import layers as L
+from mcutrain.losses import Loss
+from mcutrain.module import Module
+from mcutrain.optim import Optimizer
+from mcutrain.problems import ModularAddition10
 
 from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, readme_net, train_lockstep
 

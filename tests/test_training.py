@@ -12,12 +12,12 @@ from typing import Callable, List, Tuple
 import numpy as np
 import pytest
 
-from trainer import (Sequential, ShapeError, TrainingError, TrainParams, losses, train_batch, train_batch_parallel,
+from mcutrain import (Sequential, ShapeError, TrainingError, TrainParams, losses, train_batch, train_batch_parallel,
                      train_step)
-from trainer import layers as L
-from trainer.module import Module
-from trainer.optim import Optimizer, as_optimizer
-from trainer.problems import AxPlusB, ModularAddition10, Parity
+from mcutrain import layers as L
+from mcutrain.module import Module
+from mcutrain.optim import Optimizer, as_optimizer
+from mcutrain.problems import AxPlusB, ModularAddition10, Parity
 
 import helpers
 

@@ -216,7 +216,7 @@ cdef class CoreNet:
         2: the loss is not finite; 3: a gradient is not finite. Parameters are untouched unless status is 0.
 
         The arrays are the trainer's own (params, optimizer config and state) and batches checked by
-        trainer.module.as_batch: C-contiguous float32 x (nb, n_in) and t (nb, n_out). They are taken as
+        mcutrain.module.as_batch: C-contiguous float32 x (nb, n_in) and t (nb, n_out). They are taken as
         plain pointers, which keeps a call for a small batch cheap.
 
         threads > 1 splits the batch into that many contiguous parts, each summed in sample order on

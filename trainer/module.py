@@ -22,7 +22,7 @@ def core_net(p: Program) -> Any:
     """The C core's view of a program (checked by mct_net_check)."""
     from . import _core
     if _core.LAYER_SIZE != LAYER_DTYPE.itemsize:
-        raise ImportError(f"trainer._core was built for another layer table layout ({_core.LAYER_SIZE} bytes, "
+        raise ImportError(f"mcutrain._core was built for another layer table layout ({_core.LAYER_SIZE} bytes, "
                           f"expected {LAYER_DTYPE.itemsize}): rebuild with `pip install -e .`")
     return _core.CoreNet(p.table().view(np.uint8).ravel(), len(p.layers), p.n_in, p.n_out, p.max_width,
                          p.n_params, p.arena, p.in_off, p.out_off, bytes(p.cdata))
@@ -114,7 +114,7 @@ class Module:
         """Adopt input size n (size-agnostic layers); layers with a fixed size check it instead."""
 
     def spec(self) -> Dict[str, Any]:
-        """The architecture as plain data (see trainer.spec)."""
+        """The architecture as plain data (see mcutrain.spec)."""
         raise NotImplementedError
 
     def describe(self) -> str:

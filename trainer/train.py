@@ -26,7 +26,7 @@ def train_batch(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Los
     """
     opt = as_optimizer(optimizer, net)
     if not isinstance(loss, Loss):
-        raise TypeError(f"loss must be one of trainer.losses (mse, huber(b), logit_bce, ...), got {loss!r}")
+        raise TypeError(f"loss must be one of mcutrain.losses (mse, huber(b), logit_bce, ...), got {loss!r}")
     xb, _ = as_batch(x, net._in_width(), "input")
     tb, _ = as_batch(y, net._out_width(), "target")
     if xb.shape[0] != tb.shape[0]:

@@ -8,13 +8,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
-from . import losses as losses_mod
-from .cli_common import CliError, MissingTool, example, note, table, write_output
-from .cli_data import (DataSpec, FileSource, ProblemSource, Source, check_widths, data_options, load_inputs,
-                       metrics, open_source, pop_data_options)
-from .datasets import DataError
-from .losses import Loss
-from .modelfile import MAGIC, Checkpoint, load_model
+from mcutrain import losses as losses_mod
+from .common import CliError, MissingTool, example, note, table, write_output
+from mcutrain.sources import (DataSpec, FileSource, ProblemSource, Source, check_widths, load_inputs, metrics,
+                              open_source)
+from .data_options import data_options, pop_data_options
+from mcutrain.datasets import DataError
+from mcutrain.losses import Loss
+from mcutrain.modelfile import MAGIC, Checkpoint, load_model
 
 QUANT_CHOICES = ["f32", "int8", "int8-full"]
 
@@ -86,7 +87,7 @@ def calibration_inputs(ck: Checkpoint, path: Optional[str], x_eval: Optional[np.
 def device_model(ck: Checkpoint, quant: str, trainable: str, loss: Loss, board: Optional[Any] = None,
                  calibration: Optional[np.ndarray] = None) -> Any:
     """The device's model of a checkpoint (int8-full needs calibration inputs)."""
-    from exporter.device import build_device_model
+    from mcutrain.exporter.device import build_device_model
     return build_device_model(ck, trainable, quant, loss, board=board, calibration=calibration)
 
 
@@ -166,8 +167,8 @@ def eval_cmd(model: str, loss_name: Optional[str], quant: str, trainable: str, c
     if quant == "f32":
         outputs = ck.net.forward(x)
     else:
-        from exporter.quantize import evaluate
-        from exporter.twin import DeviceTwin
+        from mcutrain.exporter.quantize import evaluate
+        from mcutrain.exporter.twin import DeviceTwin
         cal = calibration_inputs(ck, calibration, x) if quant == "int8-full" else None
         dm = device_model(ck, quant, trainable, loss, calibration=cal)
         report = evaluate(ck, dm, x, y, loss, trainable)
@@ -238,8 +239,8 @@ def info(model: str, board: Optional[str], quant: str, trainable: str, for_sim: 
     for line in describe_training(ck):
         click.echo(line)
     if board:
-        from exporter.boards import get_board
-        from exporter.memplan import plan
+        from mcutrain.exporter.boards import get_board
+        from mcutrain.exporter.memplan import plan
         b = get_board(board)
         mp = plan(device_model(ck, quant, trainable, model_loss(ck, None), board=b), b, for_sim)
         click.echo("")
@@ -267,8 +268,8 @@ mcutrain plot run.jsonl -o loss.png           # loss, validation metric and lear
 mcutrain plot model.mct --weights -o w.png    # one heat map per layer""")
 def plot(source: str, output: Optional[str], weights: bool, force: bool) -> None:
     """Plot a training log (from `mcutrain train --log`) or a model file's weights as a PNG."""
-    from . import plot as plots
-    from .recorder import read_log
+    from mcutrain import plot as plots
+    from mcutrain.recorder import read_log
     out = Path(output or Path(source).with_suffix(".png"))
     if is_model_file(source):
         ck = load_model(source)
@@ -289,7 +290,7 @@ def plot(source: str, output: Optional[str], weights: bool, force: bool) -> None
 def simulator_status(board: Any) -> Tuple[str, str]:
     """(simulator kind, 'ready' or what is missing) for a board."""
     import shutil
-    from exporter import sim
+    from mcutrain.exporter import sim
     if board.sim_kind is None:
         return "-", "no simulator"
     try:
@@ -309,7 +310,7 @@ def _kib(n: int) -> str:
 @example("mcutrain boards")
 def boards(as_json: bool) -> None:
     """The boards mcutrain can export to: RAM, flash, FPU, and the simulator that stands in for each."""
-    from exporter.boards import all_boards
+    from mcutrain.exporter.boards import all_boards
     bs = all_boards()
     if not bs:
         raise MissingTool("no board files found: reinstall mcutrain")

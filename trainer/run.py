@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from .cli_data import DataSpec, Source, metrics
+from .sources import DataSpec, Source, metrics
 from .losses import Loss
 from .modelfile import save_model
 from .module import Module

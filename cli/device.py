@@ -9,13 +9,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
-from exporter.cgen import Segments, segments_from_host, segments_to_host
+from mcutrain.exporter.cgen import Segments, segments_from_host, segments_to_host
 
-from .cli_common import CliError, Interrupted, Progress, check_output, example, note, table, write_output
-from .cli_data import check_widths, data_options, load_inputs, open_source, pop_data_options
-from .modelfile import Checkpoint, encode_model
-from .optim import KINDS
-from .runner import StopRequest
+from .common import CliError, Interrupted, Progress, check_output, example, note, table, write_output
+from mcutrain.sources import check_widths, load_inputs, open_source
+from .data_options import data_options, pop_data_options
+from mcutrain.modelfile import Checkpoint, encode_model
+from mcutrain.optim import KINDS
+from mcutrain.run import StopRequest
 
 OPT_KINDS = list(KINDS)          # enum mct_opt_kind order
 
@@ -30,7 +31,7 @@ def port_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def connect(port: str, baud: int, timeout: float) -> Any:
     """An open Device."""
-    from exporter.client import Device
+    from mcutrain.exporter.client import Device
     return Device.open(port, baud, timeout)
 
 
@@ -38,9 +39,9 @@ def checked_project(dev: Any, project: Optional[str]) -> Optional[Dict[str, Any]
     """The project's mcutrain.json after checking that the device runs its model (None without --project)."""
     if not project:
         return None
-    from exporter.client import DeviceError
+    from mcutrain.exporter.client import DeviceError
 
-    from .cli_export import read_project
+    from .export import read_project
     meta = read_project(project)
     try:
         dev.check_hash(meta["hash"])
@@ -189,7 +190,7 @@ def train_cmd(port: str, baud: int, timeout: float, n_samples: Optional[int], sh
 def _stream(src: Any, n: Optional[int], shuffle: bool, seed: int) -> Tuple[np.ndarray, np.ndarray]:
     """The samples to send: a file's rows in order (or shuffled, seeded), repeated up to n samples;
     or n samples of a problem."""
-    from .cli_data import FileSource
+    from mcutrain.sources import FileSource
     if not isinstance(src, FileSource):
         return src.batch(0, n or 1000)
     rows = len(src.full)
@@ -242,7 +243,7 @@ def pull_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[
 
 def _base_model(project: str, base: Optional[str]) -> Checkpoint:
     """The host model: --model, else the project's model.mct; CliError when there is neither."""
-    from .cli_export import host_model
+    from .export import host_model
     ck = host_model(project, base)
     if ck is None:
         raise CliError(f"{project} has no model.mct (exported by an older mcutrain?): give the exported model "

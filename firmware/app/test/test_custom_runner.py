@@ -29,7 +29,7 @@ CASE_RE = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?P<name>\w+):(?P<status
                      r"(?::\s*(?P<msg>.*))?$")
 DONE_RE = re.compile(r"^TESTS_DONE (\d+)$")
 EXIT_GRACE = 10.0          # seconds the program may take to exit after TESTS_DONE
-# exit statuses of the simulators that explain themselves (see firmware/sim/avr_run.c, ports/port_qemu_*.c)
+# exit statuses of the simulators that explain themselves (see firmware/host_tools/avr_run.c, ports/port_qemu_*.c)
 EXIT_MEANING = {97: "stack overflow (simavr harness)", 98: "the simulated CPU crashed (simavr harness)",
                 99: "CPU fault, trap or stack overflow on the target", 124: "cycle limit of the simulator"}
 

@@ -11,10 +11,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
-from .cli_common import CliError, MissingTool, check_output, example, note, table, write_output
-from .cli_model import (calibration_inputs, device_model, device_model_options, model_loss, model_samples,
+from .common import CliError, MissingTool, check_output, example, note, table, write_output
+from .model import (calibration_inputs, device_model, device_model_options, model_loss, model_samples,
                         sim_option)
-from .modelfile import Checkpoint, atomic_write, load_model
+from mcutrain.modelfile import Checkpoint, atomic_write, load_model
 
 HOST_MODEL = "model.mct"          # the exported model, kept in the project for `sim` and `device pull`
 CALIBRATION = "calibration.npz"   # int8-full's calibration inputs, to rebuild the same device model
@@ -42,7 +42,7 @@ def project_envs(project: str) -> List[str]:
 
 def require_pio() -> List[str]:
     """The PlatformIO command; MissingTool when it is not installed."""
-    from exporter import pio
+    from mcutrain.exporter import pio
     try:
         return pio.pio_command()
     except pio.PioError as e:
@@ -51,7 +51,7 @@ def require_pio() -> List[str]:
 
 def require_simulator(board: Any) -> Any:
     """The simulator that stands in for the board, with its tools installed; MissingTool otherwise."""
-    from exporter import sim
+    from mcutrain.exporter import sim
     try:
         s = sim.simulator_for(board)
         sim.require_tools(*s.tools)
@@ -62,7 +62,7 @@ def require_simulator(board: Any) -> Any:
 
 def project_board(meta: Dict[str, Any], name: Optional[str], project: str) -> Any:
     """The board to build/run for: the project's own, or native (every project has env:native)."""
-    from exporter.boards import get_board
+    from mcutrain.exporter.boards import get_board
     b = get_board(name or meta["board"])
     if b.name not in (meta["board"], "native"):
         raise CliError(f"{project} was exported for {meta['board']}, not {b.name}: export the model for "
@@ -124,8 +124,8 @@ def export(model: str, board: str, quant: str, trainable: str, calibration: Opti
     The memory plan is checked first; a model that does not fit exits with code 3 and says what to
     change. Quantized exports print how the device model compares with the f32 network.
     """
-    from exporter.boards import get_board
-    from exporter.export import export_project
+    from mcutrain.exporter.boards import get_board
+    from mcutrain.exporter.export import export_project
     b = get_board(board)
     ck = load_model(model)
     out = Path(output or f"{Path(model).stem}-{b.name}")
@@ -181,7 +181,7 @@ mcutrain build fw-uno --sim           # the simulated stand-in, offline
 mcutrain build fw-uno --env native""")
 def build(project: str, board: Optional[str], env: Optional[str], for_sim: bool, verbose: bool) -> None:
     """Build an exported project with PlatformIO (`pio run -e ENV`)."""
-    from exporter import pio
+    from mcutrain.exporter import pio
     meta = read_project(project)
     env_name = _resolve_env(project, meta, board, env, for_sim)
     require_pio()
@@ -204,7 +204,7 @@ def flash(project: str, board: Optional[str], port: Optional[str], verbose: bool
 
     For the native board, "upload" runs the program on this terminal; use `mcutrain sim` instead.
     """
-    from exporter import pio
+    from mcutrain.exporter import pio
     meta = read_project(project)
     b = project_board(meta, board, project)
     require_pio()
@@ -249,7 +249,7 @@ def _verdict(same: bool, diff: float, scale: float) -> Tuple[str, bool]:
 def predict_check(dev: Any, m: Any, ck: Checkpoint, x: np.ndarray) -> Dict[str, Any]:
     """The device's outputs against the host's (the same device model through the host's C core, or the
     f32 network when the quantized device model cannot be rebuilt: int8-full without its calibration)."""
-    from exporter.twin import DeviceTwin
+    from mcutrain.exporter.twin import DeviceTwin
     got = dev.predict(x)
     if m is not None:
         want = DeviceTwin(m).predict(x)
@@ -265,7 +265,7 @@ def predict_check(dev: Any, m: Any, ck: Checkpoint, x: np.ndarray) -> Dict[str, 
 
 def train_check(dev: Any, m: Any, x: np.ndarray, t: np.ndarray) -> Dict[str, Any]:
     """One TRAIN on the device against the same update on the host (from the exported state)."""
-    from exporter.twin import DeviceTwin
+    from mcutrain.exporter.twin import DeviceTwin
     twin = DeviceTwin(m)
     try:
         host_loss, refused = twin.train(x, t), False
@@ -305,7 +305,7 @@ def sim(project: str, board: Optional[str], model: Optional[str], samples: int, 
         no_build: bool, force: bool) -> None:
     """Build the project for the board's simulator (QEMU, simavr, or natively), run it, check that the
     device's predictions (and a training step) match the host's, and report what it measured."""
-    from exporter import sim as sim_mod
+    from mcutrain.exporter import sim as sim_mod
     meta = read_project(project)
     b = project_board(meta, board, project)
     require_simulator(b)

@@ -64,15 +64,15 @@ class Interrupted(CliError):
 
 def _user_error_types() -> tuple:
     """Exceptions whose message is written for the user: shown as they are, exit code 1."""
-    from . import datasets, modelfile, module, optim, spec, train
+    from mcutrain import datasets, modelfile, module, optim, spec, train
     types: List[type] = [spec.SpecError, datasets.DataError, modelfile.ModelFileError, module.ShapeError,
                          optim.ConfigError, train.TrainingError, FileNotFoundError, PermissionError,
                          IsADirectoryError, NotADirectoryError]
     try:
-        from exporter import boards, client, device, export, pio, protocol, sim
+        from mcutrain.exporter import boards, client, device, export, pio, protocol, sim
         types += [boards.BoardError, export.ExportError, device.DeviceSpecError, client.DeviceError,
                   protocol.ProtocolError, pio.PioError, sim.SimError]
-        from exporter import quantize
+        from mcutrain.exporter import quantize
         types.append(quantize.QuantError)
     except ImportError:  # pragma: no cover - the exporter is part of the same distribution
         pass
@@ -86,7 +86,7 @@ def translate(exc: BaseException) -> Optional[CliError]:
     if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
         return Interrupted("interrupted")
     try:
-        from exporter.memplan import MemoryPlanError
+        from mcutrain.exporter.memplan import MemoryPlanError
         if isinstance(exc, MemoryPlanError):
             return NoFit(str(exc))
     except ImportError:  # pragma: no cover
@@ -128,7 +128,7 @@ def check_output(path: Path, force: bool, what: str = "output") -> Path:
 
 def write_output(path: Path, data: bytes, force: bool, what: str = "output") -> None:
     """Write a file atomically, refusing to replace an existing one without force."""
-    from .modelfile import atomic_write
+    from mcutrain.modelfile import atomic_write
     check_output(path, force, what)
     atomic_write(path, data)
 

@@ -8,18 +8,18 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import click
 from click.core import ParameterSource
 
-from . import layers as L
-from . import losses as losses_mod
-from .cli_common import CliError, Interrupted, Progress, check_output, example, note
-from .cli_data import (DATA_KEYS, FileSource, Source, check_widths, data_options, open_source,
-                       pop_data_options)
-from .losses import Loss
-from .modelfile import load_model
-from .module import Module
-from .optim import KINDS, SCHEDULES, Optimizer, TrainParams
-from .recorder import Recorder
-from .runner import RunSettings, TrainingRun
-from .spec import load_spec_file, parse_inline
+from mcutrain import layers as L
+from mcutrain import losses as losses_mod
+from .common import CliError, Interrupted, Progress, check_output, example, note
+from mcutrain.sources import FileSource, Source, check_widths, open_source
+from .data_options import DATA_KEYS, data_options, pop_data_options
+from mcutrain.losses import Loss
+from mcutrain.modelfile import load_model
+from mcutrain.module import Module
+from mcutrain.optim import KINDS, SCHEDULES, Optimizer, TrainParams
+from mcutrain.recorder import Recorder
+from mcutrain.run import RunSettings, TrainingRun
+from mcutrain.spec import load_spec_file, parse_inline
 
 DEFAULT_NET = "linear:20x35,sigmoid,linear:35x10,softmax"
 DEFAULT_PROBLEM = "modadd10"
