@@ -64,19 +64,11 @@ class Interrupted(CliError):
 
 def _user_error_types() -> tuple:
     """Exceptions whose message is written for the user: shown as they are, exit code 1."""
-    from mcutrain import datasets, modelfile, module, optim, spec, train
-    types: List[type] = [spec.SpecError, datasets.DataError, modelfile.ModelFileError, module.ShapeError,
-                         optim.ConfigError, train.TrainingError, FileNotFoundError, PermissionError,
-                         IsADirectoryError, NotADirectoryError]
-    try:
-        from mcutrain.exporter import boards, client, device, export, pio, protocol, sim
-        types += [boards.BoardError, export.ExportError, device.DeviceSpecError, client.DeviceError,
-                  protocol.ProtocolError, pio.PioError, sim.SimError]
-        from mcutrain.exporter import quantize
-        types.append(quantize.QuantError)
-    except ImportError:  # pragma: no cover - the exporter is part of the same distribution
-        pass
-    return tuple(types)
+    from mcutrain.errors import McuTrainError
+    from mcutrain.exporter import boards, client, device, export, pio, protocol, quantize, sim
+    return (McuTrainError, boards.BoardError, export.ExportError, device.DeviceSpecError, client.DeviceError,
+            protocol.ProtocolError, pio.PioError, sim.SimError, quantize.QuantError, FileNotFoundError,
+            PermissionError, IsADirectoryError, NotADirectoryError)
 
 
 def translate(exc: BaseException) -> Optional[CliError]:
@@ -85,12 +77,9 @@ def translate(exc: BaseException) -> Optional[CliError]:
         return None       # click's own handling (a closed pipe, e.g. `| head`, ends quietly)
     if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
         return Interrupted("interrupted")
-    try:
-        from mcutrain.exporter.memplan import MemoryPlanError
-        if isinstance(exc, MemoryPlanError):
-            return NoFit(str(exc))
-    except ImportError:  # pragma: no cover
-        pass
+    from mcutrain.exporter.memplan import MemoryPlanError
+    if isinstance(exc, MemoryPlanError):
+        return NoFit(str(exc))
     if isinstance(exc, _user_error_types()):
         if isinstance(exc, OSError) and exc.filename:
             return CliError(f"{exc.filename}: {exc.strerror or exc}")
@@ -128,7 +117,7 @@ def check_output(path: Path, force: bool, what: str = "output") -> Path:
 
 def write_output(path: Path, data: bytes, force: bool, what: str = "output") -> None:
     """Write a file atomically, refusing to replace an existing one without force."""
-    from mcutrain.modelfile import atomic_write
+    from mcutrain.files import atomic_write
     check_output(path, force, what)
     atomic_write(path, data)
 

@@ -1,5 +1,5 @@
 """The command-line options that name a data source (--data, --problem and the per-format settings),
-turned into a mcutrain.sources.DataSpec."""
+turned into a mcutrain.sources.DataSettings."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Optional
 
 import click
 
-from mcutrain.sources import DataSpec
+from mcutrain.sources import DataSettings
 
 
 def data_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -31,11 +31,11 @@ def data_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def spec_from_options(data_path: Optional[str], problem: Optional[str], inputs: Optional[str],
+def settings_from_options(data_path: Optional[str], problem: Optional[str], inputs: Optional[str],
                       targets: Optional[str], labels: Optional[str], x_key: str, y_key: str,
-                      classify: bool) -> DataSpec:
-    """A DataSpec from data_options' values (file paths made absolute, so a resumed run finds them)."""
-    return DataSpec(problem=problem, path=str(Path(data_path).resolve()) if data_path else None, inputs=inputs,
+                      classify: bool) -> DataSettings:
+    """A DataSettings from data_options' values (file paths made absolute, so a resumed run finds them)."""
+    return DataSettings(problem=problem, path=str(Path(data_path).resolve()) if data_path else None, inputs=inputs,
                     targets=targets, labels=str(Path(labels).resolve()) if labels else None, x_key=x_key,
                     y_key=y_key, classify=classify)
 
@@ -43,6 +43,6 @@ def spec_from_options(data_path: Optional[str], problem: Optional[str], inputs: 
 DATA_KEYS = ("data_path", "problem", "inputs", "targets", "labels", "x_key", "y_key", "classify")
 
 
-def pop_data_options(kw: Dict[str, Any]) -> DataSpec:
+def pop_data_options(kw: Dict[str, Any]) -> DataSettings:
     """Take data_options' values out of a command's keyword arguments."""
-    return spec_from_options(*(kw.pop(k) for k in DATA_KEYS))
+    return settings_from_options(*(kw.pop(k) for k in DATA_KEYS))

@@ -253,7 +253,7 @@ def _base_model(project: str, base: Optional[str]) -> Checkpoint:
 
 def _check_base(ck: Checkpoint, meta: Dict[str, Any], project: str) -> None:
     """CliError unless the host model has the network exported to the project (same layers and sizes)."""
-    if ck.net.spec() != meta.get("architecture", ck.net.spec()):
+    if ck.net.architecture() != meta.get("architecture", ck.net.architecture()):
         raise CliError(f"the model's network is not the one exported to {project}: give a model with the same "
                        f"layers and sizes (the exported one is the project's model.mct)")
 

@@ -14,7 +14,8 @@ import numpy as np
 from .common import CliError, MissingTool, check_output, example, note, table, write_output
 from .model import (calibration_inputs, device_model, device_model_options, model_loss, model_samples,
                         sim_option)
-from mcutrain.modelfile import Checkpoint, atomic_write, load_model
+from mcutrain.files import atomic_write
+from mcutrain.modelfile import Checkpoint, load_model
 
 HOST_MODEL = "model.mct"          # the exported model, kept in the project for `sim` and `device pull`
 CALIBRATION = "calibration.npz"   # int8-full's calibration inputs, to rebuild the same device model

@@ -10,7 +10,7 @@ import numpy as np
 
 from mcutrain import losses as losses_mod
 from .common import CliError, MissingTool, example, note, table, write_output
-from mcutrain.sources import (DataSpec, FileSource, ProblemSource, Source, check_widths, load_inputs, metrics,
+from mcutrain.sources import (DataSettings, FileSource, ProblemSource, Source, check_widths, load_inputs, metrics,
                               open_source)
 from .data_options import data_options, pop_data_options
 from mcutrain.datasets import DataError
@@ -31,13 +31,13 @@ def stored_source(ck: Checkpoint, missing_ok: bool = False) -> Optional[Source]:
     """The data source the model file records, opened with the run's seed and validation split (None
     when it records none; with missing_ok, also None when its data file is gone)."""
     stored = ck.metadata.get("train") or {}
-    spec = DataSpec.from_dict(stored.get("data") or {})
+    spec = DataSettings.from_dict(stored.get("data") or {})
     if not spec.given or (missing_ok and spec.path and not Path(spec.path).exists()):
         return None
     return open_source(spec, int(stored.get("seed", 0)), float(stored.get("val", 0.0)) if spec.path else 0.0)
 
 
-def eval_source(ck: Checkpoint, spec: DataSpec, samples: int) -> Tuple[Source, np.ndarray, np.ndarray, str]:
+def eval_source(ck: Checkpoint, spec: DataSettings, samples: int) -> Tuple[Source, np.ndarray, np.ndarray, str]:
     """(source, x, y, what) to evaluate on: the given data (all of it), else the model's own data source
     (its held-out split, or fresh samples of its problem)."""
     stored = ck.metadata.get("train") or {}
@@ -60,7 +60,7 @@ def model_samples(ck: Checkpoint, n: int) -> Optional[Tuple[np.ndarray, np.ndarr
     """The samples (x, y) `mcutrain eval MODEL` uses (n of them from a problem; a file's held-out part),
     or None when the model file records no data source or its data cannot be read."""
     try:
-        _, x, y, _ = eval_source(ck, DataSpec(), n)
+        _, x, y, _ = eval_source(ck, DataSettings(), n)
     except (DataError, CliError, OSError):
         return None
     return x, y
@@ -73,7 +73,7 @@ def calibration_inputs(ck: Checkpoint, path: Optional[str], x_eval: Optional[np.
     assert n_in is not None
     stored = (ck.metadata.get("train") or {}).get("data") or {}
     if path:
-        return load_inputs(path, n_in, layout=DataSpec.from_dict(stored))
+        return load_inputs(path, n_in, layout=DataSettings.from_dict(stored))
     src = stored_source(ck, missing_ok=True)
     if src is not None:
         return src.train.x[:1000] if isinstance(src, FileSource) else src.batch(0, 512)[0]
@@ -211,7 +211,7 @@ def describe_training(ck: Checkpoint) -> List[str]:
         lines.append(f"loss        {ck.metadata['loss']}")
     run = ck.metadata.get("train")
     if run:
-        data = DataSpec.from_dict(run.get("data") or {})
+        data = DataSettings.from_dict(run.get("data") or {})
         lines.append(f"trained on  {data.describe()}, {run.get('batches', '?')} of {run.get('steps', '?')} steps, "
                      f"batch {run.get('batch')}, seed {run.get('seed')}")
     return lines

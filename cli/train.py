@@ -19,7 +19,7 @@ from mcutrain.module import Module
 from mcutrain.optim import KINDS, SCHEDULES, Optimizer, TrainParams
 from mcutrain.recorder import Recorder
 from mcutrain.run import RunSettings, TrainingRun
-from mcutrain.spec import load_spec_file, parse_inline
+from mcutrain.architecture import load_architecture_file, parse_inline
 
 DEFAULT_NET = "linear:20x35,sigmoid,linear:35x10,softmax"
 DEFAULT_PROBLEM = "modadd10"
@@ -31,8 +31,8 @@ TP_OPTIONS = {"lr": "lr", "schedule": "schedule", "lr_final": "lr_final", "decay
 COEFF_OPTIONS = ("momentum", "beta", "beta1", "beta2", "eps", "similarity_penalty")
 RUN_OPTIONS = ("batch", "threads", "seed", "val", "eval_every", "log_every")
 DATA_FIELDS = {"data_path": "path", "problem": "problem", "inputs": "inputs", "targets": "targets",
-               "labels": "labels", "x_key": "x_key", "y_key": "y_key", "classify": "classify"}  # option -> DataSpec
-# how a resumed run names a change of its data source's settings, and the DataSpec fields behind each
+               "labels": "labels", "x_key": "x_key", "y_key": "y_key", "classify": "classify"}  # option -> DataSettings
+# how a resumed run names a change of its data source's settings, and the DataSettings fields behind each
 DATA_CHANGES = [("--data/--problem", ("problem", "path")), ("--labels", ("labels",)), ("--inputs", ("inputs",)),
                 ("--targets", ("targets",)), ("--x-key", ("x_key",)), ("--y-key", ("y_key",)),
                 ("--classify", ("classify",))]
@@ -128,7 +128,7 @@ def train(ctx: click.Context, **kw: Any) -> None:
     net, opt, loss, source, settings, out, start = setup
     log = _open_log(kw["log_path"], kw["force"], resuming=bool(kw["resume"]), every=settings.log_every)
     if log is not None:
-        log.start(network=net.spec(), optimizer=opt.config(), settings=settings.to_dict(),
+        log.start(network=net.architecture(), optimizer=opt.config(), settings=settings.to_dict(),
                   n_params=net.param_count(), resumed_at=start if start else None)
     with Progress(settings.steps - start, "training", not kw["quiet"]) as bar:
         run = TrainingRun(net, opt, loss, source, settings, out, start, log, bar.update,
@@ -181,7 +181,7 @@ def _network(net_text: Optional[str], spec_file: Optional[str]) -> Module:
     if net_text and spec_file:
         raise CliError("give the network either inline (--net) or as a file (--spec), not both")
     if spec_file:
-        return load_spec_file(spec_file)
+        return load_architecture_file(spec_file)
     return parse_inline(net_text or DEFAULT_NET)
 
 

@@ -118,7 +118,7 @@ def export_project(model: Union[str, Path, Checkpoint], board_name: str, out: Un
                  "quant_report": report.to_dict() if report else None,
                  "calibration_samples": (int(np.asarray(calibration).reshape(-1, m.program.n_in).shape[0])
                                          if quant == "int8-full" else None),
-                 "source": source, "architecture": ck.net.spec()}, indent=2, sort_keys=True) + "\n"}
+                 "source": source, "architecture": ck.net.architecture()}, indent=2, sort_keys=True) + "\n"}
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=str(dst.parent)))
     try:

@@ -25,7 +25,7 @@ from mcutrain import LR, ConfigError, Optimizer, Sequential, TrainParams, losses
 from mcutrain import layers as L
 from mcutrain import _core
 from mcutrain.module import Module
-from mcutrain.optim import as_optimizer
+from mcutrain.module import as_optimizer
 
 F = np.float32
 STEPS = 4

@@ -231,7 +231,7 @@ def test_expected_values_are_the_host_trainers(runs: Dict[str, Run]) -> None:
     for s in range(n_train):
         loss = train_step(opt, net, LOSS, x[s], t[s])
         assert bits(np.float32(loss)) == a["mct_test_loss"][s]
-        assert a["mct_test_rc"][s] == 0 and a["mct_test_step"][s] == s + 1 == opt.step
+        assert a["mct_test_step"][s] == s + 1 == opt.step
         assert a["mct_test_params_crc"][s] == zlib.crc32(np.ascontiguousarray(net.params, np.float32).tobytes())
         assert a["mct_test_state_crc"][s] == zlib.crc32(np.ascontiguousarray(opt.state, np.float32).tobytes())
         assert np.array_equal(bits(net.params[probes]), a["mct_test_probe"][s])

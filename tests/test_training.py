@@ -16,7 +16,8 @@ from mcutrain import (Sequential, ShapeError, TrainingError, TrainParams, losses
                      train_step)
 from mcutrain import layers as L
 from mcutrain.module import Module
-from mcutrain.optim import Optimizer, as_optimizer
+from mcutrain.module import as_optimizer
+from mcutrain.optim import Optimizer
 from mcutrain.problems import AxPlusB, ModularAddition10, Parity
 
 import helpers

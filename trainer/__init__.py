@@ -1,14 +1,24 @@
-"""mcutrain's host trainer: layers, Sequential, losses, optimizers and training loops, all
-running on the same C core (firmware/core) as the firmware."""
-__version__ = "0.1.0"
+"""mcutrain: train small fixed-size f32 networks on the host with the same C core the firmware runs.
 
-from . import layers, losses, optim, problems  # noqa: E402
-from .compose import LR, Residual, Sequential  # noqa: E402
-from .module import Gradients, Module, ShapeError, Trace  # noqa: E402
-from .modelfile import Checkpoint, ModelFileError, load_model, save_model  # noqa: E402
-from .optim import ConfigError, Optimizer, TrainParams  # noqa: E402
-from .train import TrainingError, train_batch, train_batch_parallel, train_step  # noqa: E402
+    import mcutrain as mct
+    from mcutrain import Sequential, layers as L, losses, optim
 
-__all__ = ["layers", "losses", "optim", "problems", "Sequential", "Residual", "LR", "Module", "Trace",
-           "Gradients", "ShapeError", "ModelFileError", "Checkpoint", "load_model", "save_model", "ConfigError",
-           "Optimizer", "TrainParams", "TrainingError", "train_batch", "train_batch_parallel", "train_step"]
+The layers of the package, bottom up (each imports only the ones below it):
+    mcutrain             layers, networks, losses, optimizers, training, model files, data
+    mcutrain.exporter    device model, quantization, C code, memory plan, projects, simulators, device client
+    mcutrain.cli         the `mcutrain` command line
+"""
+from . import layers, losses, optim, problems
+from .compose import LR, Residual, Sequential
+from .errors import (ArchitectureError, ConfigError, DataError, McuTrainError, ModelFileError, ShapeError,
+                     TrainingError)
+from .modelfile import Checkpoint, load_model, save_model
+from .module import Gradients, Module, Trace
+from .optim import Optimizer, TrainParams
+from .train import train_batch, train_batch_parallel, train_step
+from .version import __version__
+
+__all__ = ["__version__", "layers", "losses", "optim", "problems", "Sequential", "Residual", "LR", "Module",
+           "Trace", "Gradients", "Checkpoint", "load_model", "save_model", "Optimizer", "TrainParams",
+           "train_batch", "train_batch_parallel", "train_step", "McuTrainError", "ShapeError", "ConfigError",
+           "TrainingError", "ArchitectureError", "ModelFileError", "DataError"]

@@ -5,7 +5,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .module import Module, ShapeError
+from .errors import ShapeError
+from .module import Module
 from .program import Op, ProgramBuilder
 
 
@@ -76,23 +77,14 @@ class Sequential(_Composite):
     def describe(self) -> str:
         return "Sequential(" + ", ".join(m.describe() for m in self.modules) + ")"
 
-    def spec(self) -> Dict[str, Any]:
-        return {"type": "Sequential", "layers": [m.spec() for m in self.modules]}
+    def architecture(self) -> Dict[str, Any]:
+        return {"type": "Sequential", "layers": [m.architecture() for m in self.modules]}
 
     def __len__(self) -> int:
         return len(self.modules)
 
     def __getitem__(self, i: int) -> Module:
         return self.modules[i]
-
-    @staticmethod
-    def load(path: str) -> "Sequential":
-        """Read a model file written by save(); raises ModelFileError on a bad file."""
-        from .modelfile import load_model
-        net = load_model(path).net
-        if not isinstance(net, Sequential):
-            net = Sequential(net)
-        return net
 
 
 class Residual(_Composite):
@@ -125,8 +117,8 @@ class Residual(_Composite):
     def describe(self) -> str:
         return f"Residual({self.inner.describe()})"
 
-    def spec(self) -> Dict[str, Any]:
-        return {"type": "Residual", "inner": self.inner.spec()}
+    def architecture(self) -> Dict[str, Any]:
+        return {"type": "Residual", "inner": self.inner.architecture()}
 
 
 class LR(_Composite):
@@ -159,8 +151,8 @@ class LR(_Composite):
     def describe(self) -> str:
         return f"LR({self.inner.describe()}, {self.divisor:g})"
 
-    def spec(self) -> Dict[str, Any]:
-        return {"type": "LR", "divisor": self.divisor, "inner": self.inner.spec()}
+    def architecture(self) -> Dict[str, Any]:
+        return {"type": "LR", "divisor": self.divisor, "inner": self.inner.architecture()}
 
 
 def flatten_names(module: Module, prefix: Optional[str] = None) -> Dict[str, Module]:

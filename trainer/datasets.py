@@ -10,9 +10,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-
-class DataError(ValueError):
-    """Data that cannot be loaded or does not fit the network; the message says what to change."""
+from .errors import DataError
 
 
 @dataclass

@@ -10,7 +10,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from .module import Module, ShapeError
+from .errors import ShapeError
+from .module import Module
 from .program import Act, Op, ProgramBuilder
 
 
@@ -46,7 +47,7 @@ class _Sized(Module):
     def describe(self) -> str:
         return f"{type(self).__name__}({self.n_in}, {self.n_out})"
 
-    def spec(self) -> Dict[str, Any]:
+    def architecture(self) -> Dict[str, Any]:
         return {"type": type(self).__name__, "n_in": self.n_in, "n_out": self.n_out}
 
 
@@ -68,7 +69,7 @@ class _SameSize(Module):
     def describe(self) -> str:
         return f"{type(self).__name__}({self.n_in if self.n_in is not None else ''})"
 
-    def spec(self) -> Dict[str, Any]:
+    def architecture(self) -> Dict[str, Any]:
         return {"type": type(self).__name__, "n": self.n_in}
 
 
@@ -176,8 +177,8 @@ class ScalarScale(_SameSize):
     def _emit(self, b: ProgramBuilder) -> None:
         b.add(Op.SCALE, self.n_in, self.n_out, n_p=1, name=self.describe())
 
-    def spec(self) -> Dict[str, Any]:
-        return {**super().spec(), "init": self.init}
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "init": self.init}
 
 
 class RMSNorm(_SameSize):
@@ -198,8 +199,8 @@ class RMSNorm(_SameSize):
     def _emit(self, b: ProgramBuilder) -> None:
         b.add(Op.RMSNORM, self.n_in, self.n_out, alpha=self.eps, n_p=self.n_in, aux=1, name=self.describe())
 
-    def spec(self) -> Dict[str, Any]:
-        return {**super().spec(), "eps": self.eps}
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "eps": self.eps}
 
 
 class DyT(_SameSize):
@@ -243,8 +244,8 @@ class Conv1d(_Sized):
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         return _glorot(rng, self.n_in, self.n_out, self.filter_size, scale)
 
-    def spec(self) -> Dict[str, Any]:
-        return {**super().spec(), "filter_size": self.filter_size}
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "filter_size": self.filter_size}
 
 
 _GATES = {"sigmoid": Act.SIGMOID, "relu": Act.RELU, "leaky_relu": Act.LEAKY_RELU, "tanh": Act.TANH,
@@ -285,8 +286,8 @@ class GLU(_Sized):
             parts.append(_swish_beta_init(rng, self.n_out, scale))
         return np.concatenate(parts)
 
-    def spec(self) -> Dict[str, Any]:
-        s = {**super().spec(), "gate": self.gate}
+    def architecture(self) -> Dict[str, Any]:
+        s = {**super().architecture(), "gate": self.gate}
         if self.gate == "leaky_relu":
             s["alpha"] = self.alpha
         return s
@@ -336,8 +337,8 @@ class LeakyRelu(_Activation):
         super().__init__(n)
         self.alpha = float(alpha)
 
-    def spec(self) -> Dict[str, Any]:
-        return {**super().spec(), "alpha": self.alpha}
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "alpha": self.alpha}
 
 
 class Sigmoid(_Activation):
@@ -382,8 +383,8 @@ class Softmax(_SameSize):
     def _emit(self, b: ProgramBuilder) -> None:
         b.add(Op.SOFTMAX, self.n_in, self.n_out, alpha=self.temperature, name=self.describe())
 
-    def spec(self) -> Dict[str, Any]:
-        return {**super().spec(), "temperature": self.temperature}
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "temperature": self.temperature}
 
 
 # Class name -> class, for specs and model files (spec.py looks names up case-insensitively and adds aliases).

@@ -6,7 +6,9 @@ from typing import Any, Tuple
 
 import numpy as np
 
-from .optim import ConfigError
+from . import _core
+from .arrays import as_batch
+from .errors import ConfigError, ShapeError
 
 
 @dataclass(frozen=True)
@@ -19,8 +21,6 @@ class Loss:
     def __call__(self, y: Any, t: Any) -> Tuple[float, np.ndarray]:
         """(mean loss over the samples, dL/dy per sample) for one sample or a batch. The mean is the
         core's batch loss (a float32 sum in sample order divided by the count), as training reports it."""
-        from . import _core
-        from .module import ShapeError, as_batch
         y = np.asarray(y)
         width = y.shape[-1] if y.ndim else 0
         yb, single = as_batch(y, width, "output")

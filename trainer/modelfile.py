@@ -9,9 +9,7 @@ half-written model behind.
 from __future__ import annotations
 
 import json
-import os
 import struct
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -20,15 +18,18 @@ from typing import Any, Dict, Optional, Union
 
 import numpy as np
 
-from .module import Module
-from .optim import TRAIN_STATE_DTYPE, Optimizer, TrainParams, as_optimizer
+from .architecture import from_architecture
+from .errors import ArchitectureError, ModelFileError
+from .files import atomic_write
+from .module import Module, as_optimizer
+from .optim import TRAIN_STATE_DTYPE, Optimizer, TrainParams
+from .version import __version__
+
+__all__ = ["Checkpoint", "ModelFileError", "atomic_write", "encode_model", "decode_model", "save_model",
+           "load_model", "MAGIC", "FORMAT_VERSION"]
 
 MAGIC = b"MCTRAIN\0"
 FORMAT_VERSION = 1
-
-
-class ModelFileError(ValueError):
-    """A model file that cannot be read: wrong kind of file, truncated, corrupt or mismatched."""
 
 
 @dataclass
@@ -37,24 +38,6 @@ class Checkpoint:
     net: Module
     optimizer: Optional[Optimizer] = None
     metadata: Dict[str, Any] = field(default_factory=dict)
-
-
-def atomic_write(path: Union[str, Path], data: bytes) -> None:
-    """Write data to path through a temporary file in the same folder and a rename."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent or Path(".")))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _pad4(n: int) -> int:
@@ -75,10 +58,9 @@ def encode_model(net: Module, optimizer: Optional[Optimizer] = None,
         opt_cfg = optimizer.config()
         arrays["opt_state"] = optimizer.state.astype("<f4")
         arrays["train_state"] = optimizer.train_state.copy()
-    from . import __version__
     header: Dict[str, Any] = {
         "format": FORMAT_VERSION, "mcutrain": __version__, "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "architecture": net.spec(), "n_params": net.param_count(), "optimizer": opt_cfg,
+        "architecture": net.architecture(), "n_params": net.param_count(), "optimizer": opt_cfg,
         "metadata": metadata or {}, "arrays": {},
     }
     # offsets are relative to the start of the payload (after the header)
@@ -129,8 +111,6 @@ def decode_model(data: bytes, name: str = "model file") -> Checkpoint:
 
 def _from_header(header: Dict[str, Any], payload: bytes, name: str) -> Checkpoint:
     """Build the checkpoint from a parsed header and the array bytes."""
-    from .spec import SpecError, module_from_spec
-
     def array(key: str) -> Optional[np.ndarray]:
         info = header["arrays"].get(key)
         if info is None:
@@ -142,8 +122,8 @@ def _from_header(header: Dict[str, Any], payload: bytes, name: str) -> Checkpoin
         return np.frombuffer(payload, dtype, n // dtype.itemsize, o).reshape(info["shape"]).copy()
 
     try:
-        net = module_from_spec(header["architecture"], f"{name} architecture")
-    except SpecError as e:
+        net = from_architecture(header["architecture"], f"{name} architecture")
+    except ArchitectureError as e:
         raise ModelFileError(str(e)) from None
     params = array("params")
     if params is None or params.shape != (net.param_count(),) or net.param_count() != header["n_params"]:

@@ -8,54 +8,16 @@ through the module's compiled `Program`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .program import LAYER_DTYPE, Program, ProgramBuilder
+from .arrays import as_batch
+from .errors import ConfigError, ShapeError, TrainingError
+from .optim import Optimizer, TrainParams
+from .program import Program, ProgramBuilder, core_net
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .optim import Optimizer, TrainParams
-
-
-def core_net(p: Program) -> Any:
-    """The C core's view of a program (checked by mct_net_check)."""
-    from . import _core
-    if _core.LAYER_SIZE != LAYER_DTYPE.itemsize:
-        raise ImportError(f"mcutrain._core was built for another layer table layout ({_core.LAYER_SIZE} bytes, "
-                          f"expected {LAYER_DTYPE.itemsize}): rebuild with `pip install -e .`")
-    return _core.CoreNet(p.table().view(np.uint8).ravel(), len(p.layers), p.n_in, p.n_out, p.max_width,
-                         p.n_params, p.arena, p.in_off, p.out_off, bytes(p.cdata))
-
-
-class ShapeError(ValueError):
-    """A network whose layer sizes do not chain, or an input of the wrong shape or dtype."""
-
-
-def as_batch(x: Any, width: int, what: str = "input") -> Tuple[np.ndarray, bool]:
-    """Check and convert x to a C-contiguous float32 batch (nb, width); returns (batch, was_single)."""
-    if not isinstance(x, np.ndarray):
-        try:
-            x = np.asarray(x)
-        except Exception as e:  # ragged lists and the like
-            raise ShapeError(f"{what} must be an array of numbers: {e}") from None
-    if x.dtype.kind not in "fiu":
-        raise ShapeError(f"{what} has dtype {x.dtype}; pass float32 numbers (np.float32)")
-    if x.ndim == 1:
-        single = True
-        x = x[None, :]
-    elif x.ndim == 2:
-        single = False
-    else:
-        raise ShapeError(f"{what} must be one sample ({width},) or a batch (n, {width}); got shape {x.shape}")
-    if x.shape[1] != width:
-        role = "outputs" if what in ("target", "grads_wrt_output", "output") else "takes"
-        raise ShapeError(f"{what} has {x.shape[1]} values per sample, the network {role} {width}")
-    if x.shape[0] == 0:
-        raise ShapeError(f"{what} is an empty batch")
-    if x.dtype != np.float32 or not x.flags.c_contiguous:
-        x = np.ascontiguousarray(x, dtype=np.float32)
-    return x, single
+__all__ = ["Module", "Trace", "Gradients", "as_optimizer", "core_net", "as_batch", "ShapeError"]
 
 
 @dataclass
@@ -113,8 +75,8 @@ class Module:
     def _resolve(self, n: int) -> None:
         """Adopt input size n (size-agnostic layers); layers with a fixed size check it instead."""
 
-    def spec(self) -> Dict[str, Any]:
-        """The architecture as plain data (see mcutrain.spec)."""
+    def architecture(self) -> Dict[str, Any]:
+        """The architecture as plain data (see mcutrain.architecture)."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -223,10 +185,9 @@ class Module:
         gin, grads = self._corenet().backward(self._ensure_buf(), trace.arena, g)
         return (gin[0] if trace.single else gin), Gradients(grads, trace.samples)
 
-    def update(self, optimizer: Union["Optimizer", "TrainParams"], self_grads: Gradients,
+    def update(self, optimizer: Union[Optimizer, TrainParams], self_grads: Gradients,
                loss: float = 1.0) -> None:
         """Apply one optimizer step with the mean of self_grads (loss is used by scale_by_loss)."""
-        from .optim import as_optimizer
         opt = as_optimizer(optimizer, self)
         if self_grads.values.shape != (self.param_count(),):
             raise ShapeError(f"gradients have {self_grads.values.shape[0]} values, "
@@ -236,36 +197,30 @@ class Module:
         rc = self._corenet().apply(opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf,
                                    float(self_grads.samples), float(loss))
         if rc:
-            from .train import TrainingError
             what = "the loss" if rc == 3 else "a gradient"
             raise TrainingError(f"{what} is NaN or inf: update {opt.step + 1} was not applied")
 
-    def new_sgd(self, params: "TrainParams") -> "Optimizer":
+    def new_sgd(self, params: TrainParams) -> Optimizer:
         """Plain gradient descent with TrainParams (a TrainParams object also works directly)."""
-        from .optim import Optimizer
         return Optimizer("sgd", params, self.param_count())
 
-    def new_momentum(self, params: "TrainParams", coeff: float = 0.9, similarity_penalty: float = 0.0) -> "Optimizer":
+    def new_momentum(self, params: TrainParams, coeff: float = 0.9, similarity_penalty: float = 0.0) -> Optimizer:
         """Momentum optimizer with state shaped like this module's gradients."""
-        from .optim import Optimizer
         return Optimizer("momentum", params, self.param_count(), momentum=coeff, sim_penalty=similarity_penalty)
 
-    def new_rmsprop(self, params: "TrainParams", beta: float = 0.9) -> "Optimizer":
+    def new_rmsprop(self, params: TrainParams, beta: float = 0.9) -> Optimizer:
         """RMSProp optimizer with state shaped like this module's gradients."""
-        from .optim import Optimizer
         return Optimizer("rmsprop", params, self.param_count(), beta=beta)
 
-    def new_rmsprop_with_momentum(self, params: "TrainParams", coeff: float = 0.9, beta: float = 0.9,
-                                  similarity_penalty: float = 0.0) -> "Optimizer":
+    def new_rmsprop_with_momentum(self, params: TrainParams, coeff: float = 0.9, beta: float = 0.9,
+                                  similarity_penalty: float = 0.0) -> Optimizer:
         """RMSProp with momentum (minidx argument order: momentum coefficient, then beta)."""
-        from .optim import Optimizer
         return Optimizer("rmsprop_momentum", params, self.param_count(), momentum=coeff, beta=beta,
                          sim_penalty=similarity_penalty)
 
-    def new_adam(self, params: "TrainParams", beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8) -> "Optimizer":
+    def new_adam(self, params: TrainParams, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8) -> Optimizer:
         """Adam optimizer with state shaped like this module's gradients."""
-        from .optim import Optimizer
         return Optimizer("adam", params, self.param_count(), beta1=beta1, beta=beta2, eps=eps)
 
     # ---- helpers ----
@@ -279,11 +234,6 @@ class Module:
         assert self.n_out is not None
         return self.n_out
 
-    def save(self, path: str, optimizer: Optional["Optimizer"] = None, metadata: Optional[Dict[str, Any]] = None) -> None:
-        """Write a model file (architecture, parameters, optimizer state, metadata, checksum), atomically."""
-        from .modelfile import save_model
-        save_model(path, self, optimizer=optimizer, metadata=metadata)
-
     def summary(self) -> List[Dict[str, Any]]:
         """One row per C-core layer: name, sizes, parameters and multiply-accumulates per sample."""
         rows = []
@@ -296,3 +246,20 @@ class Module:
             rows.append({"layer": d.name, "op": d.op.name.lower(), "in": d.n_in, "out": d.n_out,
                          "params": d.n_p, "macs": macs})
         return rows
+
+
+def as_optimizer(opt: Union[Optimizer, TrainParams], module: Module) -> Optimizer:
+    """The optimizer to use with module: a TrainParams acts as plain SGD with its own step counter per
+    module; an optimizer must have been made for a module with the same parameter count."""
+    if isinstance(opt, TrainParams):
+        sgd = opt._sgd.get(module)
+        if sgd is None or sgd.n_params != module.param_count():
+            sgd = opt._sgd[module] = Optimizer("sgd", opt, module.param_count())
+        return sgd
+    if not isinstance(opt, Optimizer):
+        raise ConfigError(f"expected an optimizer (from net.new_momentum(...) etc.) or TrainParams, "
+                          f"got {type(opt).__name__}")
+    if opt.n_params != module.param_count():
+        raise ConfigError(f"this optimizer was made for a module with {opt.n_params} parameters; "
+                          f"{module.describe()} has {module.param_count()}")
+    return opt

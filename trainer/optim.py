@@ -7,16 +7,12 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+from typing import Any, Dict, Optional
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .module import Module
-
-
-class ConfigError(ValueError):
-    """An optimizer or training setting out of range."""
+from . import _core
+from .errors import ConfigError
 
 
 SCHEDULES = {"constant": 0, "linear": 1, "cosine": 2}
@@ -74,7 +70,8 @@ class TrainParams:
                 raise ConfigError(f"{name} must be a whole number >= 0, got {v!r}")
         if self.schedule != "constant" and self.decay_steps == 0:
             raise ConfigError(f"a {self.schedule} schedule needs decay_steps > 0")
-        self._sgd: "weakref.WeakKeyDictionary[Module, Optimizer]" = weakref.WeakKeyDictionary()
+        # the plain-SGD optimizer this TrainParams stands for, per module it trains (module.as_optimizer)
+        self._sgd: "weakref.WeakKeyDictionary[Any, Optimizer]" = weakref.WeakKeyDictionary()
 
     # minidx-style builders (each returns a new TrainParams)
     def with_lr(self, lr: float) -> "TrainParams":
@@ -115,7 +112,6 @@ class TrainParams:
 
     def lr_at(self, step: int) -> float:
         """The learning rate the core uses at `step`."""
-        from . import _core
         return float(_core.lr_at(_pack(self, "sgd", {}).view(np.uint8), step))
 
 
@@ -204,19 +200,3 @@ class Optimizer:
 
     def __repr__(self) -> str:
         return f"Optimizer({self.kind}, lr={self._params.lr:g}, step={self.step})"
-
-
-def as_optimizer(opt: Union[Optimizer, TrainParams], module: "Module") -> Optimizer:
-    """The optimizer to use with module: a TrainParams acts as plain SGD with its own step counter per module."""
-    if isinstance(opt, TrainParams):
-        sgd = opt._sgd.get(module)
-        if sgd is None or sgd.n_params != module.param_count():
-            sgd = opt._sgd[module] = Optimizer("sgd", opt, module.param_count())
-        return sgd
-    if not isinstance(opt, Optimizer):
-        raise ConfigError(f"expected an optimizer (from net.new_momentum(...) etc.) or TrainParams, "
-                          f"got {type(opt).__name__}")
-    if opt.n_params != module.param_count():
-        raise ConfigError(f"this optimizer was made for a module with {opt.n_params} parameters; "
-                          f"{module.describe()} has {module.param_count()}")
-    return opt

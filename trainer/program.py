@@ -5,11 +5,13 @@ and the exporter writes the same table into the firmware as C source.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import List
+from typing import Any, List
 
 import numpy as np
+
+from . import _core
 
 
 class Op(IntEnum):
@@ -103,9 +105,9 @@ class Program:
                     d.p_off, d.n_p, d.n_w, d.in_off, d.out_off, d.aux_off)
         return t
 
-    def with_trainable(self, first: int) -> "Program":
-        """A copy in which only layers from index `first` on are trainable."""
-        return replace(self, layers=[replace(d, trainable=i >= first) for i, d in enumerate(self.layers)])
+    def core(self) -> Any:
+        """The C core running this layer table (see core_net)."""
+        return core_net(self)
 
 
 class ProgramBuilder:
@@ -143,3 +145,12 @@ class ProgramBuilder:
         """The finished program."""
         return Program(self.layers, self.n_in, self.cur_n, self.p, self.arena, 0, self.cur_off)
 
+
+
+def core_net(p: Program) -> Any:
+    """The C core's view of a program (its layer table checked by mct_net_check)."""
+    if _core.LAYER_SIZE != LAYER_DTYPE.itemsize:
+        raise ImportError(f"mcutrain._core was built for another layer table layout ({_core.LAYER_SIZE} bytes, "
+                          f"expected {LAYER_DTYPE.itemsize}): rebuild with `pip install -e .`")
+    return _core.CoreNet(p.table().view(np.uint8).ravel(), len(p.layers), p.n_in, p.n_out, p.max_width,
+                         p.n_params, p.arena, p.in_off, p.out_off, bytes(p.cdata))

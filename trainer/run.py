@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from .sources import DataSpec, Source, metrics
+from .sources import DataSettings, Source, metrics
 from .losses import Loss
 from .modelfile import save_model
 from .module import Module
@@ -28,7 +28,7 @@ from .train import train_batch
 @dataclass
 class RunSettings:
     """How a run trains (everything but the network and the optimizer, which the model file holds)."""
-    data: DataSpec = field(default_factory=DataSpec)
+    data: DataSettings = field(default_factory=DataSettings)
     loss: str = "mse"
     batch: int = 32
     threads: int = 1
@@ -51,7 +51,7 @@ class RunSettings:
         """Inverse of to_dict (unknown keys are ignored)."""
         names = {f.name for f in fields(RunSettings)}
         kw = {k: v for k, v in d.items() if k in names}
-        kw["data"] = DataSpec.from_dict(d.get("data") or {})
+        kw["data"] = DataSettings.from_dict(d.get("data") or {})
         return RunSettings(**kw)
 
     def evaluation_interval(self) -> int:

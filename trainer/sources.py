@@ -25,7 +25,7 @@ PROBLEM_VAL_SAMPLES = 512
 
 
 @dataclass
-class DataSpec:
+class DataSettings:
     """A data source as plain data (stored in the model file so that --resume and eval find it again)."""
     problem: Optional[str] = None
     path: Optional[str] = None
@@ -41,10 +41,10 @@ class DataSpec:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: Dict[str, Any]) -> "DataSpec":
+    def from_dict(d: Dict[str, Any]) -> "DataSettings":
         """Inverse of to_dict (unknown keys are ignored)."""
-        names = {f.name for f in fields(DataSpec)}
-        return DataSpec(**{k: v for k, v in d.items() if k in names})
+        names = {f.name for f in fields(DataSettings)}
+        return DataSettings(**{k: v for k, v in d.items() if k in names})
 
     @property
     def given(self) -> bool:
@@ -79,8 +79,8 @@ def file_format(path: str) -> str:
     raise DataError(f"don't know how to read {p}: use a .csv, .npz or IDX (MNIST-style) file")
 
 
-def load_dataset(spec: DataSpec) -> Dataset:
-    """Read the file a DataSpec names, with the options that fit its format."""
+def load_dataset(spec: DataSettings) -> Dataset:
+    """Read the file a DataSettings names, with the options that fit its format."""
     assert spec.path is not None
     fmt = file_format(spec.path)
     wrong = {"csv": [("--labels", spec.labels), ("--x-key", spec.x_key != "x"), ("--y-key", spec.y_key != "y")],
@@ -184,8 +184,8 @@ class FileSource(Source):
         return self.full.x, self.full.y
 
 
-def open_source(spec: DataSpec, seed: int, val: float = 0.0) -> Source:
-    """The Source a DataSpec names."""
+def open_source(spec: DataSettings, seed: int, val: float = 0.0) -> Source:
+    """The Source a DataSettings names."""
     if spec.problem and spec.path:
         raise DataError("give either --data or --problem, not both")
     if spec.problem:
@@ -219,7 +219,7 @@ def metrics(outputs: np.ndarray, targets: np.ndarray, loss: Any, classification:
 
 
 def load_inputs(path: str, n_in: int, inputs: Optional[str] = None, x_key: str = "x",
-                layout: Optional[DataSpec] = None) -> np.ndarray:
+                layout: Optional[DataSettings] = None) -> np.ndarray:
     """Network inputs only (no targets), e.g. to predict or to calibrate: a CSV (all columns, or the
     --inputs columns), an NPZ array x_key, or IDX images. The width must be n_in.
 

@@ -7,13 +7,11 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from .arrays import as_batch
+from .errors import ShapeError, TrainingError
 from .losses import Loss
-from .module import Module, ShapeError, as_batch
-from .optim import Optimizer, TrainParams, as_optimizer
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (a loss that is not finite); the parameters are left as they were."""
+from .module import Module, as_optimizer
+from .optim import Optimizer, TrainParams
 
 
 def train_batch(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any,

@@ -1,5 +1,6 @@
-"""Network specs as plain data: what model files store and what the CLI reads (TOML, JSON, or an
-inline string like "linear:20x35,sigmoid,linear:35x10,softmax")."""
+"""A network's architecture as plain data, and back: what model files store (Module.architecture()) and
+what the command line reads (a TOML or JSON file, or an inline string like
+"linear:20x35,sigmoid,linear:35x10,softmax")."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,8 @@ from typing import Any, Dict, List, Union
 
 from . import layers as L
 from .compose import LR, Residual, Sequential
-from .module import Module, ShapeError
+from .errors import ArchitectureError, ShapeError
+from .module import Module
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -17,42 +19,38 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-class SpecError(ValueError):
-    """A network spec that cannot be built; the message says which part and why."""
-
-
 _LOWER = {name.lower(): cls for name, cls in L.LAYER_TYPES.items()}
 _LOWER.update({"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarScale,
                "glu_leaky_relu": L.GLULeakyRelu})   # aliases besides the lower-case class names
 
 
-def module_from_spec(spec: Dict[str, Any], where: str = "network") -> Module:
+def from_architecture(spec: Dict[str, Any], where: str = "network") -> Module:
     """Build a module from plain data, e.g. {"type": "Linear", "n_in": 20, "n_out": 35}."""
     if not isinstance(spec, dict) or "type" not in spec:
-        raise SpecError(f"{where}: each layer needs a 'type', got {spec!r}")
+        raise ArchitectureError(f"{where}: each layer needs a 'type', got {spec!r}")
     t = str(spec["type"])
     args = {k: v for k, v in spec.items() if k != "type"}
     try:
         if t.lower() == "sequential":
             items = args.get("layers")
             if not isinstance(items, list) or not items:
-                raise SpecError(f"{where}: Sequential needs a non-empty 'layers' list")
-            return Sequential(*[module_from_spec(s, f"{where} layer {i + 1}") for i, s in enumerate(items)])
+                raise ArchitectureError(f"{where}: Sequential needs a non-empty 'layers' list")
+            return Sequential(*[from_architecture(s, f"{where} layer {i + 1}") for i, s in enumerate(items)])
         if t.lower() == "residual":
-            return Residual(module_from_spec(args["inner"], f"{where} (residual body)"))
+            return Residual(from_architecture(args["inner"], f"{where} (residual body)"))
         if t.lower() == "lr":
-            return LR(module_from_spec(args["inner"], f"{where} (LR body)"), args["divisor"])
+            return LR(from_architecture(args["inner"], f"{where} (LR body)"), args["divisor"])
         cls = _LOWER.get(t.lower())
         if cls is None:
-            raise SpecError(f"{where}: unknown layer type {t!r}; known: {', '.join(sorted(L.LAYER_TYPES))}, "
+            raise ArchitectureError(f"{where}: unknown layer type {t!r}; known: {', '.join(sorted(L.LAYER_TYPES))}, "
                             f"Sequential, Residual, LR")
         if args.get("n", 0) is None:     # a size left to the Sequential
             del args["n"]
         return cls(**args)
     except ShapeError as e:
-        raise SpecError(f"{where}: {e}") from None
+        raise ArchitectureError(f"{where}: {e}") from None
     except (TypeError, KeyError) as e:
-        raise SpecError(f"{where}: bad arguments for {t}: {e}") from None
+        raise ArchitectureError(f"{where}: bad arguments for {t}: {e}") from None
 
 
 def parse_inline(text: str) -> Sequential:
@@ -61,11 +59,11 @@ def parse_inline(text: str) -> Sequential:
     mods: List[Module] = []
     for i, item in enumerate(p.strip() for p in text.split(",")):
         if not item:
-            raise SpecError(f"--net item {i + 1} is empty")
+            raise ArchitectureError(f"--net item {i + 1} is empty")
         name, _, arg = item.partition(":")
         cls = _LOWER.get(name.strip().lower())
         if cls is None:
-            raise SpecError(f"--net item {i + 1}: unknown layer {name!r}; known: "
+            raise ArchitectureError(f"--net item {i + 1}: unknown layer {name!r}; known: "
                             f"{', '.join(sorted(k.lower() for k in L.LAYER_TYPES))}")
         try:
             if issubclass(cls, (L._Sized,)):
@@ -73,7 +71,7 @@ def parse_inline(text: str) -> Sequential:
                 want = 3 if cls is L.Conv1d else 2
                 if len(dims) != want:
                     shape = "IxOxF" if cls is L.Conv1d else "IxO"
-                    raise SpecError(f"--net item {i + 1}: {name} needs sizes as {name}:{shape}, e.g. "
+                    raise ArchitectureError(f"--net item {i + 1}: {name} needs sizes as {name}:{shape}, e.g. "
                                     f"{name}:{'16x14x3' if want == 3 else '20x35'}")
                 mods.append(cls(*dims))
             elif cls in (L.LeakyRelu, L.Softmax):
@@ -81,30 +79,30 @@ def parse_inline(text: str) -> Sequential:
             else:
                 mods.append(cls(int(arg)) if arg else cls())
         except ValueError as e:
-            if isinstance(e, SpecError):
+            if isinstance(e, ArchitectureError):
                 raise
-            raise SpecError(f"--net item {i + 1} ({item}): {e}") from None
+            raise ArchitectureError(f"--net item {i + 1} ({item}): {e}") from None
     try:
         return Sequential(*mods)
     except ShapeError as e:
-        raise SpecError(str(e)) from None
+        raise ArchitectureError(str(e)) from None
 
 
-def load_spec_file(path: Union[str, Path]) -> Module:
-    """Read a TOML or JSON spec file: {type = "Sequential", layers = [...]} or just a 'layers' list."""
+def load_architecture_file(path: Union[str, Path]) -> Module:
+    """Read a TOML or JSON architecture file: {type = "Sequential", layers = [...]} or just a 'layers' list."""
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as e:
-        raise SpecError(f"cannot read spec file {p}: {e.strerror}") from None
+        raise ArchitectureError(f"cannot read architecture file {p}: {e.strerror}") from None
     try:
         data = json.loads(raw) if p.suffix.lower() == ".json" else tomllib.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
-        raise SpecError(f"{p} is not valid {'JSON' if p.suffix.lower() == '.json' else 'TOML'}: {e}") from None
+        raise ArchitectureError(f"{p} is not valid {'JSON' if p.suffix.lower() == '.json' else 'TOML'}: {e}") from None
     if isinstance(data, dict) and "network" in data:
         data = data["network"]
     if isinstance(data, list):
         data = {"type": "Sequential", "layers": data}
     if isinstance(data, dict) and "type" not in data and "layers" in data:
         data = {"type": "Sequential", "layers": data["layers"]}
-    return module_from_spec(data, str(p))
+    return from_architecture(data, str(p))
