@@ -43,8 +43,8 @@ def _options(f: Any) -> Any:
     opts = [
         click.option("--net", "net_text", default=None,
                      help=f"Inline network, e.g. '{DEFAULT_NET}' (the default with the default problem)."),
-        click.option("--spec", "spec_file", type=click.Path(dir_okay=False), default=None,
-                     help="Network spec file (TOML or JSON) instead of --net."),
+        click.option("--net-file", "net_file", type=click.Path(dir_okay=False), default=None,
+                     help="Network architecture file (TOML or JSON: a list of layers) instead of --net."),
         data_options,
         click.option("--val", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
                      help="Fraction of a data file held out for validation (problems draw fresh samples)."),
@@ -61,16 +61,16 @@ def _options(f: Any) -> Any:
                      help="Steps of the decay [default: the run's steps]."),
         click.option("--warmup", type=click.IntRange(0), default=0, show_default=True,
                      help="Warm-up steps (soft start)."),
-        click.option("--l1", type=float, default=0.0, show_default=True, help="L1 penalty on weights."),
-        click.option("--l2", type=float, default=0.0, show_default=True, help="L2 penalty on weights."),
-        click.option("--clip", type=float, default=0.0, show_default=True, help="Gradient clip (0 = off)."),
-        click.option("--scale-by-loss", is_flag=True, help="Scale each step by the loss (as minidx)."),
+        click.option("--l1", type=float, default=0.0, show_default=True, help="L1 penalty l1*|w| on connection weights (not biases)."),
+        click.option("--l2", type=float, default=0.0, show_default=True, help="L2 penalty l2*w^2 on connection weights, added to the gradient as 2*l2*w (PyTorch weight_decay = 2*l2; coupled, not AdamW)."),
+        click.option("--clip", type=float, default=0.0, show_default=True, help="Clamp each element of the raw gradient to [-clip, clip], before L1/L2 (0 = off)."),
+        click.option("--scale-by-loss", is_flag=True, help="Multiply each step's learning rate by the loss (minidx scales the gradient instead)."),
         click.option("--momentum", type=float, default=0.9, show_default=True,
                      help="Momentum coefficient (momentum, rmsprop_momentum)."),
-        click.option("--beta", type=float, default=0.9, show_default=True, help="RMSProp decay."),
+        click.option("--beta", type=float, default=0.9, show_default=True, help="RMSProp decay of the mean square (PyTorch's alpha)."),
         click.option("--beta1", type=float, default=0.9, show_default=True, help="Adam beta1."),
         click.option("--beta2", type=float, default=0.999, show_default=True, help="Adam beta2."),
-        click.option("--eps", type=float, default=None, help="Optimizer epsilon [default: 1e-8 Adam, 1e-20 RMSProp]."),
+        click.option("--eps", type=float, default=None, help="Optimizer epsilon [default: 1e-8 Adam, added to the root; 1e-20 RMSProp, under the root]."),
         click.option("--similarity-penalty", type=float, default=0.0, show_default=True,
                      help="Momentum's cosine-similarity penalty (0 = off)."),
         click.option("--steps", type=click.IntRange(1), default=None,
@@ -111,7 +111,7 @@ def _options(f: Any) -> Any:
 @example(f"""
 mcutrain train                     # the built-in example: {DEFAULT_PROBLEM}, {DEFAULT_STEPS} steps -> model.mct
 mcutrain train --net "linear:8x16,tanh,linear:16x2,softmax" --problem parity8 --steps 5000 -o parity.mct
-mcutrain train --spec net.toml --data iris.csv --classify --epochs 50 --log run.jsonl -o iris.mct
+mcutrain train --net-file net.toml --data iris.csv --classify --epochs 50 --log run.jsonl -o iris.mct
 mcutrain train --resume iris.mct   # after Ctrl-C: continue exactly""")
 def train(ctx: click.Context, **kw: Any) -> None:
     """Train a network on a data file or a built-in problem and save it as a model file.
@@ -156,12 +156,12 @@ def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
     if kw["log_path"]:
         check_output(Path(kw["log_path"]), kw["force"], "log")
     data = pop_data_options(kw)
-    default_example = not (kw["net_text"] or kw["spec_file"] or data.given)
+    default_example = not (kw["net_text"] or kw["net_file"] or data.given)
     if default_example:
         data.problem = DEFAULT_PROBLEM
-    net = _network(kw["net_text"], kw["spec_file"])
+    net = _network(kw["net_text"], kw["net_file"])
     source = open_source(data, kw["seed"], kw["val"])
-    given = kw["net_text"] or kw["spec_file"]
+    given = kw["net_text"] or kw["net_file"]
     check_widths(net.n_in, net.n_out, source, "the network" if given else f"the default network ({DEFAULT_NET})")
     loss = _loss(kw["loss_name"], net)
     settings = RunSettings(data=data, loss=str(loss), batch=kw["batch"], threads=kw["threads"], seed=kw["seed"],
@@ -176,12 +176,12 @@ def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
     return net, opt, loss, source, settings, out, 0
 
 
-def _network(net_text: Optional[str], spec_file: Optional[str]) -> Module:
-    """The network from --net or --spec (the README's example without either)."""
-    if net_text and spec_file:
-        raise CliError("give the network either inline (--net) or as a file (--spec), not both")
-    if spec_file:
-        return load_architecture_file(spec_file)
+def _network(net_text: Optional[str], net_file: Optional[str]) -> Module:
+    """The network from --net or --net-file (the README's example without either)."""
+    if net_text and net_file:
+        raise CliError("give the network either inline (--net) or as a file (--net-file), not both")
+    if net_file:
+        return load_architecture_file(net_file)
     return parse_inline(net_text or DEFAULT_NET)
 
 
@@ -233,7 +233,7 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     """Everything a resumed run needs: the model file's state, its stored settings, and what the
     command line changes (with a note when that makes the result differ from an uninterrupted run)."""
     src = Path(kw["resume"])
-    for fixed in ("net_text", "spec_file", "init_scale"):
+    for fixed in ("net_text", "net_file", "init_scale"):
         if fixed in explicit:
             raise CliError(f"--{fixed.replace('_text', '').replace('_file', '').replace('_', '-')} cannot be used "
                            f"with --resume: the model file fixes the network and its initial weights")

@@ -251,16 +251,16 @@ def test_train_csv_with_epochs_validation_and_log(tmp_path: Path) -> None:
     assert acc > 0.8
 
 
-def test_train_spec_files(tmp_path: Path) -> None:
+def test_train_net_files(tmp_path: Path) -> None:
     toml = tmp_path / "net.toml"
     toml.write_text('layers = [\n {type = "Linear", n_in = 8, n_out = 12},\n {type = "Tanh"},\n'
                     ' {type = "Linear", n_in = 12, n_out = 2},\n {type = "Softmax"},\n]\n')
-    r = cli("train", "--spec", str(toml), "--problem", "parity8", "--steps", "50", "-o", str(tmp_path / "p.mct"))
+    r = cli("train", "--net-file", str(toml), "--problem", "parity8", "--steps", "50", "-o", str(tmp_path / "p.mct"))
     assert r.exit_code == 0, r.output
     assert load_model(tmp_path / "p.mct").net.param_count() == 8 * 12 + 12 + 12 * 2 + 2
     js = tmp_path / "net.json"
     js.write_text(json.dumps({"layers": [{"type": "Linear", "n_in": 3, "n_out": 1}]}))
-    r = cli("train", "--spec", str(js), "--problem", "axplusb", "--steps", "20", "--loss", "huber:0.5",
+    r = cli("train", "--net-file", str(js), "--problem", "axplusb", "--steps", "20", "--loss", "huber:0.5",
             "--opt", "rmsprop", "-o", str(tmp_path / "a.mct"))
     assert r.exit_code == 0, r.output
     assert load_model(tmp_path / "a.mct").metadata["loss"] == "huber:0.5"
@@ -295,7 +295,7 @@ def test_train_usage_errors_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_train_errors_through_the_entry_point(tmp_path: Path) -> None:
     toml = tmp_path / "bad.toml"
     toml.write_text('layers = [{type = "Linear", n_in = 20, n_out = 35}, {type = "Linear", n_in = 36, n_out = 10}]\n')
-    r = sub("train", "--spec", str(toml), "--problem", "modadd10", cwd=tmp_path)
+    r = sub("train", "--net-file", str(toml), "--problem", "modadd10", cwd=tmp_path)
     assert_clean_error(r.returncode, EXIT_ERROR, r.stderr, "35", "36")
     data = tmp_path / "wide.csv"
     write_blobs_csv(data, features=4)

@@ -35,6 +35,9 @@ class Loss:
 
 
 mse = Loss("mse", 0)
+# Binary cross-entropy on probabilities (the name is minidx's: the network's last layer must already give
+# values in (0, 1), e.g. a Sigmoid; there are no logits inside). The mean over the n outputs, with y
+# clamped to [1e-7, 1 - 1e-7], so a perfect answer gives about 1e-7, not 0.
 logit_bce = Loss("logit_bce", 2)
 cross_entropy = Loss("cross_entropy", 3)
 cosine = Loss("cosine", 4)

@@ -209,18 +209,23 @@ class Module:
         return Optimizer("momentum", params, self.param_count(), momentum=coeff, sim_penalty=similarity_penalty)
 
     def new_rmsprop(self, params: TrainParams, beta: float = 0.9) -> Optimizer:
-        """RMSProp optimizer with state shaped like this module's gradients."""
+        """RMSProp with state shaped like this module's gradients: a = beta a + (1 - beta) g^2,
+        w -= lr g / sqrt(a + eps), with eps under the root (1e-20 by default, only there to keep 0/0 away),
+        where PyTorch computes g / (sqrt(a) + eps) with eps 1e-8; beta is PyTorch's alpha (0.9 here, 0.99
+        there)."""
         return Optimizer("rmsprop", params, self.param_count(), beta=beta)
 
     def new_rmsprop_with_momentum(self, params: TrainParams, coeff: float = 0.9, beta: float = 0.9,
                                   similarity_penalty: float = 0.0) -> Optimizer:
-        """RMSProp with momentum (minidx argument order: momentum coefficient, then beta)."""
+        """RMSProp with momentum (minidx argument order: momentum coefficient, then beta): the velocity
+        v = coeff v + g / sqrt(a + eps) and w -= lr v (see new_rmsprop for a and eps)."""
         return Optimizer("rmsprop_momentum", params, self.param_count(), momentum=coeff, beta=beta,
                          sim_penalty=similarity_penalty)
 
     def new_adam(self, params: TrainParams, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-8) -> Optimizer:
-        """Adam optimizer with state shaped like this module's gradients."""
+        """Adam with state shaped like this module's gradients, as torch.optim.Adam: bias-corrected moments,
+        w -= lr m_hat / (sqrt(v_hat) + eps). L2 (TrainParams.l2) is coupled, added to the gradient."""
         return Optimizer("adam", params, self.param_count(), beta1=beta1, beta=beta2, eps=eps)
 
     # ---- helpers ----

@@ -42,9 +42,18 @@ class TrainParams:
     """Learning rate and its schedule, warm-up, L1/L2 on connection weights, and gradient clipping.
 
     schedule: 'constant', 'linear' or 'cosine' decay from lr to lr_final over decay_steps.
-    warmup_steps: soft start, the rate ramps up linearly over the first steps.
-    clip: each gradient element is clamped to [-clip, clip] (0 = off).
-    scale_by_loss: scale every step by the loss value, as minidx does (off by default).
+    warmup_steps: soft start: lr * (step + 1) / warmup_steps while step < warmup_steps.
+    clip: each element of the raw mean gradient is clamped to [-clip, clip] (0 = off), before L1 and L2
+        are added: per element, not by the gradient's norm (PyTorch's clip_grad_value_, not _norm_).
+    l1, l2: the penalty l1 |w| + l2 w^2 of each connection weight (Dense, GLU and Conv1d weights; never
+        biases or activation parameters) added to the loss: its gradient l1 sign(w) + 2 l2 w is added to
+        the gradient before the optimizer sees it. So PyTorch's weight_decay equals 2 * l2, and with Adam or
+        RMSProp the penalty is scaled like any gradient (coupled, as torch.optim.Adam; not decoupled as
+        AdamW).
+    scale_by_loss: multiply the learning rate of every step by the current (mean) loss, minidx's
+        option (off by default). minidx multiplies each gradient by the loss before it enters the
+        optimizer, so with momentum, RMSProp or Adam the two differ: here the velocity and the moments see
+        the unscaled gradient and the loss scales the step that leaves them.
     """
     lr: float = 1e-2
     schedule: str = "constant"
