@@ -1,45 +1,29 @@
-"""`mcutrain`: train small networks on the host, export them to a board, build, flash, simulate, and
-talk to the device. Each command lives in its own module; this one ties them together."""
+"""The `mcutrain` command line (mcutrain.cli), the top layer: it uses mcutrain and mcutrain.exporter, and
+nothing imports it. The click group is `main` (mcutrain.cli.commands); the console script is `run`.
+
+This module is light on purpose: `run` is reached before numpy, click or the C core load, so a Ctrl-C at
+any moment of the start ends with exit code 130 and one line, never a traceback."""
 from __future__ import annotations
 
-import click
+import sys
+from typing import Any, List, Optional
 
-from mcutrain import __version__
-from .common import EXIT_CODES_HELP, ErrorPolicyGroup
-
-
-@click.group(cls=ErrorPolicyGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="mcutrain")
-@click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
-@click.pass_context
-def main(ctx: click.Context, debug: bool) -> None:
-    """Train tiny neural networks on this computer, export them as firmware for a microcontroller,
-    and keep training them on the device.
-
-    \b
-    The whole path on the built-in example, without hardware:
-      mcutrain train                                  # -> model.mct
-      mcutrain export model.mct --board native -o fw  # -> a PlatformIO project
-      mcutrain sim fw                                 # build, run, compare with the host
-
-    Every command has --help with an example.
-    """
-    ctx.ensure_object(dict)
-    ctx.obj["debug"] = debug
+from .exit_codes import EXIT_INTERRUPTED
 
 
-def _register() -> None:
-    """Add every command to the group."""
-    from .device import device
-    from .export import build, export, flash, sim
-    from .model import boards, eval_cmd, info, plot
-    from .train import train
-    for cmd in (train, eval_cmd, info, plot, boards, export, build, flash, sim, device):
-        main.add_command(cmd)
+def run(argv: Optional[List[str]] = None) -> None:
+    """The `mcutrain` console script: the click group with mcutrain's exit codes (see `mcutrain --help`)."""
+    try:
+        from .commands import main
+        main.main(args=argv, prog_name="mcutrain")
+    except KeyboardInterrupt:                 # before the commands' own error policy took over
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
-_register()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+def __getattr__(name: str) -> Any:
+    """`main` (the click group) is loaded on first use."""
+    if name == "main":
+        from .commands import main
+        return main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
 import click
 
-# Exit codes scripts can rely on (also listed in `mcutrain --help`).
-EXIT_ERROR = 1          # anything that went wrong; the message says what to do
-EXIT_USAGE = 2          # the command line itself is wrong (click's own code)
-EXIT_NO_FIT = 3         # the model does not fit the board's memory
-EXIT_MISSING_TOOL = 4   # PlatformIO, a simulator or a toolchain is not installed
-EXIT_INTERRUPTED = 130  # Ctrl-C (what was kept depends on the command and on how often it was pressed)
+from .exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_MISSING_TOOL, EXIT_NO_FIT, EXIT_USAGE
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
@@ -93,6 +90,14 @@ def translate(exc: BaseException) -> Optional[CliError]:
 class ErrorPolicyGroup(click.Group):
     """A group that turns exceptions into one-line messages with exit codes, unless --debug is on."""
 
+    def make_context(self, info_name: Optional[str], args: List[str], parent: Optional[click.Context] = None,
+                     **extra: Any) -> click.Context:
+        """click's, with a Ctrl-C while the command line is read ending as any other: exit code 130."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted") from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -107,11 +112,28 @@ class ErrorPolicyGroup(click.Group):
 # ---- output files ----
 
 def check_output(path: Path, force: bool, what: str = "output") -> Path:
-    """CliError if path exists and force is off; make its folder. Returns the path."""
+    """Check, before any work starts, that the output file can be written: CliError for an empty name, a
+    folder, an existing file without force, a folder on the way that is a file, or a folder that cannot
+    be written (tried with a temporary file, removed at once). Makes the missing folders. Returns the path."""
+    if not str(path) or str(path) in (".", ".."):
+        raise CliError(f"give the {what} a file name")
+    if path.is_dir():
+        raise CliError(f"{path} is a folder; give the {what} a file name")
     if path.exists() and not force:
         raise CliError(f"{path} exists; pass --force to replace it or choose another {what} name")
-    if not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CliError(f"cannot write the {what} {path}: {folder} is a file, not a folder") from None
+    except OSError as e:
+        raise CliError(f"cannot write the {what} {path}: cannot make the folder {folder} ({e.strerror})") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=str(folder))
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise CliError(f"cannot write the {what} {path}: {folder} is not writable ({e.strerror})") from None
     return path
 
 

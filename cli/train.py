@@ -152,7 +152,7 @@ def train(ctx: click.Context, **kw: Any) -> None:
 
 def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
     """Everything a new run needs, checked before training."""
-    out = check_output(Path(kw["output"] or DEFAULT_OUTPUT), kw["force"], "model file")
+    out = check_output(Path(DEFAULT_OUTPUT if kw["output"] is None else kw["output"]), kw["force"], "model file")
     if kw["log_path"]:
         check_output(Path(kw["log_path"]), kw["force"], "log")
     data = pop_data_options(kw)
@@ -237,7 +237,7 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
         if fixed in explicit:
             raise CliError(f"--{fixed.replace('_text', '').replace('_file', '').replace('_', '-')} cannot be used "
                            f"with --resume: the model file fixes the network and its initial weights")
-    out = Path(kw["output"]) if kw["output"] else src
+    out = src if kw["output"] is None else Path(kw["output"])
     if out.resolve() != src.resolve():
         check_output(out, kw["force"], "model file")
     ck = load_model(src)

@@ -6,13 +6,17 @@ tests/ on sys.path)."""
 from __future__ import annotations
 
 import configparser
+import json
+import struct
+import zlib
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
 from mcutrain import Sequential
 from mcutrain import layers as L
+from mcutrain.modelfile import MAGIC
 
 
 # ---------------------------------------------------------------- bits
@@ -109,3 +113,22 @@ def model_flags(project: Path) -> List[str]:
     flags = [f for f in ini["env"].get("build_flags", "").split() if f.startswith("-DMCT_")]
     assert flags, f"{project / 'platformio.ini'} has no -DMCT_ model flags in [env] build_flags"
     return flags
+
+
+# ---------------------------------------------------------------- model files, crafted
+
+def with_crc(body: bytes) -> bytes:
+    """body plus its correct CRC-32 trailer (to craft model files that pass the checksum)."""
+    return body + struct.pack("<I", zlib.crc32(body) & 0xFFFFFFFF)
+
+
+def split(data: bytes) -> Tuple[int, Dict[str, Any], bytes]:
+    """(format version, header, payload) of a model file's bytes (the layout documented in modelfile.py)."""
+    version, hlen = struct.unpack_from("<II", data, 8)
+    return version, json.loads(data[16:16 + hlen]), data[16 + hlen:-4]
+
+
+def rebuild(version: int, header_bytes: bytes, payload: bytes) -> bytes:
+    """A model file with the given version and raw header (padded to 4 bytes) and a correct CRC."""
+    header_bytes += b" " * (-len(header_bytes) % 4)
+    return with_crc(MAGIC + struct.pack("<II", version, len(header_bytes)) + header_bytes + payload)

@@ -177,7 +177,7 @@ def test_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_wheel_installs_one_top_level_name(tmp_path: Path) -> None:
     """`pip wheel .` builds a wheel whose only top-level name is mcutrain (besides its .dist-info), with the
-    C core and the board files inside it as package data, and the CLI entry point mcutrain.cli:main."""
+    C core and the board files inside it as package data, and the console script mcutrain.cli:run."""
     src = tmp_path / "src"      # a copy, so the build leaves nothing behind in the checkout
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "dist", ".pio", ".pio-core", "*.so",
                                                              "*.egg-info", "__pycache__", ".venv", "_core.c"))
@@ -194,4 +194,4 @@ def test_the_wheel_installs_one_top_level_name(tmp_path: Path) -> None:
         assert must in names, f"{must} is missing from the wheel"
     assert any(n.startswith("mcutrain/_core.") and n.endswith(".so") for n in names), "no compiled extension"
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "mcutrain = mcutrain.cli:main" in zipfile.ZipFile(wheels[0]).read(entry).decode()
+    assert "mcutrain = mcutrain.cli:run" in zipfile.ZipFile(wheels[0]).read(entry).decode()

@@ -92,7 +92,7 @@ def test_read_idx_refuses_truncated_files(tmp_path: Path,
     p.write_bytes(raw[:16])                         # the header only
     with pytest.raises(DataError, match="truncated: 0 data bytes"):
         read_idx(p)
-    with pytest.raises(DataError, match="cannot read"):
+    with pytest.raises(DataError, match="missing.idx does not exist"):
         read_idx(tmp_path / "missing.idx")
 
 

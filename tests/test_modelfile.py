@@ -20,6 +20,8 @@ from mcutrain.module import as_optimizer
 from mcutrain.optim import Optimizer
 from mcutrain.problems import ModularAddition10
 
+from helpers import rebuild, split, with_crc
+
 MAGIC = b"MCTRAIN\0"
 
 
@@ -179,23 +181,6 @@ def saved(tmp_path: Path) -> Tuple[Path, bytes]:
     return path, path.read_bytes()
 
 
-def with_crc(body: bytes) -> bytes:
-    """body plus its correct CRC-32 trailer (to craft files that pass the checksum)."""
-    return body + struct.pack("<I", zlib.crc32(body) & 0xFFFFFFFF)
-
-
-def split(data: bytes) -> Tuple[int, Dict[str, Any], bytes]:
-    """(format version, header, payload) of a model file's bytes (documented layout)."""
-    version, hlen = struct.unpack_from("<II", data, 8)
-    return version, json.loads(data[16:16 + hlen]), data[16 + hlen:-4]
-
-
-def rebuild(version: int, header_bytes: bytes, payload: bytes) -> bytes:
-    """A file with the given version and raw header (padded to 4 bytes) and a correct CRC."""
-    header_bytes += b" " * (-len(header_bytes) % 4)
-    return with_crc(MAGIC + struct.pack("<II", version, len(header_bytes)) + header_bytes + payload)
-
-
 def load_error(tmp_path: Path, data: bytes, name: str = "bad.mct") -> str:
     """Write data, load it, return the ModelFileError message (fails if another error or none)."""
     p = tmp_path / name
@@ -259,7 +244,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_directory_instead_of_file(tmp_path: Path) -> None:
     """A folder given as the model: ModelFileError, not a raw OSError."""
-    with pytest.raises(ModelFileError, match="cannot read"):
+    with pytest.raises(ModelFileError, match="is a folder: give the path of a model file"):
         load_model(tmp_path)
 
 
@@ -293,13 +278,13 @@ def test_crafted_header_errors(tmp_path: Path, saved: Tuple[Path, bytes], case: 
     expect = ""
     if case == "smaller_architecture":
         h["architecture"] = {"type": "Sequential", "layers": [{"type": "Linear", "n_in": 20, "n_out": 10}]}
-        expect = "do not match"
+        expect = "parameters, the file holds"
     elif case == "unknown_layer":
         h["architecture"] = {"type": "Sequential", "layers": [{"type": "Linear7", "n_in": 20, "n_out": 10}]}
         expect = "Linear7"
     elif case == "array_outside":
         h["arrays"]["params"]["offset"] = len(payload)
-        expect = "outside"
+        expect = "arrays.params.bytes must fit"
     elif case == "no_architecture":
         del h["architecture"]
         expect = "architecture"

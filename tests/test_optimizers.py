@@ -568,7 +568,7 @@ def test_bad_coefficients(make: Callable[[Module], object], word: str) -> None:
     with pytest.raises(ConfigError) as e:
         make(net)
     msg = str(e.value)
-    assert msg.startswith(word + " ") and "must be in [" in msg
+    assert msg.startswith(word + " ") and "must be a finite number in [" in msg
 
 
 @pytest.mark.parametrize("kwargs,word", [

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Union
 from . import layers as L
 from .compose import LR, Residual, Sequential
 from .errors import ArchitectureError, ShapeError
+from .files import read_bounded
 from .module import Module
 
 if sys.version_info >= (3, 11):
@@ -24,22 +25,35 @@ _LOWER.update({"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarSca
                "glu_leaky_relu": L.GLULeakyRelu})   # aliases besides the lower-case class names
 
 
-def from_architecture(spec: Dict[str, Any], where: str = "network") -> Module:
-    """Build a module from plain data, e.g. {"type": "Linear", "n_in": 20, "n_out": 35}."""
+MAX_NESTING = 64              # compositions inside compositions, at most
+MAX_LAYERS = 65535            # layers in one Sequential (the layer table counts them in 16 bits)
+MAX_ARCHITECTURE_BYTES = 1 << 20
+
+
+def from_architecture(spec: Dict[str, Any], where: str = "network", _depth: int = 0) -> Module:
+    """Build a module from plain data, e.g. {"type": "Linear", "n_in": 20, "n_out": 35}. Nothing is
+    allocated for the parameters until they are used (so the size can be checked first)."""
+    if _depth > MAX_NESTING:
+        raise ArchitectureError(f"{where}: compositions nest deeper than {MAX_NESTING} levels")
     if not isinstance(spec, dict) or "type" not in spec:
-        raise ArchitectureError(f"{where}: each layer needs a 'type', got {spec!r}")
-    t = str(spec["type"])
+        raise ArchitectureError(f"{where}: each layer needs a 'type', got {_short(spec)}")
+    if not isinstance(spec["type"], str):
+        raise ArchitectureError(f"{where}: the layer type must be a name, got {_short(spec['type'])}")
+    t = spec["type"]
     args = {k: v for k, v in spec.items() if k != "type"}
     try:
         if t.lower() == "sequential":
             items = args.get("layers")
             if not isinstance(items, list) or not items:
                 raise ArchitectureError(f"{where}: Sequential needs a non-empty 'layers' list")
-            return Sequential(*[from_architecture(s, f"{where} layer {i + 1}") for i, s in enumerate(items)])
+            if len(items) > MAX_LAYERS:
+                raise ArchitectureError(f"{where}: {len(items)} layers; a network has at most {MAX_LAYERS}")
+            return Sequential(*[from_architecture(s, f"{where} layer {i + 1}", _depth + 1)
+                                for i, s in enumerate(items)])
         if t.lower() == "residual":
-            return Residual(from_architecture(args["inner"], f"{where} (residual body)"))
+            return Residual(from_architecture(args["inner"], f"{where} (residual body)", _depth + 1))
         if t.lower() == "lr":
-            return LR(from_architecture(args["inner"], f"{where} (LR body)"), args["divisor"])
+            return LR(from_architecture(args["inner"], f"{where} (LR body)", _depth + 1), args["divisor"])
         cls = _LOWER.get(t.lower())
         if cls is None:
             raise ArchitectureError(f"{where}: unknown layer type {t!r}; known: {', '.join(sorted(L.LAYER_TYPES))}, "
@@ -51,6 +65,12 @@ def from_architecture(spec: Dict[str, Any], where: str = "network") -> Module:
         raise ArchitectureError(f"{where}: {e}") from None
     except (TypeError, KeyError) as e:
         raise ArchitectureError(f"{where}: bad arguments for {t}: {e}") from None
+
+
+def _short(v: Any) -> str:
+    """repr(v), cut to 80 characters for messages."""
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def parse_inline(text: str) -> Sequential:
@@ -91,13 +111,10 @@ def parse_inline(text: str) -> Sequential:
 def load_architecture_file(path: Union[str, Path]) -> Module:
     """Read a TOML or JSON architecture file: {type = "Sequential", layers = [...]} or just a 'layers' list."""
     p = Path(path)
+    raw = read_bounded(p, MAX_ARCHITECTURE_BYTES, "architecture file", ArchitectureError)
     try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ArchitectureError(f"cannot read architecture file {p}: {e.strerror}") from None
-    try:
-        data = json.loads(raw) if p.suffix.lower() == ".json" else tomllib.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
+        data = json.loads(raw) if p.suffix.lower() == ".json" else tomllib.loads(raw.decode("utf-8-sig"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise ArchitectureError(f"{p} is not valid {'JSON' if p.suffix.lower() == '.json' else 'TOML'}: {e}") from None
     if isinstance(data, dict) and "network" in data:
         data = data["network"]

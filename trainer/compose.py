@@ -5,16 +5,20 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from .checks import number
 from .errors import ShapeError
 from .module import Module
 from .program import Op, ProgramBuilder
 
 
 class _Composite(Module):
-    """A module made of sub-modules whose parameters share one buffer."""
+    """A module made of sub-modules whose parameters share one buffer. The buffer is allocated when the
+    parameters are first used (Module._ensure_buf), so building a network from a file's architecture
+    costs nothing until its size has been checked against the file."""
 
     def _finish(self) -> None:
-        self._bind(np.zeros(max(self.param_count(), 1), np.float32))
+        """The sizes are known: count the parameters once (the architecture is fixed from here on)."""
+        self.param_count()
 
     def param_count(self) -> int:
         n = getattr(self, "_n_params", None)   # the architecture is fixed once sized: count once
@@ -126,10 +130,8 @@ class LR(_Composite):
 
     def __init__(self, module: Module, divisor: float) -> None:
         super().__init__()
-        if not (isinstance(divisor, (int, float)) and divisor > 0 and np.isfinite(divisor)):
-            raise ShapeError(f"LR divisor must be a positive number, got {divisor!r}")
         self.inner = module
-        self.divisor = float(divisor)
+        self.divisor = number("LR divisor", divisor, 0.0, 1e30, lo_open=True, error=ShapeError)
         self.n_in, self.n_out = module.n_in, module.n_out
         if self.n_in is not None:
             self._finish()

@@ -7,11 +7,12 @@ keeps the permissions it had, so a model or a plot shared with a team stays read
 from __future__ import annotations
 
 import os
+import stat
 import re
 import tempfile
 import threading
 from pathlib import Path
-from typing import Union
+from typing import Type, Union
 
 _UMASK_LOCK = threading.Lock()
 
@@ -69,3 +70,31 @@ def atomic_write(path: Union[str, Path], data: bytes) -> None:
             pass
         raise
     _fsync_dir(folder)
+
+
+def read_bounded(path: Union[str, Path], limit: int, what: str, error: Type[Exception]) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes. `error` (with a message naming the file) for a
+    missing file, anything but a regular file (a folder; a device such as /dev/zero that never ends; a
+    pipe that would block) or a larger file, checked before reading; `what` names the kind of file in
+    messages, e.g. 'model file'."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise error(f"{what} {p} does not exist") from None
+    except OSError as e:
+        raise error(f"cannot read {what} {p}: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{p} is a folder: give the path of a {what}")
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{p} is not a regular file (a device, pipe or socket): give the path of a {what}")
+    if st.st_size > limit:
+        raise error(f"{p} has {st.st_size:,} bytes; a {what} has at most {limit:,}")
+    try:
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise error(f"cannot read {what} {p}: {e.strerror}") from None
+    if len(data) > limit:
+        raise error(f"{p} grew past {limit:,} bytes while being read; a {what} has at most {limit:,}")
+    return data

@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from .checks import number
 from .errors import ShapeError
 from .module import Module
 from .program import Act, Op, ProgramBuilder
@@ -166,7 +167,7 @@ class ScalarScale(_SameSize):
 
     def __init__(self, n: Optional[int] = None, init: float = 0.5) -> None:
         super().__init__(n)
-        self.init = float(init)
+        self.init = number("ScalarScale init", init, -1e30, 1e30, error=ShapeError)
 
     def param_count(self) -> int:
         return 1
@@ -186,9 +187,7 @@ class RMSNorm(_SameSize):
 
     def __init__(self, n: Optional[int] = None, eps: float = 1e-6) -> None:
         super().__init__(n)
-        if not eps >= 0:
-            raise ShapeError(f"RMSNorm eps must be >= 0, got {eps}")
-        self.eps = float(eps)
+        self.eps = number("RMSNorm eps", eps, 0.0, 1e30, error=ShapeError)
 
     def param_count(self) -> int:
         return self.n_in or 0
@@ -263,7 +262,7 @@ class GLU(_Sized):
         self.gate = gate or self.gate_default
         if self.gate not in _GATES:
             raise ShapeError(f"unknown GLU gate {self.gate!r}; choose one of {', '.join(_GATES)}")
-        self.alpha = float(alpha)
+        self.alpha = number(f"{type(self).__name__} alpha", alpha, -1e30, 1e30, error=ShapeError)
 
     def param_count(self) -> int:
         return 2 * self.n_in * self.n_out + 2 * self.n_out + (self.n_out if self.gate == "swish" else 0)
@@ -335,7 +334,7 @@ class LeakyRelu(_Activation):
 
     def __init__(self, alpha: float = 0.5, n: Optional[int] = None) -> None:
         super().__init__(n)
-        self.alpha = float(alpha)
+        self.alpha = number(f"{type(self).__name__} alpha", alpha, -1e30, 1e30, error=ShapeError)
 
     def architecture(self) -> Dict[str, Any]:
         return {**super().architecture(), "alpha": self.alpha}
@@ -376,9 +375,7 @@ class Softmax(_SameSize):
 
     def __init__(self, temperature: float = 1.0, n: Optional[int] = None) -> None:
         super().__init__(n)
-        if not temperature > 0:
-            raise ShapeError(f"Softmax temperature must be > 0, got {temperature}")
-        self.temperature = float(temperature)
+        self.temperature = number("Softmax temperature", temperature, 0.0, 1e30, lo_open=True, error=ShapeError)
 
     def _emit(self, b: ProgramBuilder) -> None:
         b.add(Op.SOFTMAX, self.n_in, self.n_out, alpha=self.temperature, name=self.describe())

@@ -7,7 +7,7 @@ from typing import Any, Tuple
 import numpy as np
 
 from . import _core
-from .arrays import as_batch
+from .checks import as_batch
 from .errors import ConfigError, ShapeError
 
 

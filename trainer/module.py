@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .arrays import as_batch
+from .checks import as_batch, number, whole
 from .errors import ConfigError, ShapeError, TrainingError
 from .optim import Optimizer, TrainParams
 from .program import Program, ProgramBuilder, core_net
@@ -131,9 +131,10 @@ class Module:
         self._ensure_buf()[:self.param_count()] = v
 
     def rand_params(self, seed: int = 0, scale: float = 1.0) -> "Module":
-        """Seeded, reproducible init: Glorot-style normal weights scaled by `scale`."""
-        rng = np.random.default_rng(seed)
-        self.params = self._init_params(rng, float(scale))
+        """Seeded, reproducible init: Glorot-style normal weights scaled by `scale` (a finite number; 0
+        gives zero weights)."""
+        rng = np.random.default_rng(whole("seed", seed, 0, 2**63 - 1, error=ShapeError))
+        self.params = self._init_params(rng, number("scale", scale, -1e6, 1e6, error=ShapeError))
         return self
 
     def layers(self) -> Iterator["Module"]:

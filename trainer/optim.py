@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Dict, Optional
 
 import numpy as np
 
 from . import _core
+from .checks import number, whole
 from .errors import ConfigError
 
 
@@ -30,11 +31,7 @@ TRAIN_STATE_DTYPE = np.dtype([("step", "<u4"), ("b1t", "<f4"), ("b2t", "<f4")])
 
 
 def _check(name: str, value: float, lo: float, hi: float, hi_open: bool = False) -> float:
-    v = float(value)
-    if not math.isfinite(v) or v < lo or v > hi or (hi_open and v >= hi):
-        rng = f"[{lo:g}, {hi:g}{')' if hi_open else ']'}"
-        raise ConfigError(f"{name} must be in {rng}, got {value!r}")
-    return v
+    return number(name, value, lo, hi, hi_open=hi_open)
 
 
 @dataclass
@@ -71,12 +68,14 @@ class TrainParams:
         _check("l1", self.l1, 0.0, 1e6)
         _check("l2", self.l2, 0.0, 1e6)
         _check("clip", self.clip, 0.0, 3e38)
-        if self.schedule not in SCHEDULES:
+        if not isinstance(self.schedule, str) or self.schedule not in SCHEDULES:
             raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         for name in ("decay_steps", "warmup_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < 2 ** 32:
-                raise ConfigError(f"{name} must be a whole number >= 0, got {v!r}")
+            whole(name, getattr(self, name))
+        if not isinstance(self.scale_by_loss, (bool, np.bool_)):
+            raise ConfigError(f"scale_by_loss must be True or False, got {self.scale_by_loss!r}")
+        if not isinstance(self.schedule, str):
+            raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.schedule != "constant" and self.decay_steps == 0:
             raise ConfigError(f"a {self.schedule} schedule needs decay_steps > 0")
         # the plain-SGD optimizer this TrainParams stands for, per module it trains (module.as_optimizer)
@@ -200,11 +199,26 @@ class Optimizer:
         return {"kind": self.kind, "train_params": self._params.to_dict(), **self.coeffs}
 
     @staticmethod
-    def from_config(cfg: Dict[str, Any], n_params: int) -> "Optimizer":
-        """Rebuild an optimizer (with zero state) from config()."""
-        tp = TrainParams(**cfg["train_params"])
-        return Optimizer(cfg["kind"], tp, n_params, momentum=cfg["momentum"], beta=cfg["beta"],
-                         beta1=cfg["beta1"] if cfg["kind"] == "adam" else 0.9, eps=cfg["eps"],
+    def from_config(cfg: Any, n_params: int) -> "Optimizer":
+        """Rebuild an optimizer (with zero state) from config(); ConfigError naming the field that is
+        missing or wrong."""
+        if not isinstance(cfg, dict):
+            raise ConfigError(f"the optimizer settings must be a mapping, got {type(cfg).__name__}")
+        missing = [k for k in ("kind", "train_params", "momentum", "beta", "beta1", "eps", "sim_penalty")
+                   if k not in cfg]
+        if missing:
+            raise ConfigError(f"the optimizer settings lack {', '.join(missing)}")
+        tps = cfg["train_params"]
+        if not isinstance(tps, dict):
+            raise ConfigError(f"train_params must be a mapping, got {type(tps).__name__}")
+        unknown = sorted(set(tps) - {f.name for f in fields(TrainParams)})
+        if unknown:
+            raise ConfigError(f"train_params has unknown settings {', '.join(map(str, unknown))}")
+        kind = cfg["kind"]
+        if not isinstance(kind, str) or kind not in KINDS:
+            raise ConfigError(f"unknown optimizer {kind!r}; choose one of {', '.join(KINDS)}")
+        return Optimizer(kind, TrainParams(**tps), n_params, momentum=cfg["momentum"], beta=cfg["beta"],
+                         beta1=cfg["beta1"] if kind == "adam" else 0.9, eps=cfg["eps"],
                          sim_penalty=cfg["sim_penalty"])
 
     def __repr__(self) -> str:

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import signal
 import threading
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from .sources import DataSettings, Source, metrics
+from .checks import settings_from_dict
+from .errors import ModelFileError
 from .losses import Loss
 from .modelfile import save_model
 from .module import Module
 from .optim import Optimizer
 from .recorder import Recorder
-from .train import train_batch
+from .train import MAX_THREADS, train_batch
 
 
 @dataclass
@@ -47,12 +49,16 @@ class RunSettings:
         return d
 
     @staticmethod
-    def from_dict(d: Dict[str, Any]) -> "RunSettings":
-        """Inverse of to_dict (unknown keys are ignored)."""
-        names = {f.name for f in fields(RunSettings)}
-        kw = {k: v for k, v in d.items() if k in names}
-        kw["data"] = DataSettings.from_dict(d.get("data") or {})
-        return RunSettings(**kw)
+    def from_dict(d: Any, where: str = "metadata train") -> "RunSettings":
+        """Inverse of to_dict (unknown keys are ignored); ModelFileError naming a field of the wrong type."""
+        s = settings_from_dict(RunSettings, d, where, ModelFileError, data=DataSettings.from_dict)
+        for name, lo, hi in (("batch", 1, 2**31 - 1), ("threads", 1, MAX_THREADS), ("seed", 0, 2**63 - 1),
+                             ("steps", 0, 2**63 - 1), ("eval_every", 0, 2**63 - 1), ("log_every", 0, 2**63 - 1)):
+            if not lo <= getattr(s, name) <= hi:
+                raise ModelFileError(f"{where}.{name} must be from {lo} to {hi}, got {getattr(s, name)!r}")
+        if not 0.0 <= s.val < 1.0:
+            raise ModelFileError(f"{where}.val must be in [0, 1), got {s.val!r}")
+        return s
 
     def evaluation_interval(self) -> int:
         """Steps between validation checks."""

@@ -8,14 +8,16 @@ to continue with exactly the batches an uninterrupted run would have seen.
 from __future__ import annotations
 
 import zlib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from . import datasets, problems
-from .datasets import DataError, Dataset
+from .checks import settings_from_dict
+from .datasets import Dataset
+from .errors import DataError, ModelFileError
 
 Batch = Tuple[np.ndarray, np.ndarray]
 
@@ -41,10 +43,9 @@ class DataSettings:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: Dict[str, Any]) -> "DataSettings":
-        """Inverse of to_dict (unknown keys are ignored)."""
-        names = {f.name for f in fields(DataSettings)}
-        return DataSettings(**{k: v for k, v in d.items() if k in names})
+    def from_dict(d: Any, where: str = "metadata train.data") -> "DataSettings":
+        """Inverse of to_dict (unknown keys are ignored); ModelFileError naming a field of the wrong type."""
+        return settings_from_dict(DataSettings, d, where, ModelFileError)
 
     @property
     def given(self) -> bool:
@@ -230,18 +231,26 @@ def load_inputs(path: str, n_in: int, inputs: Optional[str] = None, x_key: str =
     if not Path(path).exists():
         raise DataError(f"data file {path} does not exist")
     if fmt == "npz":
-        with np.load(path, allow_pickle=False) as z:
-            key = layout.x_key if layout is not None and layout.x_key in z.files else x_key
-            if key not in z.files:
-                raise DataError(f"{path} has no array {key!r}; it has {', '.join(z.files) or 'none'}")
-            x = z[key]
+        keys = ([layout.x_key] if layout is not None else []) + [x_key]
+        last: Optional[DataError] = None
+        for key in keys:
+            try:
+                x = datasets.npz_array(path, key)
+                break
+            except DataError as e:
+                last = e
+        else:
+            assert last is not None
+            raise last
+        if x.ndim < 1:
+            raise DataError(f"{path}: array {key!r} is a single number, not samples")
         x = x.reshape(x.shape[0], -1)
     elif fmt == "idx":
         x = datasets.idx_images(path)
     else:
         header, x = datasets.read_csv_table(path)
         if inputs is not None:
-            x = x[:, datasets._columns(inputs, header, x.shape[1], "input")]
+            x = x[:, datasets.columns(inputs, header, x.shape[1], "input")]
         elif layout is not None and x.shape[1] != n_in:
             x = x[:, datasets.csv_columns(header, x.shape[1], layout.inputs, layout.targets or "-1")[0]]
     if x.ndim != 2 or x.shape[1] != n_in:

@@ -7,11 +7,13 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from .arrays import as_batch
+from .checks import as_batch, whole
 from .errors import ShapeError, TrainingError
 from .losses import Loss
 from .module import Module, as_optimizer
 from .optim import Optimizer, TrainParams
+
+MAX_THREADS = 256   # threads=N: the batch is split into at most this many parts
 
 
 def train_batch(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any,
@@ -22,6 +24,7 @@ def train_batch(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Los
     result is deterministic (the parts are summed in order), but it may differ in the last bits from
     the single-threaded sum.
     """
+    threads = whole("threads", threads, 1, MAX_THREADS)
     opt = as_optimizer(optimizer, net)
     if not isinstance(loss, Loss):
         raise TypeError(f"loss must be one of mcutrain.losses (mse, huber(b), logit_bce, ...), got {loss!r}")
@@ -58,4 +61,4 @@ def train_step(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss
 def train_batch_parallel(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any,
                          threads: Optional[int] = None) -> float:
     """train_batch on several threads (default: every CPU core)."""
-    return train_batch(optimizer, net, loss, x, y, threads=threads or os.cpu_count() or 1)
+    return train_batch(optimizer, net, loss, x, y, threads=os.cpu_count() or 1 if threads is None else threads)
