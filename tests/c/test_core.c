@@ -924,7 +924,7 @@ static void test_train_step_rejects_bad_args(void) {
 /* non-finite inputs                                                                                */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* A NaN (or inf) in the input: MCT_E_NONFINITE, params, optimizer state and train state untouched,
+/* A NaN (or inf) in the input: MCT_E_NONFINITE_INPUT, params, optimizer state and train state untouched,
  * on both paths and for every optimizer kind (after one good step, so the state is not all zeros). */
 static void nonfinite_case(const mct_net *net, float bad, uint32_t where, const char *what) {
     const uint32_t nb = 3;
@@ -947,7 +947,7 @@ static void nonfinite_case(const mct_net *net, float bad, uint32_t where, const 
             mct_train_state tk = r.ts;
             x[where % (nb * net->n_in)] = bad;
             int rc = run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss);
-            CHECKF(rc == MCT_E_NONFINITE, "%s/%s/%s: status %d", what, k_opt_names[kind],
+            CHECKF(rc == MCT_E_NONFINITE_INPUT, "%s/%s/%s: status %d", what, k_opt_names[kind],
                    buffered ? "buffered" : "fused", rc);
             CHECKF(same_bits(r.params, pk, net->n_params), "%s/%s/%s: params changed", what, k_opt_names[kind],
                    buffered ? "buffered" : "fused");
@@ -1005,7 +1005,7 @@ static void test_nan_target(void) {
         run r;
         run_init(&r, net, p0, o.kind, nb, buffered);
         float loss;
-        CHECK(run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss) == MCT_E_NONFINITE);
+        CHECK(run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss) == MCT_E_NONFINITE_INPUT);
         CHECK(same_bits(r.params, p0, net->n_params));
         CHECK(r.ts.step == 0);
         run_free(&r);
