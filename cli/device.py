@@ -9,16 +9,16 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
-from mcutrain.exporter.cgen import Segments, segments_from_host, segments_to_host
+from mcutrain.corefacts import OptKind, by_name, names
+from mcutrain.exporter.device_model import Segments, segments_from_host, segments_to_host
 
 from .common import CliError, Interrupted, Progress, check_output, example, note, table, write_output
 from mcutrain.sources import check_widths, load_inputs, open_source
 from .data_options import data_options, pop_data_options
 from mcutrain.modelfile import Checkpoint, encode_model
-from mcutrain.optim import KINDS
 from mcutrain.run import StopRequest
 
-OPT_KINDS = list(KINDS)          # enum mct_opt_kind order
+OPT_KINDS = names(OptKind)          # the core's optimizer names, in enum mct_opt_kind order
 
 
 def port_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -260,7 +260,7 @@ def _check_base(ck: Checkpoint, meta: Dict[str, Any], project: str) -> None:
 
 def _same_optimizer(ck: Checkpoint, opt_kind: int) -> bool:
     """Does the host model's optimizer keep the same kind of state as the device's (enum mct_opt_kind)?"""
-    return ck.optimizer is not None and KINDS[ck.optimizer.kind] == opt_kind
+    return ck.optimizer is not None and by_name(OptKind, ck.optimizer.kind) == opt_kind
 
 
 def _pull_state(ck: Checkpoint, segs: Segments, state: np.ndarray, ts: np.ndarray, n_ram: int,

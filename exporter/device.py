@@ -17,15 +17,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from mcutrain.corefacts import OPT_DTYPE, Op, Storage, layer_size_of, opt_slots
 from mcutrain.losses import Loss
 from mcutrain.modelfile import Checkpoint
-from mcutrain.optim import OPT_DTYPE, SLOTS, Optimizer, TrainParams
-from mcutrain.program import LayerDesc, Op, Program
+from mcutrain.optim import Optimizer, TrainParams
+from mcutrain.program import LayerDesc, Program
 
 from .boards import Board
-from .cgen import DeviceModel
-from .quantize import (QUANT_MODES, STORE_Q, QuantError, arena_floats, full_integer_layers, pad4,
-                       quantize_weights)
+from .device_model import DeviceModel
+from .quantize import QUANT_MODES, QuantError, full_integer_layers, pad4, quantize_weights
 
 TRAINABLE_HELP = "all, none, last:N (the last N layers with parameters) or biases"
 
@@ -69,18 +69,21 @@ def trainable_flags(layers: List[LayerDesc], trainable: str) -> List[bool]:
 
 
 def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int, int]:
-    """Give the layers fresh consecutive arena regions (the table changed; int8 outputs take a quarter of
-    the floats, rounded up); returns (layers, arena, out_off)."""
+    """Give the layers fresh consecutive arena regions (the table changed), each as large as the core says
+    (an int8 output takes mct_i8_floats of its width, the aux trace what the op's code asks for); returns
+    (layers, arena, out_off)."""
     top, cur = n_in, 0
     for d in layers:
+        size = layer_size_of(d)
         d.in_off = cur
         if d.op == Op.RES_BEGIN:
             d.out_off = cur
         else:
             d.out_off = top
-            top += arena_floats(d)
+            top += size.out
         d.aux_off = top
-        top += d.aux
+        top += size.aux
+        d.aux = size.aux
         cur = d.out_off
     return layers, top, cur
 
@@ -99,9 +102,9 @@ def const_blob_entry(d: LayerDesc, w: np.ndarray, b: Optional[np.ndarray], quant
         q, scale = quantize_weights(w, d.n_in, d.n_out)
         parts = [scale.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
         blob = b"".join(parts) + q.tobytes()
-        return pad4(blob), 2
+        return pad4(blob), int(Storage.I8)
     parts = [w.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
-    return b"".join(parts), 1
+    return b"".join(parts), int(Storage.F32)
 
 
 def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32", loss: Optional[Loss] = None,
@@ -147,7 +150,7 @@ def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32
         tr = d.trainable
         src = d.p_off
         if id(d) in qblobs:         # full-integer op: its constants go to the blob
-            d.storage, d.p_off = STORE_Q, len(blob)
+            d.storage, d.p_off = int(Storage.Q), len(blob)
             blob += qblobs[id(d)]
             continue
         if d.n_p == 0:
@@ -179,7 +182,7 @@ def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32
         loss = losses_mod.by_name(name) if name else losses_mod.mse
     params = np.concatenate(ram).astype(np.float32) if ram else np.zeros(0, np.float32)
     rx_floats = 16 if board is not None and board.core == "avr" else 64
-    m = DeviceModel(program=prog, params=params, opt_cfg=opt._cfg.view(OPT_DTYPE).copy(), opt_slots=SLOTS[opt.kind],
+    m = DeviceModel(program=prog, params=params, opt_cfg=opt._cfg.view(OPT_DTYPE).copy(), opt_slots=opt_slots(opt.kind),
                     loss_kind=loss.kind, loss_param=loss.param, scratch=0, rx_max=5 + 4 * rx_floats,
                     source=source, segments=segments, quant=quant, baseline=baseline)
     m.scratch = int(m.core().scratch_size(1, 0))

@@ -20,7 +20,8 @@ from mcutrain.losses import Loss
 from mcutrain.modelfile import Checkpoint, load_model
 
 from .boards import Board, get_board
-from .cgen import DeviceModel, model_c, model_h
+from .cgen import model_c, model_h
+from .device_model import DeviceModel
 from .device import DeviceSpecError, build_device_model
 from .memplan import MemoryPlan, check_fits, plan
 from .project import write_project

@@ -6,12 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from mcutrain.optim import KINDS
-from mcutrain.program import LAYER_DTYPE, Op
+from mcutrain.corefacts import LAYER_DTYPE, QUANT_OPS, WRITES_I8, Op, OptKind, layer_size_of, save_slot_bytes
 
 from .boards import Board
-from .cgen import DeviceModel
-from .quantize import I8_OUT_OPS, STORE_Q, arena_floats, qop_const_bytes
+from .device_model import DeviceModel
 
 APP_FIXED_RAM = 120       # app bookkeeping, mct_net, mct_opt, hash, train state
 # RAM the platform's runtime takes besides our buffers (serial buffers, libc, Arduino core) on the
@@ -23,7 +21,7 @@ RUNTIME_RAM_DEFAULT = 2048
 # measured with avr-gcc 5.4 -Os. The 32-bit boards' estimates leave room for all of these.
 AVR_OP_CODE = {Op.GLU: 5000, Op.RMSNORM: 2500, Op.DYT: 2500, Op.SWISH: 2000, Op.CONV1D: 1500, Op.DIAG: 1000,
                Op.SCALE: 800, Op.RES_END: 300, Op.QDENSE: 2700}
-AVR_OPT_CODE = {"rmsprop": 1700, "rmsprop_momentum": 2100, "adam": 2700}
+AVR_OPT_CODE = {OptKind.RMSPROP: 1700, OptKind.RMSPROP_MOMENTUM: 2100, OptKind.ADAM: 2700}
 
 
 class MemoryPlanError(ValueError):
@@ -92,7 +90,7 @@ def extra_code(m: DeviceModel, board: Board) -> int:
     if board.core != "avr":
         return 0
     ops = {d.op for d in m.program.layers}
-    kind = {v: k for k, v in KINDS.items()}[int(m.opt_cfg[0]["kind"])]
+    kind = OptKind(int(m.opt_cfg[0]["kind"]))
     return sum(AVR_OP_CODE.get(op, 0) for op in ops) + AVR_OPT_CODE.get(kind, 0)
 
 
@@ -100,8 +98,9 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
     """The memory plan of a device model on a board (sim: against the simulated stand-in's RAM)."""
     p = m.program
     table_bytes = LAYER_DTYPE.itemsize * len(p.layers) + 32     # sizeof(mct_layer) each, + mct_net
-    q_bytes = sum(qop_const_bytes(d) for d in p.layers if d.storage == STORE_Q)
-    i8_arena = sum(arena_floats(d) for d in p.layers if d.op in I8_OUT_OPS)     # floats of int8 tensors
+    sizes = [layer_size_of(d) for d in p.layers]       # what the core says each layer needs
+    q_bytes = sum(s.consts for d, s in zip(p.layers, sizes) if d.op in QUANT_OPS)
+    i8_arena = sum(s.out for d, s in zip(p.layers, sizes) if d.op in WRITES_I8)     # floats of int8 tensors
     rows = [
         ("parameters (f32, RAM)", 4 * p.n_params, 4 * p.n_params),
         ("optimizer state", 4 * p.n_params * m.opt_slots, 0),
@@ -117,8 +116,8 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
     if q_bytes:   # full-integer int8: its constants and its int8 activations
         rows[6:6] = [("full-integer layers (flash)", 0, q_bytes)]
         rows[3:3] = [("int8 activations (arena)", 4 * i8_arena, 0)]
-    # two save slots of: a 24-byte header, the RAM parameters, the optimizer slots, the 12-byte train state
-    save = 2 * (24 + 4 * p.n_params * (1 + m.opt_slots) + 12)
+    # two save slots of: a header, the RAM parameters, the optimizer slots, the train state (the core's layout)
+    save = 2 * save_slot_bytes(p.n_params, m.opt_slots)
     mp = MemoryPlan(board, rows, board.sim_ram if sim else board.ram, board.flash, save, quant=m.quant)
     if m.baseline is not None:
         base = plan(m.baseline, board, sim)

@@ -31,15 +31,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mcutrain.corefacts import WRITES_I8, LossKind, Op, Storage, layer_size_of
 from mcutrain.losses import Loss
 from mcutrain.modelfile import Checkpoint
-from mcutrain.program import LayerDesc, Op, Program
+from mcutrain.program import LayerDesc, Program
 
 QUANT_MODES = ("f32", "int8", "int8-full")
 INT32_MAX = 2 ** 31 - 1
-# ops whose output is an int8 tensor in the arena (mct_i8_floats(n) floats per sample)
-I8_OUT_OPS = (Op.QUANT, Op.QDENSE, Op.QLUT)
-STORE_Q = 3          # enum mct_storage MCT_STORE_Q
+# ops whose output is an int8 tensor in the arena (mct_i8_floats(n) floats per sample), as the core lists them
+I8_OUT_OPS = WRITES_I8
+STORE_Q = Storage.Q
 
 
 class QuantError(ValueError):
@@ -178,7 +179,7 @@ def act_through_core(kind: int, alpha: float, x: np.ndarray) -> np.ndarray:
     d = LayerDesc(op=Op.ACT, kind=int(kind), n_in=n, n_out=n, alpha=float(alpha), in_off=0, out_off=n,
                   aux_off=2 * n, trainable=False, name="activation")
     prog = Program([d], n, n, 0, 2 * n, 0, n)
-    return core_net(prog).forward(np.zeros(1, np.float32), x[None, :])[0]
+    return core_net(prog).forward(np.zeros(0, np.float32), x[None, :])[0]
 
 
 def qlut_table(kind: int, alpha: float, qin: QParams, qout: QParams) -> np.ndarray:
@@ -188,19 +189,15 @@ def qlut_table(kind: int, alpha: float, qin: QParams, qout: QParams) -> np.ndarr
 
 
 def qop_const_bytes(d: LayerDesc) -> int:
-    """Bytes a full-integer op takes in the const blob (as mct_qop_const_bytes)."""
-    if d.op in (Op.QUANT, Op.DEQUANT):
-        return 8
-    if d.op == Op.QDENSE:
-        return 8 + 12 * d.n_out + (d.n_in * d.n_out + 3) // 4 * 4
-    if d.op == Op.QLUT:
-        return 256
-    return 0
+    """Bytes a layer takes in the const blob, as the core computes it (a full-integer op's constants; 0 for a
+    layer in RAM)."""
+    return layer_size_of(d).consts
 
 
 def arena_floats(d: LayerDesc) -> int:
-    """Floats per sample the layer's output takes in the arena (int8 tensors: a quarter, rounded up)."""
-    return (d.n_out + 3) // 4 if d.op in I8_OUT_OPS else d.n_out
+    """Floats per sample the layer's output takes in the arena, as the core computes it (int8 tensors:
+    mct_i8_floats)."""
+    return layer_size_of(d).out
 
 
 # ----------------------------------------------------------------------------- the frozen prefix
@@ -212,7 +209,7 @@ def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
     runs: List[Tuple[int, int]] = []
     a = None
     for i in range(first + 1):
-        ok = i < first and layers[i].op in (Op.DENSE, Op.ACT) and layers[i].storage == 0
+        ok = i < first and layers[i].op in (Op.DENSE, Op.ACT) and layers[i].storage == Storage.RAM
         if ok and a is None:
             a = i
         elif not ok and a is not None:
@@ -243,7 +240,7 @@ def calibrate(program: Program, params: np.ndarray, x: np.ndarray) -> List[Tuple
     layer table) through the C core: one ((in_lo, in_hi), (out_lo, out_hi)) per layer."""
     from mcutrain.module import core_net
     nb = x.shape[0]
-    buf = np.concatenate([np.asarray(params, np.float32), np.zeros(1, np.float32)])
+    buf = np.ascontiguousarray(params, np.float32)
     _, arena = core_net(program).traced_forward(buf, np.ascontiguousarray(x, np.float32))
 
     def rng(off: int, n: int) -> Tuple[float, float]:
@@ -275,7 +272,7 @@ def full_integer_layers(layers: List[LayerDesc], host_params: np.ndarray, f32_pr
     blobs: Dict[int, bytes] = {}
 
     def q_op(op: Op, n_in: int, n_out: int, data: bytes, name: str, kind: int = 0, alpha: float = 0.0) -> None:
-        d = LayerDesc(op=op, kind=kind, n_in=n_in, n_out=n_out, alpha=alpha, trainable=False, storage=STORE_Q,
+        d = LayerDesc(op=op, kind=kind, n_in=n_in, n_out=n_out, alpha=alpha, trainable=False, storage=int(Storage.Q),
                       name=name)
         out.append(d)
         blobs[id(d)] = data
@@ -364,10 +361,12 @@ class QuantReport:
 def loss_of_model(kind: int, param: float) -> Loss:
     """The Loss object of a loss kind (enum mct_loss_kind) and parameter."""
     from mcutrain import losses as losses_mod
+    if kind == LossKind.HUBER:
+        return losses_mod.huber(param)
     for candidate in (losses_mod.mse, losses_mod.logit_bce, losses_mod.cross_entropy, losses_mod.cosine):
         if candidate.kind == kind:
             return candidate
-    return losses_mod.huber(param)
+    raise ValueError(f"unknown loss kind {kind}: the core has {', '.join(f'{k.name}={int(k)}' for k in LossKind)}")
 
 
 def _one_hot(y: np.ndarray) -> bool:
@@ -392,8 +391,7 @@ def evaluate(ck: Checkpoint, device_model: Any, x: Any, y: Any, loss: Optional[L
         raise QuantError("evaluation data has NaN or infinite values")
     loss = loss or loss_of_model(device_model.loss_kind, device_model.loss_param)
     y_ref = np.asarray(ck.net.forward(xb), np.float32)
-    params = np.concatenate([np.asarray(device_model.params, np.float32), np.zeros(1, np.float32)])
-    y_dev = device_model.core().forward(params, xb)
+    y_dev = device_model.core().forward(np.ascontiguousarray(device_model.params, np.float32), xb)
     acc_ref = acc_dev = None
     if _one_hot(yb):
         cls = yb.argmax(axis=1)

@@ -18,7 +18,7 @@ import numpy as np
 
 from mcutrain import __version__
 
-from .cgen import DeviceModel
+from .device_model import DeviceModel
 from .twin import DeviceTwin
 
 N_PREDICT = 3          # PREDICT samples
