@@ -108,21 +108,6 @@ def test_python_layer_sizes_are_the_cores(name: str) -> None:
         assert (d.n_p, d.aux) == (s.params, s.aux), name
 
 
-def test_transitional_copies_in_the_trainer_agree() -> None:
-    """The trainer's own copies of core facts (to be replaced by imports from corefacts) agree with it."""
-    from mcutrain import losses, optim, program
-    assert [(m.name, int(m)) for m in program.Op] == [(m.name, int(m)) for m in cf.Op]
-    assert [(m.name, int(m)) for m in program.Act] == [(m.name, int(m)) for m in cf.Act]
-    assert program.LAYER_DTYPE == cf.LAYER_DTYPE
-    assert optim.OPT_DTYPE == cf.OPT_DTYPE and optim.TRAIN_STATE_DTYPE == cf.TRAIN_STATE_DTYPE
-    assert {k: v for k, v in optim.KINDS.items()} == {m.name.lower(): int(m) for m in cf.OptKind}
-    assert {k: v for k, v in optim.SLOTS.items()} == {m.name.lower(): cf.opt_slots(m) for m in cf.OptKind}
-    assert {k: v for k, v in optim.SCHEDULES.items()} == {m.name.lower(): int(m) for m in cf.Schedule}
-    assert (losses.mse.kind, losses.huber(1.0).kind, losses.logit_bce.kind, losses.cross_entropy.kind,
-            losses.cosine.kind) == (cf.LossKind.MSE, cf.LossKind.HUBER, cf.LossKind.BCE, cf.LossKind.XENT,
-                                    cf.LossKind.COSINE)
-
-
 def test_binding_takes_empty_parameter_buffers() -> None:
     """A network without parameters runs on an empty parameter buffer (no padding float needed)."""
     net = Sequential(layer_mod.Relu(3), layer_mod.Tanh())
@@ -137,15 +122,14 @@ def test_binding_takes_empty_parameter_buffers() -> None:
 
 
 def test_train_batch_core_statuses() -> None:
-    """With core_status the batch update reports the core's statuses (enum mct_status)."""
+    """The batch update reports the core's statuses (enum mct_status)."""
     net = layer_mod.Linear(2, 1).rand_params(0)
     opt = net.new_sgd(TrainParams(lr=0.1))
     core = net._corenet()
     x = np.array([[np.nan, 1.0]], np.float32)
     t = np.zeros((1, 1), np.float32)
-    st, _ = core.train_batch(opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, int(cf.LossKind.MSE), 0.0, x, t,
-                             1, True)
+    st, _ = core.train_batch(opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, int(cf.LossKind.MSE), 0.0, x, t, 1)
     assert st == cf.Status.E_NONFINITE_INPUT
     st, _ = core.train_batch(opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, int(cf.LossKind.MSE), 0.0,
-                             np.ones((1, 2), np.float32), t, 1, True)
+                             np.ones((1, 2), np.float32), t, 1)
     assert st == cf.Status.OK

@@ -332,15 +332,13 @@ cdef class CoreNet:
         return rc
 
     def train_batch(self, cnp.ndarray opt, cnp.ndarray ts, cnp.ndarray params, cnp.ndarray state,
-                    int loss_kind, float loss_param, cnp.ndarray x, cnp.ndarray t, int threads=1,
-                    bint core_status=False):
-        """One update on a batch: (status, mean loss). Parameters are untouched unless status is 0.
-        With core_status the status is the core's (enum mct_status): MCT_OK, MCT_E_NONFINITE_INPUT (an input
-        or target is not finite), MCT_E_NONFINITE (the loss), MCT_E_NONFINITE_GRAD (a gradient). Without it
-        (the old numbering, until mcutrain.train asks for core_status): 0 done, 1 input, 2 loss, 3 gradient.
+                    int loss_kind, float loss_param, cnp.ndarray x, cnp.ndarray t, int threads=1):
+        """One update on a batch: (status, mean loss). Parameters are untouched unless status is MCT_OK.
+        The status is the core's (enum mct_status): MCT_OK, MCT_E_NONFINITE_INPUT (an input or target is not
+        finite), MCT_E_NONFINITE (the loss), MCT_E_NONFINITE_GRAD (a gradient).
 
         The arrays are the trainer's own (params, optimizer config and state) and batches checked by
-        mcutrain.module.as_batch: C-contiguous float32 x (nb, n_in) and t (nb, n_out). They are taken as
+        mcutrain.checks.as_batch: C-contiguous float32 x (nb, n_in) and t (nb, n_out). They are taken as
         plain pointers, which keeps a call for a small batch cheap.
 
         threads > 1 splits the batch into that many contiguous parts, each summed in sample order on
@@ -406,8 +404,6 @@ cdef class CoreNet:
                 status = mct_update(&self.net, pp, op, sp, tsp, b + A * per + S, nb, total)
         if status == MCT_E_NONFINITE_INPUT:
             total = float("nan")
-        if not core_status:
-            status = {MCT_OK: 0, MCT_E_NONFINITE_INPUT: 1, MCT_E_NONFINITE: 2, MCT_E_NONFINITE_GRAD: 3}[status]
         return status, total
 
     def train_fused(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] state,

@@ -114,7 +114,7 @@ class Residual(_Composite):
         n = self.n_in
         begin = b.add(Op.RES_BEGIN, n, n, alias=True, name="Residual begin")
         self.inner._emit(b)
-        end = b.add(Op.RES_END, n, n, aux=n, name="Residual end")
+        end = b.add(Op.RES_END, n, n, name="Residual end")
         b.layers[begin].k = end
         b.layers[end].k = begin
 

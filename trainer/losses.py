@@ -8,6 +8,7 @@ import numpy as np
 
 from . import _core
 from .checks import as_batch
+from .corefacts import LossKind
 from .errors import ConfigError, ShapeError
 
 
@@ -15,7 +16,7 @@ from .errors import ConfigError, ShapeError
 class Loss:
     """A loss of the core: kind (enum mct_loss_kind) and its parameter (Huber's beta)."""
     name: str
-    kind: int
+    kind: int           # corefacts.LossKind
     param: float = 0.0
 
     def __call__(self, y: Any, t: Any) -> Tuple[float, np.ndarray]:
@@ -31,23 +32,23 @@ class Loss:
         return mean, (grads[0] if single else grads)
 
     def __str__(self) -> str:
-        return self.name if self.kind != 1 else f"huber:{self.param:g}"
+        return self.name if self.kind != LossKind.HUBER else f"huber:{self.param:g}"
 
 
-mse = Loss("mse", 0)
+mse = Loss("mse", LossKind.MSE)
 # Binary cross-entropy on probabilities (the name is minidx's: the network's last layer must already give
 # values in (0, 1), e.g. a Sigmoid; there are no logits inside). The mean over the n outputs, with y
 # clamped to [1e-7, 1 - 1e-7], so a perfect answer gives about 1e-7, not 0.
-logit_bce = Loss("logit_bce", 2)
-cross_entropy = Loss("cross_entropy", 3)
-cosine = Loss("cosine", 4)
+logit_bce = Loss("logit_bce", LossKind.BCE)
+cross_entropy = Loss("cross_entropy", LossKind.XENT)
+cosine = Loss("cosine", LossKind.COSINE)
 
 
 def huber(beta: float = 1.0) -> Loss:
     """Huber loss: quadratic within beta of the target, linear beyond. ConfigError unless beta > 0."""
     if not beta > 0:
         raise ConfigError(f"Huber beta must be > 0, got {beta}")
-    return Loss("huber", 1, float(beta))
+    return Loss("huber", LossKind.HUBER, float(beta))
 
 
 _NAMES = {"mse": mse, "bce": logit_bce, "logit_bce": logit_bce, "xent": cross_entropy,

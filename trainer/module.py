@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 import numpy as np
 
 from .checks import as_batch, number, whole
+from .corefacts import Status
 from .errors import ConfigError, ShapeError, TrainingError
 from .optim import Optimizer, TrainParams
 from .program import Program, ProgramBuilder, core_net
@@ -100,7 +101,7 @@ class Module:
     def _ensure_buf(self) -> np.ndarray:
         if self._buf is None:
             self._require_sizes()
-            self._bind(np.zeros(max(self.param_count(), 1), np.float32))   # _bind writes the defaults
+            self._bind(np.zeros(self.param_count(), np.float32))   # _bind writes the defaults
         assert self._buf is not None
         return self._buf
 
@@ -115,7 +116,7 @@ class Module:
         off = 0
         for c in self.children():
             cn = c.param_count()
-            c._bind(buf[off:off + max(cn, 1)] if cn else np.zeros(1, np.float32))
+            c._bind(buf[off:off + cn])
             off += cn
 
     @property
@@ -193,12 +194,11 @@ class Module:
         if self_grads.values.shape != (self.param_count(),):
             raise ShapeError(f"gradients have {self_grads.values.shape[0]} values, "
                              f"{self.describe()} has {self.param_count()} parameters")
-        g = np.zeros(max(self.param_count(), 1), np.float32)
-        g[:self.param_count()] = self_grads.values
+        g = np.ascontiguousarray(self_grads.values, np.float32)
         rc = self._corenet().apply(opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf,
                                    float(self_grads.samples), float(loss))
-        if rc:
-            what = "the loss" if rc == 3 else "a gradient"
+        if rc != Status.OK:
+            what = "the loss" if rc == Status.E_NONFINITE else "a gradient"
             raise TrainingError(f"{what} is NaN or inf: update {opt.step + 1} was not applied")
 
     def new_sgd(self, params: TrainParams) -> Optimizer:

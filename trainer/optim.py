@@ -13,21 +13,16 @@ import numpy as np
 
 from . import _core
 from .checks import number, whole
+from .corefacts import (OPT_DTYPE, TRAIN_STATE_DTYPE, OptKind, Schedule, by_name, names, opt_slots,
+                        train_state_init)
 from .errors import ConfigError
 
 
-SCHEDULES = {"constant": 0, "linear": 1, "cosine": 2}
-KINDS = {"sgd": 0, "momentum": 1, "rmsprop": 2, "rmsprop_momentum": 3, "adam": 4}
-SLOTS = {"sgd": 0, "momentum": 1, "rmsprop": 1, "rmsprop_momentum": 2, "adam": 2}
-
-# struct mct_opt and struct mct_train_state, field for field.
-OPT_DTYPE = np.dtype([
-    ("kind", "u1"), ("schedule", "u1"), ("scale_by_loss", "u1"), ("reserved", "u1"),
-    ("decay_steps", "<u4"), ("warmup_steps", "<u4"),
-    ("lr", "<f4"), ("lr_final", "<f4"), ("l1", "<f4"), ("l2", "<f4"), ("clip", "<f4"),
-    ("momentum", "<f4"), ("beta", "<f4"), ("beta1", "<f4"), ("eps", "<f4"), ("sim_penalty", "<f4"),
-])
-TRAIN_STATE_DTYPE = np.dtype([("step", "<u4"), ("b1t", "<f4"), ("b2t", "<f4")])
+# The names the API uses for the core's schedules and optimizers ('constant', 'sgd', ...) -> enum values,
+# and the optimizer slots per parameter, all asked from the core (corefacts).
+SCHEDULES: Dict[str, int] = {n: int(by_name(Schedule, n)) for n in names(Schedule)}
+KINDS: Dict[str, int] = {n: int(by_name(OptKind, n)) for n in names(OptKind)}
+SLOTS: Dict[str, int] = {n: opt_slots(v) for n, v in KINDS.items()}
 
 
 def _check(name: str, value: float, lo: float, hi: float, hi_open: bool = False) -> float:
@@ -159,11 +154,8 @@ class Optimizer:
             self.coeffs["beta1"] = 0.0
         self._params = params
         self._cfg = _pack(params, kind, self.coeffs).view(np.uint8)
-        self._state_buf = np.zeros(max(SLOTS[kind] * self.n_params, 1), np.float32)
-        self._ts = np.zeros(1, TRAIN_STATE_DTYPE)
-        self._ts["b1t"] = 1.0
-        self._ts["b2t"] = 1.0
-        self._ts = self._ts.view(np.uint8)
+        self._state_buf = np.zeros(SLOTS[kind] * self.n_params, np.float32)
+        self._ts = train_state_init().view(np.uint8)
 
     @property
     def params(self) -> TrainParams:

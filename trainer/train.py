@@ -8,6 +8,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from .checks import as_batch, whole
+from .corefacts import Status
 from .errors import ShapeError, TrainingError
 from .losses import Loss
 from .module import Module, as_optimizer
@@ -34,12 +35,12 @@ def train_batch(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Los
         raise ShapeError(f"{xb.shape[0]} inputs but {tb.shape[0]} targets")
     status, value = net._corenet().train_batch(opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, loss.kind,
                                                loss.param, xb, tb, threads)
-    if status:
+    if status != Status.OK:
         step = opt.step + 1
-        if status == 1:
+        if status == Status.E_NONFINITE_INPUT:
             bad = np.argwhere(~(np.isfinite(xb).all(axis=1) & np.isfinite(tb).all(axis=1)))[0][0]
             what = f"sample {bad} of the batch at step {step} has NaN or inf in its input or target"
-        elif status == 2:
+        elif status == Status.E_NONFINITE:
             what = f"the loss became {value} at step {step}"
         else:
             what = f"a gradient became NaN or inf at step {step}"
