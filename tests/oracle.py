@@ -34,6 +34,10 @@ def _gate(name: str, z: Array, alpha: float, beta: Optional[Array], kinks: Optio
         return np.where(z < 0, alpha * z, z)
     if name == "tanh":
         return np.tanh(z)
+    if name == "silu":
+        return z * sigmoid(z)
+    if name == "softplus":
+        return np.logaddexp(0.0, z)
     if name == "swish":
         assert beta is not None
         return z * sigmoid(beta * z)

@@ -36,6 +36,7 @@ from mcutrain.losses import Loss
 from mcutrain.module import Module
 from mcutrain.optim import TRAIN_STATE_DTYPE, Optimizer
 
+import layer_table
 from helpers import assert_same_bits, model_flags, onehot_samples, same_bits
 
 OPTIMIZERS = ["sgd", "momentum", "rmsprop", "rmsprop_momentum", "adam"]
@@ -53,17 +54,9 @@ SAVE_HEADER = 24                                       # docs/protocol.md: magic
 # ============================================================================ networks and optimizers
 
 def every_layer_net(seed: int = NET_SEED) -> Module:
-    """A 6 -> 4 network with every layer type: Linear, Dense, Bias1d, every activation, Softmax(T), Swish,
-    every GLU gate, Diag, ScalarScale, RMSNorm, DyT, Conv1d, a Residual around a nested Sequential and LR."""
-    return Sequential(
-        L.Linear(N_IN, 10), L.RMSNorm(10), L.Swish(10),
-        Residual(Sequential(L.Linear(10, 10), L.Tanh())),
-        L.GLU(10, 8, "sigmoid"), L.ReluGLU(8, 8), L.GLU(8, 8, "leaky_relu", alpha=0.3), L.TanhGLU(8, 8),
-        L.SwiGLU(8, 8), L.DyT(8),
-        LR(Sequential(L.Linear(8, 8), L.Sigmoid()), 2.0),
-        L.Diag(8), L.LeakyRelu(0.25), L.Conv1d(8, 6, 3), L.SiLU(), L.ScalarScale(6), L.Softplus(), L.Sine(),
-        L.Dense(6, 6), L.Cosine(), L.Bias1d(6), L.Relu(), L.Linear(6, N_OUT), L.Softmax(0.8),
-    ).rand_params(seed=seed)
+    """A 6 -> 4 network with every row of the layer table (tests/layer_table.py): every layer type, every
+    activation and GLU gate, Residual and LR."""
+    return layer_table.every_layer_net(N_IN, N_OUT, seed=seed)
 
 
 def make_optimizer(net: Module, kind: str) -> Tuple[Optimizer, Loss]:

@@ -20,6 +20,7 @@ from mcutrain.module import as_optimizer
 from mcutrain.optim import Optimizer
 from mcutrain.problems import ModularAddition10
 
+import layer_table
 from helpers import rebuild, split, with_crc
 
 MAGIC = b"MCTRAIN\0"
@@ -127,30 +128,18 @@ def test_save_with_optimizer_of_another_network(tmp_path: Path) -> None:
     assert not path.exists() and list(tmp_path.iterdir()) == []
 
 
-def every_layer_net() -> Sequential:
-    """One network with every layer type, Residual, nested LR and non-default layer settings."""
-    return Sequential(
-        L.Conv1d(12, 10, 3), L.Linear(10, 8), L.LeakyRelu(0.3), L.Dense(8, 8), L.Bias1d(), L.Swish(), L.Diag(),
-        L.ScalarScale(init=0.7), L.RMSNorm(eps=1e-5), L.DyT(),
-        L.GLU(8, 6), L.SwiGLU(6, 6), L.GLULeakyRelu(6, 6, alpha=0.2), L.TanhGLU(6, 6), L.ReluGLU(6, 6),
-        L.GLU(6, 6, gate="leaky_relu", alpha=0.1),
-        Residual(L.Linear(6, 6), L.Relu()), LR(LR(L.Linear(6, 6), 2.0), 3.0), L.Sigmoid(), L.Tanh(), L.SiLU(),
-        L.Softplus(), L.Sine(), L.Cosine(), L.Linear(6, 5), L.Softmax(temperature=2.0),
-    ).rand_params(seed=7, scale=0.8)
-
-
 def test_every_layer_type_roundtrips(tmp_path: Path) -> None:
     """A model with every layer type: same spec, same compiled layer table (sizes, alphas, LR divisors),
     same outputs and identical continued training after a round trip."""
-    net = every_layer_net()
+    net = layer_table.every_layer_net()
     names = {type(m).__name__ for m in net.layers()}
     assert set(L.LAYER_TYPES) <= names
     # move parameters off their init values (e.g. ScalarScale's 0.7) so the file, not the spec, must carry them
     net.params = net.params + np.float32(0.01)
     opt = net.new_adam(TrainParams(lr=1e-3))
     rng = np.random.default_rng(3)
-    data = [(rng.normal(0, 1, (6, 12)).astype(np.float32),
-             np.eye(5, dtype=np.float32)[rng.integers(0, 5, 6)]) for _ in range(6)]
+    data = [(rng.normal(0, 1, (6, net.n_in)).astype(np.float32),
+             np.eye(net.n_out, dtype=np.float32)[rng.integers(0, net.n_out, 6)]) for _ in range(6)]
     ck = roundtrip_and_continue(tmp_path, net, opt, data, loss=losses.cross_entropy, before=3, after=3)
     assert ck.net.program.table().tobytes() == net.program.table().tobytes()
     assert [type(m) for m in ck.net.layers()] == [type(m) for m in net.layers()]

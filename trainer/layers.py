@@ -253,8 +253,9 @@ _GATES = {g.name.lower(): g for g in sorted(GLU_GATES)}
 
 
 class GLU(_Sized):
-    """Gated linear unit: y = gate(x Wg + bg) * (x Wv + bv). gate is sigmoid (default), relu,
-    leaky_relu (slope alpha), tanh or swish (a learned beta per output)."""
+    """Gated linear unit: y = gate(x Wg + bg) * (x Wv + bv). gate is any activation the core accepts as a
+    gate: sigmoid (default), relu, leaky_relu (slope alpha), tanh, silu, softplus or swish (a learned beta
+    per output). Parameters: Wg, Wv (connection weights, [n_in][n_out] each), bg, bv, then swish's betas."""
 
     op = Op.GLU
     gate_default = "sigmoid"
