@@ -10,40 +10,30 @@ persist across runs.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .boards import Board
-from .client import Device, read_pty_line
 from .paths import firmware_dir
-from .sim import SIMULATORS, ProcessLink, SimError, SimSession, Simulator, cache_dir, require_tools, run_checked
+from .sim import (EXIT_TIMEOUT, SIMULATORS, ProcessLink, SimError, SimSession, Simulator, build_host_tool,
+                  launch_process, quit_process, require_tools, run_checked)
 
 SIMAVR_HEADER = Path("/usr/include/simavr/sim_avr.h")
 START_TIMEOUT = 15.0        # seconds for the harness to offer its pty
 REPLY_TIMEOUT = 60.0        # seconds the client waits for an answer (soft-float training is slow)
-EXIT_TIMEOUT = 10.0         # seconds the harness may take to end after QUIT
 REGION_NAMES = {0: "predict", 1: "train"}   # port_mark regions
 EXIT_OVERFLOW = 97           # the harness's status for a stack overflow
 
 
 def build_harness() -> Path:
-    """The harness, compiled once per source version into the cache folder."""
-    require_tools("gcc")
+    """The harness (firmware/host_tools/avr_run.c, linked against libsimavr), built once per version into
+    sim.cache_dir()."""
     if not SIMAVR_HEADER.is_file():
         raise SimError("libsimavr not found: install it (Debian/Ubuntu: sudo apt-get install simavr libsimavr-dev)")
-    src = firmware_dir() / "host_tools" / "avr_run.c"
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    exe = cache_dir() / f"avr_run-{digest}"
-    if not exe.is_file():
-        tmp = exe.with_name(f"{exe.name}.{os.getpid()}.tmp")
-        run_checked(["gcc", "-O2", "-Wall", f"-I{SIMAVR_HEADER.parent}", str(src), "-o", str(tmp),
-                     "-lsimavr", "-lutil"])
-        os.replace(tmp, exe)
-    return exe
+    return build_host_tool(firmware_dir() / "host_tools" / "avr_run.c", "avr_run",
+                           ["-O2", "-Wall", f"-I{SIMAVR_HEADER.parent}"], libs=["-lsimavr", "-lutil"])
 
 
 def avr_sizes(elf: Path) -> Dict[str, int]:
@@ -123,50 +113,18 @@ class SimavrSimulator(Simulator):
         report = firmware.parent / "simavr_report.json"
         report.unlink(missing_ok=True)
         cmd = self.command(harness, firmware, board, store, report, int((board.sim or {}).get("max_cycles", 0)))
-        with open(log, "wb") as logf:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=logf)
-        try:
-            port = self._wait_for_pty(proc, log)
-            dev = Device(AvrLink(port, proc, log, report, board.name), proc)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        extra = {"command": cmd, "log": log, "report": report, "store": store, "port": port,
+        dev = launch_process(cmd, log, "the simavr harness", START_TIMEOUT,
+                             lambda port, proc: AvrLink(port, proc, log, report, board.name))
+        extra = {"command": cmd, "log": log, "report": report, "store": store, "port": dev.link.port,
                  "mcu": (board.sim or {}).get("mcu")}
         return SimSession(dev, board, self, self.env_name(board), firmware, extra)
-
-    @staticmethod
-    def _wait_for_pty(proc: subprocess.Popen, log: Path) -> str:
-        """The pty the harness announces on its output ("PTY /dev/pts/N")."""
-        assert proc.stdout is not None
-        port = read_pty_line(proc.stdout.fileno(), START_TIMEOUT)
-        if port:
-            return port
-        proc.poll()
-        raise SimError(f"the simavr harness offered no pty (exit status {proc.returncode}): "
-                       f"{log.read_text(errors='replace').strip()[-1500:] if log.is_file() else ''}")
 
     def report(self, session: SimSession) -> Dict[str, Any]:
         """QUIT the firmware and collect the harness's measurements: exact cycles per PREDICT and per TRAIN
         step (region total / pairs, with min and max), static RAM and flash of the ELF, the peak stack
         the harness saw (exact: the lowest stack pointer) and the one STATS reports (stack painting)."""
-        dev, proc = session.device, session.device.process
-        assert proc is not None
-        stack_painted = stack_avail = saves = None
-        if proc.poll() is None:
-            stack_painted, stack_avail, saves = dev.stats()
-            try:
-                dev.quit()
-            except SimError:
-                if proc.poll() is None:
-                    raise
-        try:
-            code = proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise SimError(f"the simavr harness did not end after QUIT (killed); log: {session.extra['log']}") from None
+        stats, code = quit_process(session, "the simavr harness", EXIT_TIMEOUT)
+        stack_painted, stack_avail, saves = stats or (None, None, None)
         rep = read_report(Path(session.extra["report"]))
         log_tail = Path(session.extra["log"]).read_text(errors="replace").strip()[-1500:]
         if rep is None:

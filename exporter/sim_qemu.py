@@ -9,18 +9,15 @@ functions: one PREDICT's forward pass and one TRAIN step.
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .boards import Board
-from .client import Device
 from .paths import firmware_dir
-from .sim import SIMULATORS, ProcessLink, SimError, SimSession, Simulator, cache_dir, require_tools, run_checked
+from .sim import (EXIT_TIMEOUT, SIMULATORS, ProcessLink, SimError, SimSession, Simulator, build_host_tool,
+                  launch_process, quit_process, require_tools, run_checked)
 
 # measured regions: name -> (begin marker, end marker) of ports/port_qemu_common.h
 REGIONS = {
@@ -28,10 +25,8 @@ REGIONS = {
     "train": ("mct_mark_train_begin", "mct_mark_train_end"),
     "empty": ("mct_mark_empty_begin", "mct_mark_empty_end"),
 }
-PTY_RE = re.compile(r"char device redirected to (/dev/\S+)")
 START_TIMEOUT = 15.0       # seconds for QEMU to offer its pty
 REPLY_TIMEOUT = 30.0       # seconds the client waits for an answer
-EXIT_TIMEOUT = 10.0        # seconds QEMU may take to end after QUIT
 
 
 def _qemu_opt(value: str) -> str:
@@ -40,16 +35,10 @@ def _qemu_opt(value: str) -> str:
 
 
 def build_plugin() -> Path:
-    """The instruction-counting plugin, compiled once per source version into the cache folder."""
-    require_tools("gcc")
-    src = firmware_dir() / "host_tools" / "insn_plugin.c"
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    lib = cache_dir() / f"insn_plugin-{digest}.so"
-    if not lib.is_file():
-        tmp = lib.with_name(f"{lib.name}.{os.getpid()}.tmp")
-        run_checked(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", str(tmp), str(src)])
-        os.replace(tmp, lib)
-    return lib
+    """The instruction-counting TCG plugin (firmware/host_tools/insn_plugin.c), built once per version
+    into sim.cache_dir()."""
+    return build_host_tool(firmware_dir() / "host_tools" / "insn_plugin.c", "insn_plugin",
+                           ["-shared", "-fPIC", "-O2", "-Wall"], suffix=".so")
 
 
 def symbols(nm: str, elf: Path, names: List[str]) -> Dict[str, int]:
@@ -136,6 +125,8 @@ class QemuSimulator(Simulator):
 
     def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
                store: Optional[Path]) -> SimSession:
+        """Start the firmware in QEMU with its UART on a pty and saves in `store` (default: store_path);
+        with measure, the TCG plugin counts the instructions of the marked regions."""
         require_tools(self.qemu)
         firmware = Path(firmware).resolve()
         store = Path(store or self.store_path(project, board)).resolve()
@@ -161,52 +152,20 @@ class QemuSimulator(Simulator):
             args = [str(plugin), "out=" + str(plugin_out)] + [
                 f"region={name}:0x{addr[b]:x}:0x{addr[e]:x}" for name, (b, e) in REGIONS.items()]
             cmd += ["-plugin", ",".join(_qemu_opt(a) for a in args)]
-        with open(log, "wb") as logf:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                    cwd=str(store.parent))
-        try:
-            port = self._wait_for_pty(proc, log)
-            dev = Device(QemuLink(port, proc, log), proc)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        extra = {"command": cmd, "log": log, "plugin_out": plugin_out, "store": store, "port": port,
+        dev = launch_process(cmd, log, "QEMU", START_TIMEOUT, lambda port, proc: QemuLink(port, proc, log),
+                             cwd=store.parent)
+        extra = {"command": cmd, "log": log, "plugin_out": plugin_out, "store": store, "port": dev.link.port,
                  "machine": (board.sim or {}).get("machine")}
         return SimSession(dev, board, self, self.env_name(board), firmware, extra)
-
-    @staticmethod
-    def _wait_for_pty(proc: subprocess.Popen, log: Path) -> str:
-        """The pty QEMU announces on its output."""
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            text = log.read_text(errors="replace") if log.is_file() else ""
-            m = PTY_RE.search(text)
-            if m:
-                return m.group(1)
-            if proc.poll() is not None:
-                raise SimError(f"QEMU did not start (exit status {proc.returncode}): {text.strip()[-1500:]}")
-            time.sleep(0.01)
-        raise SimError(f"QEMU offered no serial pty within {START_TIMEOUT:.0f} s: {log.read_text(errors='replace')}")
 
     def report(self, session: SimSession) -> Dict[str, Any]:
         """QUIT the firmware and collect: instructions per PREDICT and per TRAIN step (when measured: region
         total / pairs; 'marker_overhead' is what one empty marker pair costs and is included in both),
         static RAM and flash of the ELF, peak stack (STATS)."""
-        dev, proc = session.device, session.device.process
-        assert proc is not None
-        stack_peak, stack_avail, saves = dev.stats()
-        try:
-            dev.quit()
-        except SimError:
-            if proc.poll() is None:       # QEMU ended before its reply was read: that is what QUIT asks for
-                raise
-        try:
-            code = proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise SimError(f"QEMU did not end after QUIT (killed); log: {session.extra['log']}") from None
+        stats, code = quit_process(session, "QEMU", EXIT_TIMEOUT)
+        if stats is None:                 # QEMU ended before the report: say why
+            raise session.device.link.ended()
+        stack_peak, stack_avail, saves = stats
         if code != 0:
             raise SimError(f"QEMU ended with status {code}: {Path(session.extra['log']).read_text(errors='replace')}")
         if stack_avail and stack_peak >= stack_avail:     # the M0 has no stack guard: the paint tells
