@@ -196,7 +196,7 @@ PTY_ANNOUNCEMENT = re.compile(r"(?:^PTY |char device redirected to )(/dev/\S+)",
 class ProcessLink:
     """The serial line (a pty) to a simulator process. Reads and writes notice when the process has ended
     (a crash, a stack overflow, the firmware's exit) instead of waiting for the timeout, and raise the
-    SimError that ended() makes, which says why."""
+    SimError that why_ended() makes."""
 
     def __init__(self, port: str, baud: int, process: subprocess.Popen, log: Path, timeout: float,
                  what: str) -> None:
@@ -215,14 +215,15 @@ class ProcessLink:
         """The end of the simulator's log."""
         return self.log.read_text(errors="replace").strip()[-1500:] if self.log.is_file() else ""
 
-    def ended(self) -> SimError:
-        """Why the process ended, as an error."""
+    def why_ended(self) -> SimError:
+        """The error that says why the process ended (its status and the end of its log)."""
         return SimError(f"{self.what} ended (exit status {self.process.returncode}) while the host waited for "
                         f"the firmware:\n{self.log_tail()}")
 
-    def _gone(self) -> SimError:
+    def _why_pty_closed(self) -> SimError:
+        """why_ended(), once the process that closed the pty has ended."""
         self.process.wait(timeout=10)      # the pty went away: the process is ending
-        return self.ended()
+        return self.why_ended()
 
     def read(self, n: int) -> bytes:
         """Up to n bytes; fewer only after `timeout` seconds without them."""
@@ -232,10 +233,10 @@ class ProcessLink:
             try:
                 out += self._serial.read(n - len(out))
             except OSError:       # pyserial's SerialException is an OSError
-                raise self._gone() from None
+                raise self._why_pty_closed() from None
             if len(out) < n:
                 if self.process.poll() is not None:
-                    raise self.ended()
+                    raise self.why_ended()
                 if time.monotonic() > deadline:
                     break
         return out
@@ -243,11 +244,11 @@ class ProcessLink:
     def write(self, data: bytes) -> int:
         """Send bytes to the firmware."""
         if self.process.poll() is not None:
-            raise self.ended()
+            raise self.why_ended()
         try:
             return self._serial.write(data)
         except OSError:
-            raise self._gone() from None
+            raise self._why_pty_closed() from None
 
     def close(self) -> None:
         """Close the pty."""

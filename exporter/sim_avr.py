@@ -76,15 +76,16 @@ class AvrLink(ProcessLink):
     def __init__(self, port: str, process: subprocess.Popen, log: Path, report: Path, board: str,
                  timeout: float = REPLY_TIMEOUT) -> None:
         super().__init__(port, 1000000, process, log, timeout, "the simavr harness")
-        self.report = report
+        self.report_path = report
         self.board = board
 
-    def ended(self) -> SimError:
-        """Why the harness ended, as an error."""
-        rep = read_report(self.report)
+    def why_ended(self) -> SimError:
+        """The error that says why the harness ended: the stack overflow it found, with the numbers, or its
+        status and log."""
+        rep = read_report(self.report_path)
         if rep and rep.get("overflow"):
             return SimError(overflow_message(rep, self.board))
-        return super().ended()
+        return super().why_ended()
 
 
 class SimavrSimulator(Simulator):
@@ -92,12 +93,14 @@ class SimavrSimulator(Simulator):
     kind = "simavr"
     tools = ["avr-gcc", "gcc"]           # avr-size comes with gcc-avr (binutils-avr)
 
-    def command(self, harness: Path, firmware: Path, board: Board, store: Path, report: Path,
-                max_cycles: int = 0) -> List[str]:
-        """The harness's command line."""
+    def command(self, harness: str, firmware: str, board: Board, serial: str, report: str,
+                store: Optional[str] = None, max_cycles: int = 0) -> List[str]:
+        """The harness's command line: the board's MCU and clock, the firmware's serial line on `serial` (pty,
+        stdio), the JSON report to `report`, the EEPROM image in `store` (none: not kept), stack overflow
+        detection at the end of the static data, and a cycle limit (0: none)."""
         s = board.sim or {}
-        cmd = [str(harness), str(firmware), f"mcu={s.get('mcu', 'atmega328p')}", f"freq={int(s.get('freq', 16000000))}",
-               "serial=pty", f"eeprom={store}", f"report={report}", "ram_floor=auto"]
+        cmd = [harness, firmware, f"mcu={s.get('mcu', 'atmega328p')}", f"freq={int(s.get('freq', 16000000))}",
+               f"serial={serial}"] + ([f"eeprom={store}"] if store else []) + [f"report={report}", "ram_floor=auto"]
         return cmd + ([f"max_cycles={max_cycles}"] if max_cycles else [])
 
     def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
@@ -112,7 +115,8 @@ class SimavrSimulator(Simulator):
         log = firmware.parent / "simavr.log"
         report = firmware.parent / "simavr_report.json"
         report.unlink(missing_ok=True)
-        cmd = self.command(harness, firmware, board, store, report, int((board.sim or {}).get("max_cycles", 0)))
+        cmd = self.command(str(harness), str(firmware), board, "pty", str(report), str(store),
+                           int((board.sim or {}).get("max_cycles", 0)))
         dev = launch_process(cmd, log, "the simavr harness", START_TIMEOUT,
                              lambda port, proc: AvrLink(port, proc, log, report, board.name))
         extra = {"command": cmd, "log": log, "report": report, "store": store, "port": dev.link.port,

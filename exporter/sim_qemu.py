@@ -41,7 +41,7 @@ def build_plugin() -> Path:
                            ["-shared", "-fPIC", "-O2", "-Wall"], suffix=".so")
 
 
-def symbols(nm: str, elf: Path, names: List[str]) -> Dict[str, int]:
+def symbol_addresses(nm: str, elf: Path, names: List[str]) -> Dict[str, int]:
     """Addresses of the named symbols of an ELF file; SimError when one is missing."""
     out = run_checked([nm, str(elf)]).stdout
     found: Dict[str, int] = {}
@@ -123,6 +123,13 @@ class QemuSimulator(Simulator):
         """QEMU's machine options for the board's stand-in."""
         raise NotImplementedError
 
+    def command(self, board: Board, firmware: str, serial: str, semihosting_args: str = "") -> List[str]:
+        """QEMU's command line for the firmware: the firmware's UART on `serial` (pty, stdio), no display or
+        monitor, semihosting (exit status, saves) with `semihosting_args` (",arg=..." items) appended."""
+        return [self.qemu] + self.machine_args(board) + [
+            "-display", "none", "-monitor", "none", "-serial", serial,
+            "-semihosting-config", "enable=on,target=native" + semihosting_args, "-kernel", firmware]
+
     def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
                store: Optional[Path]) -> SimSession:
         """Start the firmware in QEMU with its UART on a pty and saves in `store` (default: store_path);
@@ -138,15 +145,12 @@ class QemuSimulator(Simulator):
         log = run_dir / "qemu.log"
         # QEMU runs in the store's folder; the firmware opens the store by its name (semihosting paths are
         # relative to QEMU's working folder), given on the semihosting command line
-        cmd = [self.qemu] + self.machine_args(board) + [
-            "-display", "none", "-monitor", "none", "-serial", "pty",
-            "-semihosting-config", "enable=on,target=native,arg=firmware,arg=store=" + _qemu_opt(store.name),
-            "-kernel", str(firmware)]
+        cmd = self.command(board, str(firmware), "pty", ",arg=firmware,arg=store=" + _qemu_opt(store.name))
         plugin_out: Optional[Path] = None
         if measure:
             plugin = build_plugin()
             names = [n for pair in REGIONS.values() for n in pair]
-            addr = symbols(self.nm, firmware, names)
+            addr = symbol_addresses(self.nm, firmware, names)
             plugin_out = run_dir / "insns.txt"
             plugin_out.unlink(missing_ok=True)
             args = [str(plugin), "out=" + str(plugin_out)] + [
@@ -164,7 +168,7 @@ class QemuSimulator(Simulator):
         static RAM and flash of the ELF, peak stack (STATS)."""
         stats, code = quit_process(session, "QEMU", EXIT_TIMEOUT)
         if stats is None:                 # QEMU ended before the report: say why
-            raise session.device.link.ended()
+            raise session.device.link.why_ended()
         stack_peak, stack_avail, saves = stats
         if code != 0:
             raise SimError(f"QEMU ended with status {code}: {Path(session.extra['log']).read_text(errors='replace')}")

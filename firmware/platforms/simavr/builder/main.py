@@ -138,7 +138,7 @@ def run_in_simavr(target, source, env):
     return subprocess.call(cmd)
 
 
-def harness_target(target, source, env):
+def build_harness_for_test(target, source, env):
     """SCons action (SCons decides when it is out of date): build the harness for `pio test`, whose
     test_testing_command runs it."""
     try:
@@ -153,7 +153,7 @@ program = env.BuildProgram()
 env.AddPostAction(program, env.VerboseAction(check_size, "Checking RAM and flash of $TARGET"))
 if "__test" in COMMAND_LINE_TARGETS:
     harness = env.Command(os.path.join("$BUILD_DIR", "avr_run"), HARNESS_SRC,
-                          env.VerboseAction(harness_target, "Building the simavr harness $TARGET"))
+                          env.VerboseAction(build_harness_for_test, "Building the simavr harness $TARGET"))
     Default(harness)
 common.add_run_targets(env, program, run_in_simavr, "Running $SOURCE in simavr")
 Default([program])
