@@ -70,8 +70,7 @@ def elf_sizes(size_tool: str, elf: Path) -> Dict[str, int]:
                                                                                       ".riscv.attributes")))
     text = sum(v for k, v in sec.items() if k not in skip)
     return {"text": text, "data": sec.get(".data", 0), "bss": sec.get(".bss", 0),
-            "flash": text + sec.get(".data", 0), "ram_static": sec.get(".data", 0) + sec.get(".bss", 0),
-            "stack_reserved": sec.get(".stack", 0)}
+            "flash": text + sec.get(".data", 0), "ram_static": sec.get(".data", 0) + sec.get(".bss", 0)}
 
 
 def parse_plugin_output(text: str) -> Dict[str, Any]:
