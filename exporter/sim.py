@@ -30,6 +30,13 @@ class SimError(RuntimeError):
     the message says what to install or change."""
 
 
+NATIVE_TIMEOUT = 10.0      # seconds the native program may take to offer its pty, and to answer
+EXIT_TIMEOUT = 10.0        # seconds a simulator (or the native program) may take to end after QUIT
+# how a simulator announces the pty of the firmware's serial line on its output: mcutrain's simavr harness
+# and the native program print "PTY /dev/pts/N", QEMU "char device redirected to /dev/pts/N (label ...)"
+PTY_ANNOUNCEMENT = re.compile(r"(?:^PTY |char device redirected to )(/dev/\S+)", re.M)
+
+
 APT_HINT = {
     "qemu-system-arm": "qemu-system-arm", "qemu-system-riscv32": "qemu-system-misc",
     "arm-none-eabi-gcc": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
@@ -186,13 +193,6 @@ def _register_kinds() -> None:
                 raise
 
 
-NATIVE_TIMEOUT = 10.0      # seconds the native program may take to offer its pty, and to answer
-EXIT_TIMEOUT = 10.0        # seconds a simulator (or the native program) may take to end after QUIT
-# how a simulator announces the pty of the firmware's serial line on its output: mcutrain's simavr harness
-# and the native program print "PTY /dev/pts/N", QEMU "char device redirected to /dev/pts/N (label ...)"
-PTY_ANNOUNCEMENT = re.compile(r"(?:^PTY |char device redirected to )(/dev/\S+)", re.M)
-
-
 class ProcessLink:
     """The serial line (a pty) to a simulator process. Reads and writes notice when the process has ended
     (a crash, a stack overflow, the firmware's exit) instead of waiting for the timeout, and raise the
@@ -337,6 +337,16 @@ def start(project: Path, board: Board, measure: bool = False, store: Optional[Pa
     if not fw.is_file():
         raise SimError(f"{fw} was not built: run `mcutrain build {project} --env {sim.env_name(board)}`")
     return sim.launch(fw, board, project, measure, store)
+
+
+def section_sizes(size_tool: str, elf: Path) -> Dict[str, int]:
+    """{section: bytes} of an ELF file, from `SIZE_TOOL -A -d` (arm-none-eabi-size, avr-size, ...)."""
+    sizes: Dict[str, int] = {}
+    for line in run_checked([size_tool, "-A", "-d", str(elf)]).stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
+            sizes[parts[0]] = int(parts[1])
+    return sizes
 
 
 def run_checked(cmd: List[str], **kw: Any) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 from .boards import Board
 from .paths import firmware_dir
 from .sim import (EXIT_TIMEOUT, SIMULATORS, ProcessLink, SimError, SimSession, Simulator, build_host_tool,
-                  launch_process, quit_process, require_tools, run_checked)
+                  launch_process, quit_process, require_tools, section_sizes)
 
 SIMAVR_HEADER = Path("/usr/include/simavr/sim_avr.h")
 START_TIMEOUT = 15.0        # seconds for the harness to offer its pty
@@ -37,14 +37,9 @@ def build_harness() -> Path:
 
 
 def avr_sizes(elf: Path) -> Dict[str, int]:
-    """Flash and static RAM of an AVR firmware from `avr-size -A`: flash = .text + the .data image,
-    RAM = .data + .bss + .noinit."""
-    out = run_checked(["avr-size", "-A", "-d", str(elf)]).stdout
-    sec: Dict[str, int] = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
-            sec[parts[0]] = int(parts[1])
+    """{'text', 'data', 'bss', 'flash', 'ram_static'} bytes of an AVR firmware: flash = .text + the .data
+    image, static RAM = .data + .bss + .noinit."""
+    sec = section_sizes("avr-size", elf)
     data, bss, noinit = sec.get(".data", 0), sec.get(".bss", 0), sec.get(".noinit", 0)
     return {"text": sec.get(".text", 0), "data": data, "bss": bss + noinit,
             "flash": sec.get(".text", 0) + data, "ram_static": data + bss + noinit}

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from .boards import Board
 from .paths import firmware_dir
 from .sim import (EXIT_TIMEOUT, SIMULATORS, ProcessLink, SimError, SimSession, Simulator, build_host_tool,
-                  launch_process, quit_process, require_tools, run_checked)
+                  launch_process, quit_process, require_tools, run_checked, section_sizes)
 
 # measured regions: name -> (begin marker, end marker) of ports/port_qemu_common.h
 REGIONS = {
@@ -57,14 +57,9 @@ def symbol_addresses(nm: str, elf: Path, names: List[str]) -> Dict[str, int]:
 
 
 def elf_sizes(size_tool: str, elf: Path) -> Dict[str, int]:
-    """Flash and static RAM of a firmware from `size -A`: flash = code and constants + the .data image;
-    RAM = .data + .bss (the stack reserve of the linker script not counted)."""
-    out = run_checked([size_tool, "-A", "-d", str(elf)]).stdout
-    sec: Dict[str, int] = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0].startswith(".") and parts[1].isdigit():
-            sec[parts[0]] = int(parts[1])
+    """{'text', 'data', 'bss', 'flash', 'ram_static'} bytes of a firmware: flash = code and constants + the
+    .data image; static RAM = .data + .bss (the stack reserve of the linker script not counted)."""
+    sec = section_sizes(size_tool, elf)
     ram_sections = (".data", ".bss")
     skip = ram_sections + (".stack", ".comment") + tuple(s for s in sec if s.startswith((".debug", ".ARM.attributes",
                                                                                       ".riscv.attributes")))
