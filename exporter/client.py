@@ -176,7 +176,8 @@ class Device:
     def train(self, x: Any, t: Any) -> Tuple[float, int]:
         """One on-device training step on a labelled sample: (loss, step)."""
         info = self.cached_info
-        d = self.request(Cmd.TRAIN, self._pack_floats(x, info.n_in, "input") + self._pack_floats(t, info.n_out, "target"))
+        payload = self._pack_floats(x, info.n_in, "input") + self._pack_floats(t, info.n_out, "target")
+        d = self.request(Cmd.TRAIN, payload)
         loss, step = struct.unpack("<fI", d[:8])
         return loss, step
 

@@ -87,7 +87,8 @@ def run(args: Sequence[str], project: Path, timeout: Optional[float] = None,
     """Run `pio ARGS` in a project folder (telemetry off, output captured as text, extra_env added to the
     environment); PioError when PlatformIO is missing."""
     cmd = pio_command() + list(args)
-    env = dict(os.environ, PLATFORMIO_SETTING_ENABLE_TELEMETRY="No", PLATFORMIO_SETTING_CHECK_PLATFORMIO_INTERVAL="3650")
+    env = dict(os.environ, PLATFORMIO_SETTING_ENABLE_TELEMETRY="No",
+               PLATFORMIO_SETTING_CHECK_PLATFORMIO_INTERVAL="3650")
     env.update(extra_env or {})
     ensure_scons()
     return subprocess.run(cmd, cwd=str(project), capture_output=True, text=True, timeout=timeout, env=env)
