@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 
 class PioError(RuntimeError):
@@ -82,14 +82,16 @@ def ensure_scons(core: Optional[Path] = None) -> Path:
     return dest
 
 
-def run(args: Sequence[str], project: Path, capture: bool = True, timeout: Optional[float] = None,
-        extra_env: Optional[dict] = None) -> subprocess.CompletedProcess:
-    """Run `pio ARGS` in a project folder (telemetry off); PioError when PlatformIO is missing."""
+def run(args: Sequence[str], project: Path, timeout: Optional[float] = None,
+        extra_env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """Run `pio ARGS` in a project folder (telemetry off, output captured as text, extra_env added to the
+    environment); PioError when PlatformIO is missing."""
     cmd = pio_command() + list(args)
-    env = dict(os.environ, PLATFORMIO_SETTING_ENABLE_TELEMETRY="No", PLATFORMIO_SETTING_CHECK_PLATFORMIO_INTERVAL="3650")
+    env = dict(os.environ, PLATFORMIO_SETTING_ENABLE_TELEMETRY="No",
+               PLATFORMIO_SETTING_CHECK_PLATFORMIO_INTERVAL="3650")
     env.update(extra_env or {})
     ensure_scons()
-    return subprocess.run(cmd, cwd=str(project), capture_output=capture, text=True, timeout=timeout, env=env)
+    return subprocess.run(cmd, cwd=str(project), capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def build(project: Path, env_name: str, verbose: bool = False) -> subprocess.CompletedProcess:

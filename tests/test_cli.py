@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from mcutrain.exporter.sim_avr import read_pty_line
 from mcutrain.cli import main
+from mcutrain.exporter.client import read_pty_line
 from mcutrain.modelfile import load_model
 
 from helpers import assert_same_bits, same_bits

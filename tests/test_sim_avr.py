@@ -27,13 +27,13 @@ import pytest
 from mcutrain.exporter import pio, sim
 from mcutrain.exporter.boards import get_board
 from mcutrain.exporter.cgen import DeviceModel, model_c, model_h
-from mcutrain.exporter.client import Device
+from mcutrain.exporter.client import Device, read_pty_line
 from mcutrain.exporter.device import build_device_model
 from mcutrain.exporter.export import export_project
 from mcutrain.exporter.memplan import MemoryPlan, MemoryPlanError, plan
 from mcutrain.exporter.project import write_project
 from mcutrain.exporter.sim import SimError
-from mcutrain.exporter.sim_avr import build_harness, read_pty_line
+from mcutrain.exporter.sim_avr import build_harness
 from mcutrain.exporter.twin import DeviceTwin
 from mcutrain import Checkpoint, Sequential, TrainParams
 from mcutrain import layers as L

@@ -1,26 +1,45 @@
 # SConscript of mcutrain's offline "simavr" dev-platform: Debian's avr-gcc + avr-libc from PATH, no
 # downloads. `pio run -e sim-BOARD` builds firmware.elf and checks its static RAM and flash against the
 # MCU; `pio run -e sim-BOARD -t upload` (or -t exec) runs it in simavr through mcutrain's harness
-# (harness/avr_run.c, built here with the host gcc and libsimavr): it prints "PTY /dev/pts/N", serves
-# the firmware's serial line there until the firmware quits, and writes simavr_report.json.
+# (harness/avr_run.c, a link to firmware/host_tools/avr_run.c that exported projects get as a copy;
+# built here with the host gcc and libsimavr): it prints "PTY /dev/pts/N", serves the firmware's serial
+# line there until the firmware quits, and writes simavr_report.json.
 #
 # Options (platformio.ini): custom_mcu (atmega328p), custom_f_cpu (16000000), custom_ram_size and
-# custom_flash_size (bytes; default: the MCU's), custom_store (EEPROM image file; default
-# mcutrain_store_<env>.bin in the project).
+# custom_flash_size (bytes; default: the MCU's), custom_store_path (EEPROM image file, as for the QEMU
+# platforms; the older name custom_store works too; default mcutrain_store_<env>.bin in the project).
+# The parts all of mcutrain's platforms share are in ../common/mcutrain_builder.py.
 # `pio test -e sim-BOARD` builds the harness next to the firmware ($BUILD_DIR/avr_run), so the env's
 # test_testing_command can run the self-test in it (serial=stdio).
 #
 # Flash is the Uno's scarcest resource: the build uses link-time optimization (as Arduino's AVR core
 # does) and linker relaxation (short calls and jumps where they reach); the exported model's build flags
 # (MCT_OPS_MASK and friends, see mct.h) leave out of the core what the model does not use.
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 
-from SCons.Script import COMMAND_LINE_TARGETS, AlwaysBuild, Default, DefaultEnvironment
+from SCons.Script import COMMAND_LINE_TARGETS, Default, DefaultEnvironment
 
 env = DefaultEnvironment()
+
+
+def load_common():
+    """../common/mcutrain_builder.py, the part mcutrain's platforms share."""
+    path = os.path.join(env.PioPlatform().get_dir(), os.pardir, "common", "mcutrain_builder.py")
+    if not os.path.isfile(path):
+        sys.stderr.write("Error: %s is missing: mcutrain's platforms must stay together in one platforms/ "
+                         "folder (platform = symlink://.../platforms/NAME)\n" % os.path.normpath(path))
+        env.Exit(1)
+    spec = importlib.util.spec_from_file_location("mcutrain_builder", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+common = load_common()
 platform = env.PioPlatform()
 
 # RAM and flash bytes of the MCUs simavr knows that mcutrain's boards use
@@ -28,30 +47,20 @@ MCU_MEMORY = {
     "atmega328p": (2048, 32768), "atmega328": (2048, 32768), "atmega168": (1024, 16384),
     "atmega644p": (4096, 65536), "atmega1284p": (16384, 131072), "atmega2560": (8192, 262144),
 }
-APT = {"avr-gcc": "gcc-avr avr-libc", "avr-size": "binutils-avr", "gcc": "gcc"}
-
-for tool in ("avr-gcc", "avr-size"):
-    if not shutil.which(tool):
-        sys.stderr.write("Error: %s not found: install it (Debian/Ubuntu: sudo apt-get install %s)\n"
-                         % (tool, APT[tool]))
-        env.Exit(1)
+common.require_tool(env, "avr-gcc", "gcc-avr avr-libc")
+common.require_tool(env, "avr-size", "binutils-avr")
 
 mcu = env.GetProjectOption("custom_mcu", "atmega328p")
 f_cpu = env.GetProjectOption("custom_f_cpu", "16000000")
 ram_default, flash_default = MCU_MEMORY.get(mcu, (0, 0))
-ram_size = int(env.GetProjectOption("custom_ram_size", str(ram_default)))
-flash_size = int(env.GetProjectOption("custom_flash_size", str(flash_default)))
+ram_size = common.option_int(env, "custom_ram_size", ram_default)
+flash_size = common.option_int(env, "custom_flash_size", flash_default)
 
-env.Replace(
-    CC="avr-gcc", CXX="avr-g++", AS="avr-gcc", AR="avr-gcc-ar", RANLIB="avr-gcc-ranlib",
-    OBJCOPY="avr-objcopy", SIZETOOL="avr-size", PROGNAME="firmware", PROGSUFFIX=".elf",
-    SIZEPRINTCMD="$SIZETOOL -A $SOURCES",
-)
+common.use_gnu_toolchain(env, "avr-", SIZEPRINTCMD="$SIZETOOL -A $SOURCES")
 mcu_flags = ["-mmcu=" + mcu]
 env.Append(
     ASFLAGS=mcu_flags + ["-x", "assembler-with-cpp"],
-    CCFLAGS=mcu_flags + ["-Os", "-flto", "-Wall", "-ffunction-sections", "-fdata-sections", "-ffp-contract=off",
-                         "-fno-math-errno"],
+    CCFLAGS=mcu_flags + ["-Os", "-flto", "-Wall", "-ffunction-sections", "-fdata-sections"] + common.FLOAT_FLAGS,
     CFLAGS=["-std=gnu99"],
     CPPDEFINES=[("F_CPU", f_cpu + "UL")],
     LINKFLAGS=mcu_flags + ["-Os", "-flto", "-mrelax", "-Wl,--gc-sections"],
@@ -120,8 +129,8 @@ def run_in_simavr(target, source, env):
     except RuntimeError as e:
         sys.stderr.write("Error: %s\n" % e)
         return 1
-    store = env.GetProjectOption("custom_store", "") or os.path.join(
-        env.subst("$PROJECT_DIR"), "mcutrain_store_%s.bin" % env.subst("$PIOENV"))
+    store = (env.GetProjectOption("custom_store_path", "") or env.GetProjectOption("custom_store", "")
+             or os.path.join(env.subst("$PROJECT_DIR"), "mcutrain_store_%s.bin" % env.subst("$PIOENV")))
     cmd = [harness, str(source[0]), "mcu=" + mcu, "freq=" + f_cpu, "serial=pty", "eeprom=" + store,
            "report=" + os.path.join(build_dir, "simavr_report.json")]
     print("Running in simavr (%s at %s Hz); connect the device client to the PTY below" % (mcu, f_cpu))
@@ -129,7 +138,7 @@ def run_in_simavr(target, source, env):
     return subprocess.call(cmd)
 
 
-def harness_target(target, source, env):
+def build_harness_for_test(target, source, env):
     """SCons action (SCons decides when it is out of date): build the harness for `pio test`, whose
     test_testing_command runs it."""
     try:
@@ -144,8 +153,7 @@ program = env.BuildProgram()
 env.AddPostAction(program, env.VerboseAction(check_size, "Checking RAM and flash of $TARGET"))
 if "__test" in COMMAND_LINE_TARGETS:
     harness = env.Command(os.path.join("$BUILD_DIR", "avr_run"), HARNESS_SRC,
-                          env.VerboseAction(harness_target, "Building the simavr harness $TARGET"))
+                          env.VerboseAction(build_harness_for_test, "Building the simavr harness $TARGET"))
     Default(harness)
-for alias in ("upload", "exec"):
-    AlwaysBuild(env.Alias(alias, program, env.VerboseAction(run_in_simavr, "Running $SOURCE in simavr")))
+common.add_run_targets(env, program, run_in_simavr, "Running $SOURCE in simavr")
 Default([program])
