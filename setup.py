@@ -11,6 +11,7 @@ The host build keeps -ffp-contract=off (as every firmware build does) so the hos
 the same bits as a device, and widens the register tiles of the matrix kernels for the host CPU.
 MCUTRAIN_MARCH selects the -march flag (default: native; set it to e.g. x86-64-v2 for a portable wheel).
 """
+
 import glob
 import os
 import sys
@@ -20,9 +21,20 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 march = os.environ.get("MCUTRAIN_MARCH", "native")
-cflags = ["-std=c99", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fopenmp",
-          "-DMCT_HOST_KERNELS", "-DMCT_TILE_M=4", "-DMCT_TILE_N=16", "-Wall", "-Wextra", "-Wno-unused-function",
-          "-Wno-unreachable-code"]
+cflags = [
+    "-std=c99",
+    "-O3",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+    "-fopenmp",
+    "-DMCT_HOST_KERNELS",
+    "-DMCT_TILE_M=4",
+    "-DMCT_TILE_N=16",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-function",
+    "-Wno-unreachable-code",
+]
 if march:
     cflags.append("-march=" + march)
 if sys.platform == "darwin":
@@ -38,8 +50,13 @@ ext = Extension(
     extra_link_args=[] if sys.platform == "darwin" else ["-fopenmp"],
 )
 
-PACKAGE_DIRS = {"mcutrain": "trainer", "mcutrain.exporter": "exporter", "mcutrain.cli": "cli",
-                "mcutrain.firmware": "firmware", "mcutrain.boards": "boards"}
+PACKAGE_DIRS = {
+    "mcutrain": "trainer",
+    "mcutrain.exporter": "exporter",
+    "mcutrain.cli": "cli",
+    "mcutrain.firmware": "firmware",
+    "mcutrain.boards": "boards",
+}
 
 setup(
     ext_modules=cythonize([ext], language_level=3),

@@ -1,10 +1,12 @@
 """`mcutrain`: train small networks on the host, export them to a board, build, flash, simulate, and
 talk to the device. Each command lives in its own module; this one ties them together."""
+
 from __future__ import annotations
 
 import click
 
 from mcutrain.version import __version__
+
 from .common import EXIT_CODES_HELP, ErrorPolicyGroup
 
 
@@ -34,6 +36,7 @@ def _register() -> None:
     from .export import build, export, flash, sim
     from .model import boards, eval_cmd, info, plot
     from .train import train
+
     for cmd in (train, eval_cmd, info, plot, boards, export, build, flash, sim, device):
         main.add_command(cmd)
 

@@ -1,5 +1,6 @@
 """Shared pieces of the `mcutrain` command line: exit codes, the error policy, tables, progress
 bars and the rules for output files (written atomically, never replaced without --force)."""
+
 from __future__ import annotations
 
 import inspect
@@ -63,18 +64,32 @@ def _user_error_types() -> tuple:
     """Exceptions whose message is written for the user: shown as they are, exit code 1."""
     from mcutrain.errors import McuTrainError
     from mcutrain.exporter import boards, client, device, export, pio, protocol, quantize, sim
-    return (McuTrainError, boards.BoardError, export.ExportError, device.DeviceSpecError, client.DeviceError,
-            protocol.ProtocolError, pio.PioError, sim.SimError, quantize.QuantError, FileNotFoundError,
-            PermissionError, IsADirectoryError, NotADirectoryError)
+
+    return (
+        McuTrainError,
+        boards.BoardError,
+        export.ExportError,
+        device.DeviceSpecError,
+        client.DeviceError,
+        protocol.ProtocolError,
+        pio.PioError,
+        sim.SimError,
+        quantize.QuantError,
+        FileNotFoundError,
+        PermissionError,
+        IsADirectoryError,
+        NotADirectoryError,
+    )
 
 
 def translate(exc: BaseException) -> Optional[CliError]:
     """The CliError to show for an exception, or None to let it through (click's own exceptions)."""
     if isinstance(exc, (click.exceptions.Exit, click.ClickException, SystemExit, BrokenPipeError)):
-        return None       # click's own handling (a closed pipe, e.g. `| head`, ends quietly)
+        return None  # click's own handling (a closed pipe, e.g. `| head`, ends quietly)
     if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
         return Interrupted("interrupted")
     from mcutrain.exporter.memplan import MemoryPlanError
+
     if isinstance(exc, MemoryPlanError):
         return NoFit(str(exc))
     if isinstance(exc, _user_error_types()):
@@ -83,15 +98,15 @@ def translate(exc: BaseException) -> Optional[CliError]:
         return CliError(str(exc))
     if isinstance(exc, OSError):
         return CliError(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
-    return CliError(f"unexpected {type(exc).__name__}: {exc} (run again with --debug to see where; "
-                    f"please report it)")
+    return CliError(f"unexpected {type(exc).__name__}: {exc} (run again with --debug to see where; please report it)")
 
 
 class ErrorPolicyGroup(click.Group):
     """A group that turns exceptions into one-line messages with exit codes, unless --debug is on."""
 
-    def make_context(self, info_name: Optional[str], args: List[str], parent: Optional[click.Context] = None,
-                     **extra: Any) -> click.Context:
+    def make_context(
+        self, info_name: Optional[str], args: List[str], parent: Optional[click.Context] = None, **extra: Any
+    ) -> click.Context:
         """click's, with a Ctrl-C while the command line is read ending as any other: exit code 130."""
         try:
             return super().make_context(info_name, args, parent, **extra)
@@ -110,6 +125,7 @@ class ErrorPolicyGroup(click.Group):
 
 
 # ---- output files ----
+
 
 def check_output(path: Path, force: bool, what: str = "output") -> Path:
     """Check, before any work starts, that the output file can be written: CliError for an empty name, a
@@ -140,11 +156,13 @@ def check_output(path: Path, force: bool, what: str = "output") -> Path:
 def write_output(path: Path, data: bytes, force: bool, what: str = "output") -> None:
     """Write a file atomically, refusing to replace an existing one without force."""
     from mcutrain.files import atomic_write
+
     check_output(path, force, what)
     atomic_write(path, data)
 
 
 # ---- text output ----
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Optional[Sequence[bool]] = None) -> str:
     """A plain text table; numbers are right-aligned unless `right` says otherwise."""
@@ -181,6 +199,7 @@ def note(message: str) -> None:
 
 # ---- progress ----
 
+
 class Progress:
     """A progress bar on stderr, shown only when stderr is a terminal and not --quiet."""
 
@@ -193,10 +212,16 @@ class Progress:
         self._pending = 0
         self._drawn = 0.0
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.enabled:
-            self._bar = click.progressbar(length=max(self.total, 1), label=self._label, file=sys.stderr,
-                                          show_pos=True, show_eta=True, item_show_func=lambda _: self.status)
+            self._bar = click.progressbar(
+                length=max(self.total, 1),
+                label=self._label,
+                file=sys.stderr,
+                show_pos=True,
+                show_eta=True,
+                item_show_func=lambda _: self.status,
+            )
             self._bar.__enter__()
         return self
 
@@ -218,8 +243,10 @@ class Progress:
 
 def example(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Append an 'Example' section (kept as written) to a command's help."""
+
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         lines = "\n".join("  " + ln for ln in text.strip().splitlines())
         f.__doc__ = inspect.cleandoc(f.__doc__ or "") + "\n\n\b\nExample:\n" + lines + "\n"
         return f
+
     return deco

@@ -1,5 +1,6 @@
 """The command-line options that name a data source (--data, --problem and the per-format settings),
 turned into a mcutrain.sources.DataSettings."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,15 +14,27 @@ from mcutrain.sources import DataSettings
 def data_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The options that name a data source (--data, --problem and the per-format settings)."""
     opts = [
-        click.option("--data", "data_path", type=click.Path(dir_okay=False), default=None,
-                     help="Data file: .csv, .npz or IDX images (MNIST format; give --labels)."),
-        click.option("--problem", default=None, help="Built-in problem instead of a file: parityN (e.g. parity8), "
-                     "modaddN (e.g. modadd10) or axplusb."),
-        click.option("--inputs", default=None, help="CSV input columns: '0-19', '1,3,5' or header names "
-                     "[default: all but the targets]."),
+        click.option(
+            "--data",
+            "data_path",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="Data file: .csv, .npz or IDX images (MNIST format; give --labels).",
+        ),
+        click.option(
+            "--problem",
+            default=None,
+            help="Built-in problem instead of a file: parityN (e.g. parity8), modaddN (e.g. modadd10) or axplusb.",
+        ),
+        click.option(
+            "--inputs",
+            default=None,
+            help="CSV input columns: '0-19', '1,3,5' or header names [default: all but the targets].",
+        ),
         click.option("--targets", default=None, help="CSV target columns [default: the last one]."),
-        click.option("--labels", type=click.Path(dir_okay=False), default=None,
-                     help="IDX labels file that goes with IDX images."),
+        click.option(
+            "--labels", type=click.Path(dir_okay=False), default=None, help="IDX labels file that goes with IDX images."
+        ),
         click.option("--x-key", default="x", show_default=True, help="NPZ array with the inputs."),
         click.option("--y-key", default="y", show_default=True, help="NPZ array with the targets."),
         click.option("--classify", is_flag=True, help="Targets are integer class labels: make them one-hot."),
@@ -31,13 +44,27 @@ def data_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def settings_from_options(data_path: Optional[str], problem: Optional[str], inputs: Optional[str],
-                      targets: Optional[str], labels: Optional[str], x_key: str, y_key: str,
-                      classify: bool) -> DataSettings:
+def settings_from_options(
+    data_path: Optional[str],
+    problem: Optional[str],
+    inputs: Optional[str],
+    targets: Optional[str],
+    labels: Optional[str],
+    x_key: str,
+    y_key: str,
+    classify: bool,
+) -> DataSettings:
     """A DataSettings from data_options' values (file paths made absolute, so a resumed run finds them)."""
-    return DataSettings(problem=problem, path=str(Path(data_path).resolve()) if data_path else None, inputs=inputs,
-                    targets=targets, labels=str(Path(labels).resolve()) if labels else None, x_key=x_key,
-                    y_key=y_key, classify=classify)
+    return DataSettings(
+        problem=problem,
+        path=str(Path(data_path).resolve()) if data_path else None,
+        inputs=inputs,
+        targets=targets,
+        labels=str(Path(labels).resolve()) if labels else None,
+        x_key=x_key,
+        y_key=y_key,
+        classify=classify,
+    )
 
 
 DATA_KEYS = ("data_path", "problem", "inputs", "targets", "labels", "x_key", "y_key", "classify")

@@ -1,4 +1,5 @@
 """`mcutrain train`: build or resume a network, check it against the data, train it, save it."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,95 +11,235 @@ from click.core import ParameterSource
 
 from mcutrain import layers as L
 from mcutrain import losses as losses_mod
-from .common import CliError, Interrupted, Progress, check_output, example, note
-from mcutrain.sources import FileSource, Source, check_widths, open_source
-from .data_options import DATA_KEYS, data_options, pop_data_options
+from mcutrain.architecture import load_architecture_file, parse_inline
 from mcutrain.losses import Loss
 from mcutrain.modelfile import load_model
 from mcutrain.module import Module
 from mcutrain.optim import KINDS, SCHEDULES, Optimizer, TrainParams
 from mcutrain.recorder import Recorder
 from mcutrain.run import RunSettings, TrainingRun
-from mcutrain.architecture import load_architecture_file, parse_inline
+from mcutrain.sources import FileSource, Source, check_widths, open_source
+
+from .common import CliError, Interrupted, Progress, check_output, example, note
+from .data_options import DATA_KEYS, data_options, pop_data_options
 
 DEFAULT_NET = "linear:20x35,sigmoid,linear:35x10,softmax"
 DEFAULT_PROBLEM = "modadd10"
 DEFAULT_STEPS = 3000
 DEFAULT_OUTPUT = "model.mct"
 
-TP_OPTIONS = {"lr": "lr", "schedule": "schedule", "lr_final": "lr_final", "decay_steps": "decay_steps",
-              "warmup": "warmup_steps", "l1": "l1", "l2": "l2", "clip": "clip", "scale_by_loss": "scale_by_loss"}
+TP_OPTIONS = {
+    "lr": "lr",
+    "schedule": "schedule",
+    "lr_final": "lr_final",
+    "decay_steps": "decay_steps",
+    "warmup": "warmup_steps",
+    "l1": "l1",
+    "l2": "l2",
+    "clip": "clip",
+    "scale_by_loss": "scale_by_loss",
+}
 COEFF_OPTIONS = ("momentum", "beta", "beta1", "beta2", "eps", "similarity_penalty")
 RUN_OPTIONS = ("batch", "threads", "seed", "val", "eval_every", "log_every")
-DATA_FIELDS = {"data_path": "path", "problem": "problem", "inputs": "inputs", "targets": "targets",
-               "labels": "labels", "x_key": "x_key", "y_key": "y_key", "classify": "classify"}  # option -> DataSettings
+DATA_FIELDS = {
+    "data_path": "path",
+    "problem": "problem",
+    "inputs": "inputs",
+    "targets": "targets",
+    "labels": "labels",
+    "x_key": "x_key",
+    "y_key": "y_key",
+    "classify": "classify",
+}  # option -> DataSettings
 # how a resumed run names a change of its data source's settings, and the DataSettings fields behind each
-DATA_CHANGES = [("--data/--problem", ("problem", "path")), ("--labels", ("labels",)), ("--inputs", ("inputs",)),
-                ("--targets", ("targets",)), ("--x-key", ("x_key",)), ("--y-key", ("y_key",)),
-                ("--classify", ("classify",))]
+DATA_CHANGES = [
+    ("--data/--problem", ("problem", "path")),
+    ("--labels", ("labels",)),
+    ("--inputs", ("inputs",)),
+    ("--targets", ("targets",)),
+    ("--x-key", ("x_key",)),
+    ("--y-key", ("y_key",)),
+    ("--classify", ("classify",)),
+]
 
 
 def _options(f: Any) -> Any:
     """Every option of `mcutrain train` (kept apart from the function for readability)."""
     opts = [
-        click.option("--net", "net_text", default=None,
-                     help=f"Inline network, e.g. '{DEFAULT_NET}' (the default with the default problem)."),
-        click.option("--net-file", "net_file", type=click.Path(dir_okay=False), default=None,
-                     help="Network architecture file (TOML or JSON: a list of layers) instead of --net."),
+        click.option(
+            "--net",
+            "net_text",
+            default=None,
+            help=f"Inline network, e.g. '{DEFAULT_NET}' (the default with the default problem).",
+        ),
+        click.option(
+            "--net-file",
+            "net_file",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="Network architecture file (TOML or JSON: a list of layers) instead of --net.",
+        ),
         data_options,
-        click.option("--val", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
-                     help="Fraction of a data file held out for validation (problems draw fresh samples)."),
-        click.option("--loss", "loss_name", default="auto", show_default=True,
-                     help="mse, huber[:BETA], logit_bce, cross_entropy, cosine; auto = cross_entropy after "
-                          "softmax, else mse."),
-        click.option("--opt", "opt_kind", type=click.Choice(list(KINDS)), default="adam", show_default=True,
-                     help="Optimizer."),
+        click.option(
+            "--val",
+            type=click.FloatRange(0, 1, max_open=True),
+            default=0.1,
+            show_default=True,
+            help="Fraction of a data file held out for validation (problems draw fresh samples).",
+        ),
+        click.option(
+            "--loss",
+            "loss_name",
+            default="auto",
+            show_default=True,
+            help="mse, huber[:BETA], logit_bce, cross_entropy, cosine; auto = cross_entropy after softmax, else mse.",
+        ),
+        click.option(
+            "--opt", "opt_kind", type=click.Choice(list(KINDS)), default="adam", show_default=True, help="Optimizer."
+        ),
         click.option("--lr", type=float, default=0.01, show_default=True, help="Learning rate."),
-        click.option("--schedule", type=click.Choice(list(SCHEDULES)), default="constant", show_default=True,
-                     help="Learning-rate decay to --lr-final over --decay-steps."),
+        click.option(
+            "--schedule",
+            type=click.Choice(list(SCHEDULES)),
+            default="constant",
+            show_default=True,
+            help="Learning-rate decay to --lr-final over --decay-steps.",
+        ),
         click.option("--lr-final", type=float, default=0.0, show_default=True, help="Final learning rate."),
-        click.option("--decay-steps", type=click.IntRange(0), default=0,
-                     help="Steps of the decay [default: the run's steps]."),
-        click.option("--warmup", type=click.IntRange(0), default=0, show_default=True,
-                     help="Warm-up steps (soft start)."),
-        click.option("--l1", type=float, default=0.0, show_default=True, help="L1 penalty l1*|w| on connection weights (not biases)."),
-        click.option("--l2", type=float, default=0.0, show_default=True, help="L2 penalty l2*w^2 on connection weights, added to the gradient as 2*l2*w (PyTorch weight_decay = 2*l2; coupled, not AdamW)."),
-        click.option("--clip", type=float, default=0.0, show_default=True, help="Clamp each element of the raw gradient to [-clip, clip], before L1/L2 (0 = off)."),
-        click.option("--scale-by-loss", is_flag=True, help="Multiply each step's learning rate by the loss (minidx scales the gradient instead)."),
-        click.option("--momentum", type=float, default=0.9, show_default=True,
-                     help="Momentum coefficient (momentum, rmsprop_momentum)."),
-        click.option("--beta", type=float, default=0.9, show_default=True, help="RMSProp decay of the mean square (PyTorch's alpha)."),
+        click.option(
+            "--decay-steps", type=click.IntRange(0), default=0, help="Steps of the decay [default: the run's steps]."
+        ),
+        click.option(
+            "--warmup", type=click.IntRange(0), default=0, show_default=True, help="Warm-up steps (soft start)."
+        ),
+        click.option(
+            "--l1",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help="L1 penalty l1*|w| on connection weights (not biases).",
+        ),
+        click.option(
+            "--l2",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help=(
+                "L2 penalty l2*w^2 on connection weights, added to the gradient as 2*l2*w "
+                "(PyTorch weight_decay = 2*l2; coupled, not AdamW)."
+            ),
+        ),
+        click.option(
+            "--clip",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help="Clamp each element of the raw gradient to [-clip, clip], before L1/L2 (0 = off).",
+        ),
+        click.option(
+            "--scale-by-loss",
+            is_flag=True,
+            help="Multiply each step's learning rate by the loss (minidx scales the gradient instead).",
+        ),
+        click.option(
+            "--momentum",
+            type=float,
+            default=0.9,
+            show_default=True,
+            help="Momentum coefficient (momentum, rmsprop_momentum).",
+        ),
+        click.option(
+            "--beta",
+            type=float,
+            default=0.9,
+            show_default=True,
+            help="RMSProp decay of the mean square (PyTorch's alpha).",
+        ),
         click.option("--beta1", type=float, default=0.9, show_default=True, help="Adam beta1."),
         click.option("--beta2", type=float, default=0.999, show_default=True, help="Adam beta2."),
-        click.option("--eps", type=float, default=None, help="Optimizer epsilon [default: 1e-8 Adam, added to the root; 1e-20 RMSProp, under the root]."),
-        click.option("--similarity-penalty", type=float, default=0.0, show_default=True,
-                     help="Momentum's cosine-similarity penalty (0 = off)."),
-        click.option("--steps", type=click.IntRange(1), default=None,
-                     help=f"Total training steps, counting those before a --resume [default: {DEFAULT_STEPS}]."),
-        click.option("--epochs", type=click.IntRange(1), default=None,
-                     help="Total passes over a data file, instead of --steps."),
+        click.option(
+            "--eps",
+            type=float,
+            default=None,
+            help="Optimizer epsilon [default: 1e-8 Adam, added to the root; 1e-20 RMSProp, under the root].",
+        ),
+        click.option(
+            "--similarity-penalty",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help="Momentum's cosine-similarity penalty (0 = off).",
+        ),
+        click.option(
+            "--steps",
+            type=click.IntRange(1),
+            default=None,
+            help=f"Total training steps, counting those before a --resume [default: {DEFAULT_STEPS}].",
+        ),
+        click.option(
+            "--epochs", type=click.IntRange(1), default=None, help="Total passes over a data file, instead of --steps."
+        ),
         click.option("--batch", type=click.IntRange(1), default=32, show_default=True, help="Batch size."),
-        click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
-                     help="Threads per batch (results then differ in the last bits from 1 thread)."),
-        click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
-                     help="Seed of the initial weights and of the data order."),
+        click.option(
+            "--threads",
+            type=click.IntRange(1),
+            default=1,
+            show_default=True,
+            help="Threads per batch (results then differ in the last bits from 1 thread).",
+        ),
+        click.option(
+            "--seed",
+            type=click.IntRange(0),
+            default=0,
+            show_default=True,
+            help="Seed of the initial weights and of the data order.",
+        ),
         click.option("--init-scale", type=float, default=1.0, show_default=True, help="Initial weight scale."),
-        click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-                     help=f"Model file to write [default: {DEFAULT_OUTPUT}, or the --resume file]."),
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help=f"Model file to write [default: {DEFAULT_OUTPUT}, or the --resume file].",
+        ),
         click.option("--force", is_flag=True, help="Replace existing output files."),
-        click.option("--log", "log_path", type=click.Path(dir_okay=False), default=None,
-                     help="JSON-lines training log (appended to when resuming)."),
-        click.option("--log-every", type=click.IntRange(1), default=10, show_default=True,
-                     help="Log the loss every N steps."),
-        click.option("--eval-every", type=click.IntRange(0), default=0,
-                     help="Validate every N steps [default: 20 times per run]."),
-        click.option("--checkpoint-every", type=click.IntRange(0), default=0, show_default=True,
-                     help="Also save the model file every N steps (0 = only at the end)."),
-        click.option("--resume", type=click.Path(dir_okay=False, exists=True), default=None,
-                     help="Continue the run saved in this model file exactly where it stopped."),
+        click.option(
+            "--log",
+            "log_path",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="JSON-lines training log (appended to when resuming).",
+        ),
+        click.option(
+            "--log-every", type=click.IntRange(1), default=10, show_default=True, help="Log the loss every N steps."
+        ),
+        click.option(
+            "--eval-every",
+            type=click.IntRange(0),
+            default=0,
+            help="Validate every N steps [default: 20 times per run].",
+        ),
+        click.option(
+            "--checkpoint-every",
+            type=click.IntRange(0),
+            default=0,
+            show_default=True,
+            help="Also save the model file every N steps (0 = only at the end).",
+        ),
+        click.option(
+            "--resume",
+            type=click.Path(dir_okay=False, exists=True),
+            default=None,
+            help="Continue the run saved in this model file exactly where it stopped.",
+        ),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
-        click.option("--stop-after", type=click.IntRange(0), default=0, hidden=True,
-                     help="Testing: behave as if Ctrl-C came after N steps of this invocation."),
+        click.option(
+            "--stop-after",
+            type=click.IntRange(0),
+            default=0,
+            hidden=True,
+            help="Testing: behave as if Ctrl-C came after N steps of this invocation.",
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -120,19 +261,26 @@ def train(ctx: click.Context, **kw: Any) -> None:
     against the data, the loss and the optimizer settings. Ctrl-C saves a checkpoint and exits with
     code 130; --resume continues it bit for bit as if it had never stopped.
     """
-    explicit = {k for k in kw if ctx.get_parameter_source(k) in (ParameterSource.COMMANDLINE,
-                                                                   ParameterSource.ENVIRONMENT)}
+    explicit = {
+        k for k in kw if ctx.get_parameter_source(k) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    }
     setup = _resume(kw, explicit) if kw["resume"] else _fresh(kw)
     if setup is None:
         return
     net, opt, loss, source, settings, out, start = setup
     log = _open_log(kw["log_path"], kw["force"], resuming=bool(kw["resume"]), every=settings.log_every)
     if log is not None:
-        log.start(network=net.architecture(), optimizer=opt.config(), settings=settings.to_dict(),
-                  n_params=net.param_count(), resumed_at=start if start else None)
+        log.start(
+            network=net.architecture(),
+            optimizer=opt.config(),
+            settings=settings.to_dict(),
+            n_params=net.param_count(),
+            resumed_at=start if start else None,
+        )
     with Progress(settings.steps - start, "training", not kw["quiet"]) as bar:
-        run = TrainingRun(net, opt, loss, source, settings, out, start, log, bar.update,
-                          kw["checkpoint_every"], kw["stop_after"])
+        run = TrainingRun(
+            net, opt, loss, source, settings, out, start, log, bar.update, kw["checkpoint_every"], kw["stop_after"]
+        )
         try:
             result = run.run()
         except BaseException:
@@ -140,15 +288,22 @@ def train(ctx: click.Context, **kw: Any) -> None:
                 log.close()
             raise
     if log is not None:
-        log.end(step=result.batches, smoothed_loss=result.loss, interrupted=result.interrupted,
-                **{f"val_{k}": v for k, v in result.val.items()})
+        log.end(
+            step=result.batches,
+            smoothed_loss=result.loss,
+            interrupted=result.interrupted,
+            **{f"val_{k}": v for k, v in result.val.items()},
+        )
     if result.interrupted:
-        raise Interrupted(f"interrupted at step {result.batches} of {settings.steps}; saved a checkpoint to "
-                          f"{out}: continue with `mcutrain train --resume {out}`")
+        raise Interrupted(
+            f"interrupted at step {result.batches} of {settings.steps}; saved a checkpoint to "
+            f"{out}: continue with `mcutrain train --resume {out}`"
+        )
     _summary(result, settings, source, opt, out)
 
 
 # ---- fresh runs ----
+
 
 def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
     """Everything a new run needs, checked before training."""
@@ -164,15 +319,26 @@ def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
     given = kw["net_text"] or kw["net_file"]
     check_widths(net.n_in, net.n_out, source, "the network" if given else f"the default network ({DEFAULT_NET})")
     loss = _loss(kw["loss_name"], net)
-    settings = RunSettings(data=data, loss=str(loss), batch=kw["batch"], threads=kw["threads"], seed=kw["seed"],
-                           val=kw["val"] if data.path else 0.0, steps=_total_steps(kw, source, kw["batch"], None),
-                           epochs=kw["epochs"], init_scale=kw["init_scale"], eval_every=kw["eval_every"],
-                           log_every=kw["log_every"])
+    settings = RunSettings(
+        data=data,
+        loss=str(loss),
+        batch=kw["batch"],
+        threads=kw["threads"],
+        seed=kw["seed"],
+        val=kw["val"] if data.path else 0.0,
+        steps=_total_steps(kw, source, kw["batch"], None),
+        epochs=kw["epochs"],
+        init_scale=kw["init_scale"],
+        eval_every=kw["eval_every"],
+        log_every=kw["log_every"],
+    )
     net.rand_params(settings.seed, settings.init_scale)
     opt = _optimizer(net, kw, settings.steps)
     if default_example:
-        note(f"training the built-in example: {DEFAULT_NET} on {DEFAULT_PROBLEM} for {settings.steps} steps "
-             f"(see `mcutrain train --help` for your own network and data)")
+        note(
+            f"training the built-in example: {DEFAULT_NET} on {DEFAULT_PROBLEM} for {settings.steps} steps "
+            f"(see `mcutrain train --help` for your own network and data)"
+        )
     return net, opt, loss, source, settings, out, 0
 
 
@@ -208,8 +374,9 @@ def _total_steps(kw: Dict[str, Any], source: Source, batch: int, stored: Optiona
     return kw["steps"] or stored or DEFAULT_STEPS
 
 
-def _train_params(kw: Dict[str, Any], steps: int, base: Optional[TrainParams] = None,
-                  only: Optional[Set[str]] = None) -> TrainParams:
+def _train_params(
+    kw: Dict[str, Any], steps: int, base: Optional[TrainParams] = None, only: Optional[Set[str]] = None
+) -> TrainParams:
     """TrainParams from the options (all of them, or only those named in `only`, on top of base)."""
     values = {field: kw[opt] for opt, field in TP_OPTIONS.items() if only is None or opt in only}
     merged = {**(base.to_dict() if base is not None else {}), **values}
@@ -223,11 +390,20 @@ def _optimizer(net: Module, kw: Dict[str, Any], steps: int) -> Optimizer:
     tp = _train_params(kw, steps)
     kind = kw["opt_kind"]
     beta = kw["beta2"] if kind == "adam" else kw["beta"]
-    return Optimizer(kind, tp, net.param_count(), momentum=kw["momentum"], beta=beta, beta1=kw["beta1"],
-                     eps=kw["eps"], sim_penalty=kw["similarity_penalty"])
+    return Optimizer(
+        kind,
+        tp,
+        net.param_count(),
+        momentum=kw["momentum"],
+        beta=beta,
+        beta1=kw["beta1"],
+        eps=kw["eps"],
+        sim_penalty=kw["similarity_penalty"],
+    )
 
 
 # ---- resumed runs ----
+
 
 def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]:
     """Everything a resumed run needs: the model file's state, its stored settings, and what the
@@ -235,8 +411,10 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     src = Path(kw["resume"])
     for fixed in ("net_text", "net_file", "init_scale"):
         if fixed in explicit:
-            raise CliError(f"--{fixed.replace('_text', '').replace('_file', '').replace('_', '-')} cannot be used "
-                           f"with --resume: the model file fixes the network and its initial weights")
+            raise CliError(
+                f"--{fixed.replace('_text', '').replace('_file', '').replace('_', '-')} cannot be used "
+                f"with --resume: the model file fixes the network and its initial weights"
+            )
     out = src if kw["output"] is None else Path(kw["output"])
     if out.resolve() != src.resolve():
         check_output(out, kw["force"], "model file")
@@ -260,11 +438,15 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     if crc is not None and not data_changed and settings.data.fingerprint() != crc:
         changed.append(f"the contents of {settings.data.path}")
     if changed:
-        note(f"note: {', '.join(dict.fromkeys(changed))} differ from the saved run: training continues, but not "
-             f"exactly as an uninterrupted run would have")
+        note(
+            f"note: {', '.join(dict.fromkeys(changed))} differ from the saved run: training continues, but not "
+            f"exactly as an uninterrupted run would have"
+        )
     if start >= settings.steps:
-        note(f"{src} has already trained {start} of {settings.steps} steps: nothing to do "
-             f"(give a larger --steps or --epochs to train further)")
+        note(
+            f"{src} has already trained {start} of {settings.steps} steps: nothing to do "
+            f"(give a larger --steps or --epochs to train further)"
+        )
         return None
     return net, opt, loss, source, settings, out, start
 
@@ -302,23 +484,32 @@ def _apply_data_options(settings: RunSettings, kw: Dict[str, Any], explicit: Set
     return changed, source_changed
 
 
-def _resumed_optimizer(opt: Optional[Optimizer], net: Module, kw: Dict[str, Any], explicit: Set[str],
-                       steps: int) -> Tuple[Optimizer, List[str]]:
+def _resumed_optimizer(
+    opt: Optional[Optimizer], net: Module, kw: Dict[str, Any], explicit: Set[str], steps: int
+) -> Tuple[Optimizer, List[str]]:
     """The saved optimizer, with explicitly given TrainParams options applied; the kind and the
     coefficients cannot change (the saved state belongs to them)."""
     if opt is None:
         return _optimizer(net, kw, steps), ["the optimizer (the model file has none)"]
     cfg = opt.config()
-    stored_coeffs = {"momentum": cfg["momentum"], "beta": cfg["beta"] if opt.kind != "adam" else None,
-                     "beta2": cfg["beta"] if opt.kind == "adam" else None, "beta1": cfg["beta1"],
-                     "eps": cfg["eps"], "similarity_penalty": cfg["sim_penalty"]}
+    stored_coeffs = {
+        "momentum": cfg["momentum"],
+        "beta": cfg["beta"] if opt.kind != "adam" else None,
+        "beta2": cfg["beta"] if opt.kind == "adam" else None,
+        "beta1": cfg["beta1"],
+        "eps": cfg["eps"],
+        "similarity_penalty": cfg["sim_penalty"],
+    }
     if "opt_kind" in explicit and kw["opt_kind"] != opt.kind:
-        raise CliError(f"--opt cannot change when resuming: the saved state belongs to {opt.kind}; "
-                       f"start a new run instead")
+        raise CliError(
+            f"--opt cannot change when resuming: the saved state belongs to {opt.kind}; start a new run instead"
+        )
     for name in COEFF_OPTIONS:
         if name in explicit and stored_coeffs.get(name) is not None and kw[name] != stored_coeffs[name]:
-            raise CliError(f"--{name.replace('_', '-')} cannot change when resuming ({opt.kind} was saved with "
-                           f"{stored_coeffs[name]:g}); start a new run instead")
+            raise CliError(
+                f"--{name.replace('_', '-')} cannot change when resuming ({opt.kind} was saved with "
+                f"{stored_coeffs[name]:g}); start a new run instead"
+            )
     tp_given = explicit & set(TP_OPTIONS)
     if not tp_given:
         return opt, []
@@ -330,6 +521,7 @@ def _resumed_optimizer(opt: Optional[Optimizer], net: Module, kw: Dict[str, Any]
 
 
 # ---- output ----
+
 
 def _open_log(path: Optional[str], force: bool, resuming: bool, every: int) -> Optional[Recorder]:
     """The JSON-lines recorder, writing a step record every `every` steps (appending when a resumed
@@ -345,8 +537,10 @@ def _open_log(path: Optional[str], force: bool, resuming: bool, every: int) -> O
 
 def _summary(result: Any, settings: RunSettings, source: Source, opt: Optimizer, out: Path) -> None:
     """What the run achieved, on stdout."""
-    parts = [f"trained {result.batches} steps on {source.name} ({opt.kind}, {settings.loss})",
-             f"loss {result.loss:.4g}"]
+    parts = [
+        f"trained {result.batches} steps on {source.name} ({opt.kind}, {settings.loss})",
+        f"loss {result.loss:.4g}",
+    ]
     if "accuracy" in result.val:
         parts.append(f"validation accuracy {result.val['accuracy']:.1%}")
     elif "loss" in result.val:

@@ -1,5 +1,6 @@
 """The device client: speaks the protocol to a real board (a serial port), to the native firmware
 over a pty, or to a simulator's serial line."""
+
 from __future__ import annotations
 
 import os
@@ -51,6 +52,7 @@ class DeviceError(RuntimeError):
 @dataclass
 class DeviceInfo:
     """What INFO reports."""
+
     version: int
     hash: str
     n_in: int
@@ -70,15 +72,16 @@ class Device:
     """A connection to mcutrain firmware. Use Device.open(port) for a serial port."""
 
     def __init__(self, link: Any, process: Optional[subprocess.Popen] = None) -> None:
-        self.link = link              # anything with read(n), write(bytes), and a timeout
+        self.link = link  # anything with read(n), write(bytes), and a timeout
         self.process = process
         self._info: Optional[DeviceInfo] = None
 
     # ---- connections ----
     @classmethod
-    def open(cls, port: str, baud: int = 115200, timeout: float = 5.0) -> "Device":
+    def open(cls, port: str, baud: int = 115200, timeout: float = 5.0) -> Device:
         """Open a serial port (a board, a pty, a simulator's serial line)."""
         import serial  # pyserial
+
         try:
             link = serial.Serial(port, baud, timeout=timeout)
         except (serial.SerialException, OSError) as e:
@@ -86,8 +89,9 @@ class Device:
         return cls(link)
 
     @classmethod
-    def spawn(cls, argv: Sequence[str], timeout: float = 10.0, env: Optional[dict] = None,
-              cwd: Optional[str] = None) -> "Device":
+    def spawn(
+        cls, argv: Sequence[str], timeout: float = 10.0, env: Optional[dict] = None, cwd: Optional[str] = None
+    ) -> Device:
         """Start a program that prints 'PTY /dev/pts/N' (the native firmware with --pty) and connect to it."""
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
         assert proc.stdout is not None
@@ -113,7 +117,7 @@ class Device:
                     self.process.kill()
                     self.process.wait()
 
-    def __enter__(self) -> "Device":
+    def __enter__(self) -> Device:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -127,8 +131,11 @@ class Device:
         if r.cmd != cmd:
             raise ProtocolError(f"the device answered command {r.cmd} to command {cmd}")
         if r.status not in ok:
-            text = STATUS_TEXT.get(Status(r.status), f"status {r.status}") if r.status in Status._value2member_map_ \
+            text = (
+                STATUS_TEXT.get(Status(r.status), f"status {r.status}")
+                if r.status in Status._value2member_map_
                 else f"status {r.status}"
+            )
             raise DeviceError(f"{Cmd(cmd).name if cmd in Cmd._value2member_map_ else cmd}: {text}", r.status)
         return r.data
 
@@ -142,8 +149,21 @@ class Device:
         n_in, n_out, n_params, n_tr = struct.unpack_from("<HHII", d, 9)
         opt, slots, loss = d[21], d[22], d[23]
         step, max_payload = struct.unpack_from("<IH", d, 24)
-        self._info = DeviceInfo(ver, d[1:9].hex(), n_in, n_out, n_params, n_tr, opt, slots, loss, step,
-                                max_payload, bool(d[30] & 1), bool(d[30] & 2))
+        self._info = DeviceInfo(
+            ver,
+            d[1:9].hex(),
+            n_in,
+            n_out,
+            n_params,
+            n_tr,
+            opt,
+            slots,
+            loss,
+            step,
+            max_payload,
+            bool(d[30] & 1),
+            bool(d[30] & 2),
+        )
         return self._info
 
     @property
@@ -169,8 +189,10 @@ class Device:
         info = self.cached_info
         xa = np.asarray(x, dtype=np.float32)
         rows = xa.reshape(-1, info.n_in) if xa.ndim > 1 else [xa]
-        out = [np.frombuffer(self.request(Cmd.PREDICT, self._pack_floats(r, info.n_in, "input")), "<f4").copy()
-               for r in rows]
+        out = [
+            np.frombuffer(self.request(Cmd.PREDICT, self._pack_floats(r, info.n_in, "input")), "<f4").copy()
+            for r in rows
+        ]
         return np.stack(out) if xa.ndim > 1 else out[0]
 
     def train(self, x: Any, t: Any) -> Tuple[float, int]:
@@ -200,7 +222,7 @@ class Device:
         """Write a region's floats."""
         v = np.ascontiguousarray(values, "<f4").ravel()
         for off in range(0, v.shape[0], self._floats_per_frame()):
-            part = v[off:off + self._floats_per_frame()]
+            part = v[off : off + self._floats_per_frame()]
             self.request(Cmd.WRITE, struct.pack("<BI", region, off) + part.tobytes())
 
     def pull(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,6 +1,7 @@
 """Memory plan of an export on a board: flash (code estimate + constants) and RAM (parameters,
 optimizer state, trace arena, scratch, I/O buffers, stack margin), checked before anything is built.
 A quantized export also shows what it saves against the f32 export with the same trainable layers."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from mcutrain.corefacts import LAYER_DTYPE, QUANT_OPS, WRITES_I8, Op, OptKind, l
 from .boards import Board
 from .device_model import DeviceModel
 
-APP_FIXED_RAM = 120       # app bookkeeping, mct_net, mct_opt, hash, train state
+APP_FIXED_RAM = 120  # app bookkeeping, mct_net, mct_opt, hash, train state
 # RAM the platform's runtime takes besides our buffers (serial buffers, libc, Arduino core) on the
 # real board; the simulated stand-ins run mcutrain's bare-metal ports, which need none of it
 RUNTIME_RAM = {"avr": 190, "host": 0}
@@ -19,8 +20,17 @@ RUNTIME_RAM_DEFAULT = 2048
 # Code an AVR firmware needs beyond the board's code_estimate (which covers the protocol, Dense/Linear,
 # Bias1d, the common activations, Softmax, SGD and momentum), per op and optimizer compiled in;
 # measured with avr-gcc 5.4 -Os. The 32-bit boards' estimates leave room for all of these.
-AVR_OP_CODE = {Op.GLU: 5000, Op.RMSNORM: 2500, Op.DYT: 2500, Op.SWISH: 2000, Op.CONV1D: 1500, Op.DIAG: 1000,
-               Op.SCALE: 800, Op.RES_END: 300, Op.QDENSE: 2700}
+AVR_OP_CODE = {
+    Op.GLU: 5000,
+    Op.RMSNORM: 2500,
+    Op.DYT: 2500,
+    Op.SWISH: 2000,
+    Op.CONV1D: 1500,
+    Op.DIAG: 1000,
+    Op.SCALE: 800,
+    Op.RES_END: 300,
+    Op.QDENSE: 2700,
+}
 AVR_OPT_CODE = {OptKind.RMSPROP: 1700, OptKind.RMSPROP_MOMENTUM: 2100, OptKind.ADAM: 2700}
 
 
@@ -31,13 +41,14 @@ class MemoryPlanError(ValueError):
 @dataclass
 class MemoryPlan:
     """Rows of (what, RAM bytes, flash bytes) and the board's budgets."""
+
     board: Board
     rows: List[Tuple[str, int, int]] = field(default_factory=list)
     ram_budget: int = 0
     flash_budget: int = 0
-    save_bytes: int = 0          # storage two save slots need (docs/protocol.md)
+    save_bytes: int = 0  # storage two save slots need (docs/protocol.md)
     quant: str = "f32"
-    baseline_ram: Optional[int] = None      # the f32 export's totals (quantized exports only)
+    baseline_ram: Optional[int] = None  # the f32 export's totals (quantized exports only)
     baseline_flash: Optional[int] = None
 
     @property
@@ -67,8 +78,10 @@ class MemoryPlan:
     def table(self) -> str:
         """The plan as a text table."""
         w = max(len(n) for n, _, _ in self.rows + [("total", 0, 0)])
-        lines = [f"memory plan for {self.board.name} ({self.board.title})",
-                 f"  {'':{w}}  {'RAM B':>10}  {'flash B':>10}"]
+        lines = [
+            f"memory plan for {self.board.name} ({self.board.title})",
+            f"  {'':{w}}  {'RAM B':>10}  {'flash B':>10}",
+        ]
         for n, r, f in self.rows:
             lines.append(f"  {n:{w}}  {r:>10,}  {f:>10,}")
         lines.append(f"  {'total':{w}}  {self.ram:>10,}  {self.flash:>10,}")
@@ -79,9 +92,11 @@ class MemoryPlan:
         if self.board.storage >= self.save_bytes:
             lines.append(f"  device saves use {self.save_bytes:,} B of the board's {self.board.storage:,} B of storage")
         else:
-            lines.append(f"  device saves need {self.save_bytes:,} B of storage, {self.board.name} has "
-                         f"{self.board.storage:,} B: SAVE will answer 'not supported' (train fewer layers or use "
-                         f"an optimizer without state to make them fit)")
+            lines.append(
+                f"  device saves need {self.save_bytes:,} B of storage, {self.board.name} has "
+                f"{self.board.storage:,} B: SAVE will answer 'not supported' (train fewer layers or use "
+                f"an optimizer without state to make them fit)"
+            )
         return "\n".join(lines)
 
 
@@ -97,10 +112,10 @@ def extra_code(m: DeviceModel, board: Board) -> int:
 def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
     """The memory plan of a device model on a board (sim: against the simulated stand-in's RAM)."""
     p = m.program
-    table_bytes = LAYER_DTYPE.itemsize * len(p.layers) + 32     # sizeof(mct_layer) each, + mct_net
-    sizes = [layer_size_of(d) for d in p.layers]       # what the core says each layer needs
+    table_bytes = LAYER_DTYPE.itemsize * len(p.layers) + 32  # sizeof(mct_layer) each, + mct_net
+    sizes = [layer_size_of(d) for d in p.layers]  # what the core says each layer needs
     q_bytes = sum(s.consts for d, s in zip(p.layers, sizes) if d.op in QUANT_OPS)
-    i8_arena = sum(s.out for d, s in zip(p.layers, sizes) if d.op in WRITES_I8)     # floats of int8 tensors
+    i8_arena = sum(s.out for d, s in zip(p.layers, sizes) if d.op in WRITES_I8)  # floats of int8 tensors
     rows = [
         ("parameters (f32, RAM)", 4 * p.n_params, 4 * p.n_params),
         ("optimizer state", 4 * p.n_params * m.opt_slots, 0),
@@ -113,7 +128,7 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
         ("stack margin", board.stack_margin, 0),
         ("code (estimate)", 0, board.code_estimate + extra_code(m, board)),
     ]
-    if q_bytes:   # full-integer int8: its constants and its int8 activations
+    if q_bytes:  # full-integer int8: its constants and its int8 activations
         rows[6:6] = [("full-integer layers (flash)", 0, q_bytes)]
         rows[3:3] = [("int8 activations (arena)", 4 * i8_arena, 0)]
     # two save slots of: a header, the RAM parameters, the optimizer slots, the train state (the core's layout)

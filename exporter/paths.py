@@ -1,5 +1,6 @@
 """Where mcutrain's firmware sources and board files are: the package data mcutrain.firmware and
 mcutrain.boards, found through importlib.resources (never by folder names in site-packages)."""
+
 from __future__ import annotations
 
 from importlib import resources

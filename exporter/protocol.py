@@ -1,4 +1,5 @@
 """Framing of the device protocol (docs/protocol.md): encode requests, decode replies."""
+
 from __future__ import annotations
 
 import binascii
@@ -10,6 +11,7 @@ from typing import Callable
 
 class Cmd(IntEnum):
     """Commands."""
+
     INFO = 1
     PREDICT = 2
     TRAIN = 3
@@ -24,6 +26,7 @@ class Cmd(IntEnum):
 
 class Status(IntEnum):
     """Reply status codes."""
+
     OK = 0
     BAD_CRC = 1
     BAD_LENGTH = 2
@@ -68,6 +71,7 @@ class ProtocolError(RuntimeError):
 @dataclass
 class Reply:
     """A decoded reply frame."""
+
     cmd: int
     status: int
     data: bytes

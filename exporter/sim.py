@@ -8,6 +8,7 @@ over a pty exactly as to a real board.
 
 Each simulator kind is a `Simulator` subclass registered in SIMULATORS by `kind` (boards/*.toml [sim]).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,18 +31,21 @@ class SimError(RuntimeError):
     the message says what to install or change."""
 
 
-NATIVE_TIMEOUT = 10.0      # seconds the native program may take to offer its pty, and to answer
-EXIT_TIMEOUT = 10.0        # seconds a simulator (or the native program) may take to end after QUIT
+NATIVE_TIMEOUT = 10.0  # seconds the native program may take to offer its pty, and to answer
+EXIT_TIMEOUT = 10.0  # seconds a simulator (or the native program) may take to end after QUIT
 # how a simulator announces the pty of the firmware's serial line on its output: mcutrain's simavr harness
 # and the native program print "PTY /dev/pts/N", QEMU "char device redirected to /dev/pts/N (label ...)"
 PTY_ANNOUNCEMENT = re.compile(r"(?:^PTY |char device redirected to )(/dev/\S+)", re.M)
 
 
 APT_HINT = {
-    "qemu-system-arm": "qemu-system-arm", "qemu-system-riscv32": "qemu-system-misc",
+    "qemu-system-arm": "qemu-system-arm",
+    "qemu-system-riscv32": "qemu-system-misc",
     "arm-none-eabi-gcc": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
     "riscv64-unknown-elf-gcc": "gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf",
-    "avr-gcc": "gcc-avr avr-libc", "simavr": "simavr libsimavr-dev", "gcc": "gcc",
+    "avr-gcc": "gcc-avr avr-libc",
+    "simavr": "simavr libsimavr-dev",
+    "gcc": "gcc",
 }
 
 
@@ -61,8 +65,7 @@ def cache_dir() -> Path:
     return d
 
 
-def build_host_tool(source: Path, name: str, cflags: Sequence[str], libs: Sequence[str] = (),
-                    suffix: str = "") -> Path:
+def build_host_tool(source: Path, name: str, cflags: Sequence[str], libs: Sequence[str] = (), suffix: str = "") -> Path:
     """A host tool (a program, or a shared object with cflags -shared -fPIC) compiled with the host gcc from
     one C file, once per version of the source and the flags: cache_dir()/NAME-DIGEST+SUFFIX. It is
     compiled under a temporary name and renamed, so a parallel session never runs half a file. SimError
@@ -81,9 +84,10 @@ def build_host_tool(source: Path, name: str, cflags: Sequence[str], libs: Sequen
 @dataclass
 class SimSession:
     """A running simulated (or native) firmware and the device client connected to it."""
+
     device: Device
     board: Board
-    sim: "Simulator"
+    sim: Simulator
     env: str
     firmware: Path
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -101,7 +105,7 @@ class SimSession:
         try:
             process = self.device.process
             ended = process is not None and process.poll() is not None
-            if self._report is None and not ended:   # an ended simulator was reported when it ended
+            if self._report is None and not ended:  # an ended simulator was reported when it ended
                 try:
                     self.report()
                 except Exception:
@@ -110,7 +114,7 @@ class SimSession:
         finally:
             self.device.close()
 
-    def __enter__(self) -> "SimSession":
+    def __enter__(self) -> SimSession:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
@@ -120,6 +124,7 @@ class SimSession:
 
 class Simulator:
     """One kind of stand-in: how to build for it and how to run the firmware in it."""
+
     kind = ""
     tools: List[str] = []
 
@@ -136,8 +141,7 @@ class Simulator:
         another's)."""
         return Path(project) / f"mcutrain_store_{self.env_name(board)}.bin"
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
-               store: Optional[Path]) -> SimSession:
+    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
         """Start the firmware and connect a Device to it."""
         raise NotImplementedError
 
@@ -149,6 +153,7 @@ class Simulator:
 
 class NativeSimulator(Simulator):
     """The firmware built as a program for this computer (env:native), over a pty."""
+
     kind = "native"
     tools = ["gcc"]
 
@@ -158,25 +163,36 @@ class NativeSimulator(Simulator):
     def firmware_path(self, project: Path, board: Board) -> Path:
         return project / ".pio" / "build" / "native" / "program"
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
-               store: Optional[Path]) -> SimSession:
+    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
         """Start the program with --pty (saves go to `store`, default store_path) and connect a Device."""
         store = Path(store or self.store_path(project, board))
         log = Path(firmware).parent / "native.log"
         cmd = [str(firmware), "--pty"]
-        dev = launch_process(cmd, log, "the native firmware", NATIVE_TIMEOUT,
-                             lambda port, proc: ProcessLink(port, 115200, proc, log, NATIVE_TIMEOUT,
-                                                            "the native firmware"),
-                             env=dict(os.environ, MCUTRAIN_STORE=str(store)))
+        dev = launch_process(
+            cmd,
+            log,
+            "the native firmware",
+            NATIVE_TIMEOUT,
+            lambda port, proc: ProcessLink(port, 115200, proc, log, NATIVE_TIMEOUT, "the native firmware"),
+            env=dict(os.environ, MCUTRAIN_STORE=str(store)),
+        )
         extra = {"command": cmd, "log": log, "store": store, "port": dev.link.port}
         return SimSession(dev, board, self, "native", firmware, extra)
 
     def report(self, session: SimSession) -> Dict[str, Any]:
         """QUIT the program; a host build measures no instructions, memory or stack, only its saves."""
         stats, _ = quit_process(session, "the native firmware", EXIT_TIMEOUT)
-        return {"board": session.board.name, "simulator": "native", "unit": None, "predict": None,
-                "train": None, "ram_static": None, "stack_peak": None, "flash": None,
-                "saves": stats[2] if stats else None}
+        return {
+            "board": session.board.name,
+            "simulator": "native",
+            "unit": None,
+            "predict": None,
+            "train": None,
+            "ram_static": None,
+            "stack_peak": None,
+            "flash": None,
+            "saves": stats[2] if stats else None,
+        }
 
 
 SIMULATORS: Dict[str, Type[Simulator]] = {"native": NativeSimulator}
@@ -185,6 +201,7 @@ SIMULATORS: Dict[str, Type[Simulator]] = {"native": NativeSimulator}
 def _register_kinds() -> None:
     """Import the modules that register the QEMU and simavr kinds."""
     import importlib
+
     for name in ("sim_qemu", "sim_avr"):
         try:
             importlib.import_module(f"{__package__}.{name}")
@@ -198,9 +215,9 @@ class ProcessLink:
     (a crash, a stack overflow, the firmware's exit) instead of waiting for the timeout, and raise the
     SimError that why_ended() makes."""
 
-    def __init__(self, port: str, baud: int, process: subprocess.Popen, log: Path, timeout: float,
-                 what: str) -> None:
+    def __init__(self, port: str, baud: int, process: subprocess.Popen, log: Path, timeout: float, what: str) -> None:
         import serial  # pyserial
+
         try:
             self._serial = serial.Serial(port, baud, timeout=0.2)
         except (serial.SerialException, OSError) as e:
@@ -217,12 +234,14 @@ class ProcessLink:
 
     def why_ended(self) -> SimError:
         """The error that says why the process ended (its status and the end of its log)."""
-        return SimError(f"{self.what} ended (exit status {self.process.returncode}) while the host waited for "
-                        f"the firmware:\n{self.log_tail()}")
+        return SimError(
+            f"{self.what} ended (exit status {self.process.returncode}) while the host waited for "
+            f"the firmware:\n{self.log_tail()}"
+        )
 
     def _why_pty_closed(self) -> SimError:
         """why_ended(), once the process that closed the pty has ended."""
-        self.process.wait(timeout=10)      # the pty went away: the process is ending
+        self.process.wait(timeout=10)  # the pty went away: the process is ending
         return self.why_ended()
 
     def read(self, n: int) -> bytes:
@@ -232,7 +251,7 @@ class ProcessLink:
         while len(out) < n:
             try:
                 out += self._serial.read(n - len(out))
-            except OSError:       # pyserial's SerialException is an OSError
+            except OSError:  # pyserial's SerialException is an OSError
                 raise self._why_pty_closed() from None
             if len(out) < n:
                 if self.process.poll() is not None:
@@ -255,17 +274,29 @@ class ProcessLink:
         self._serial.close()
 
 
-def launch_process(cmd: Sequence[str], log: Path, what: str, start_timeout: float,
-                   make_link: Callable[[str, subprocess.Popen], ProcessLink], cwd: Optional[Path] = None,
-                   env: Optional[Mapping[str, str]] = None) -> Device:
+def launch_process(
+    cmd: Sequence[str],
+    log: Path,
+    what: str,
+    start_timeout: float,
+    make_link: Callable[[str, subprocess.Popen], ProcessLink],
+    cwd: Optional[Path] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> Device:
     """Start a simulator (or the native program) that serves the firmware's serial line on a pty and
     announces it on its output (PTY_ANNOUNCEMENT), and connect a Device to it through make_link(port,
     process). The process's stdout and stderr go to log. SimError with the end of the log when the process
     ends, or announces nothing within start_timeout seconds; the process is then stopped."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
-        proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                cwd=None if cwd is None else str(cwd), env=None if env is None else dict(env))
+        proc = subprocess.Popen(
+            list(cmd),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=None if cwd is None else str(cwd),
+            env=None if env is None else dict(env),
+        )
     try:
         return Device(make_link(_wait_for_pty(proc, log, what, start_timeout), proc), proc)
     except BaseException:
@@ -301,7 +332,7 @@ def quit_process(session: SimSession, what: str, timeout: float) -> Tuple[Option
         try:
             dev.quit()
         except SimError:
-            if proc.poll() is None:       # ended before its reply was read: that is what QUIT asks for
+            if proc.poll() is None:  # ended before its reply was read: that is what QUIT asks for
                 raise
     try:
         return stats, proc.wait(timeout=timeout)
@@ -316,15 +347,18 @@ def simulator_for(board: Board) -> Simulator:
     _register_kinds()
     kind = board.sim_kind
     if kind is None:
-        raise SimError(f"no simulator stands in for {board.name} ({board.title}); build it with "
-                       f"`mcutrain build` and flash a real board, or pick another board (see `mcutrain boards`)")
+        raise SimError(
+            f"no simulator stands in for {board.name} ({board.title}); build it with "
+            f"`mcutrain build` and flash a real board, or pick another board (see `mcutrain boards`)"
+        )
     if kind not in SIMULATORS:
         raise SimError(f"simulator kind {kind!r} of board {board.name} is not available in this mcutrain")
     return SIMULATORS[kind]()
 
 
-def start(project: Path, board: Board, measure: bool = False, store: Optional[Path] = None,
-          build: bool = True) -> SimSession:
+def start(
+    project: Path, board: Board, measure: bool = False, store: Optional[Path] = None, build: bool = True
+) -> SimSession:
     """Build the project for the board's simulator (unless build=False) and start the firmware in it."""
     project = Path(project)
     if not (project / "platformio.ini").is_file():

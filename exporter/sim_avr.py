@@ -8,6 +8,7 @@ tracks the lowest stack pointer, stops the run when the stack grows into the sta
 overflow: SimError with the numbers, never a silent pass), and keeps the EEPROM in a file so saves
 persist across runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,14 +18,25 @@ from typing import Any, Dict, List, Optional
 
 from .boards import Board
 from .paths import firmware_dir
-from .sim import (EXIT_TIMEOUT, SIMULATORS, ProcessLink, SimError, SimSession, Simulator, build_host_tool,
-                  launch_process, quit_process, require_tools, section_sizes)
+from .sim import (
+    EXIT_TIMEOUT,
+    SIMULATORS,
+    ProcessLink,
+    SimError,
+    SimSession,
+    Simulator,
+    build_host_tool,
+    launch_process,
+    quit_process,
+    require_tools,
+    section_sizes,
+)
 
 SIMAVR_HEADER = Path("/usr/include/simavr/sim_avr.h")
-START_TIMEOUT = 15.0        # seconds for the harness to offer its pty
-REPLY_TIMEOUT = 60.0        # seconds the client waits for an answer (soft-float training is slow)
-REGION_NAMES = {0: "predict", 1: "train"}   # port_mark regions
-EXIT_OVERFLOW = 97           # the harness's status for a stack overflow
+START_TIMEOUT = 15.0  # seconds for the harness to offer its pty
+REPLY_TIMEOUT = 60.0  # seconds the client waits for an answer (soft-float training is slow)
+REGION_NAMES = {0: "predict", 1: "train"}  # port_mark regions
+EXIT_OVERFLOW = 97  # the harness's status for a stack overflow
 
 
 def build_harness() -> Path:
@@ -32,8 +44,12 @@ def build_harness() -> Path:
     sim.cache_dir()."""
     if not SIMAVR_HEADER.is_file():
         raise SimError("libsimavr not found: install it (Debian/Ubuntu: sudo apt-get install simavr libsimavr-dev)")
-    return build_host_tool(firmware_dir() / "host_tools" / "avr_run.c", "avr_run",
-                           ["-O2", "-Wall", f"-I{SIMAVR_HEADER.parent}"], libs=["-lsimavr", "-lutil"])
+    return build_host_tool(
+        firmware_dir() / "host_tools" / "avr_run.c",
+        "avr_run",
+        ["-O2", "-Wall", f"-I{SIMAVR_HEADER.parent}"],
+        libs=["-lsimavr", "-lutil"],
+    )
 
 
 def avr_sizes(elf: Path) -> Dict[str, int]:
@@ -41,8 +57,13 @@ def avr_sizes(elf: Path) -> Dict[str, int]:
     image, static RAM = .data + .bss + .noinit."""
     sec = section_sizes("avr-size", elf)
     data, bss, noinit = sec.get(".data", 0), sec.get(".bss", 0), sec.get(".noinit", 0)
-    return {"text": sec.get(".text", 0), "data": data, "bss": bss + noinit,
-            "flash": sec.get(".text", 0) + data, "ram_static": data + bss + noinit}
+    return {
+        "text": sec.get(".text", 0),
+        "data": data,
+        "bss": bss + noinit,
+        "flash": sec.get(".text", 0) + data,
+        "ram_static": data + bss + noinit,
+    }
 
 
 def overflow_message(rep: Dict[str, Any], board: str) -> str:
@@ -50,11 +71,13 @@ def overflow_message(rep: Dict[str, Any], board: str) -> str:
     o = rep.get("overflow") or {}
     static = rep.get("data_size", 0) + rep.get("bss_size", 0)
     floor, ramend = rep.get("ram_floor", 0), rep.get("ramend", 0)
-    return (f"stack overflow on the simulated {board}: the stack grew {o.get('below_floor', '?')} B into the "
-            f"static data (SP 0x{o.get('sp', 0):04x} below ram_floor 0x{floor:04x} at PC 0x{o.get('pc', 0):04x}, "
-            f"cycle {o.get('cycle', '?')}): {static} B of static RAM (.data + .bss) leave {ramend + 1 - floor} B "
-            f"for the stack (RAM ends at 0x{ramend:04x}); freeze or quantize more layers (--trainable, "
-            f"--quant int8) or use a smaller network")
+    return (
+        f"stack overflow on the simulated {board}: the stack grew {o.get('below_floor', '?')} B into the "
+        f"static data (SP 0x{o.get('sp', 0):04x} below ram_floor 0x{floor:04x} at PC 0x{o.get('pc', 0):04x}, "
+        f"cycle {o.get('cycle', '?')}): {static} B of static RAM (.data + .bss) leave {ramend + 1 - floor} B "
+        f"for the stack (RAM ends at 0x{ramend:04x}); freeze or quantize more layers (--trainable, "
+        f"--quant int8) or use a smaller network"
+    )
 
 
 def read_report(path: Path) -> Optional[Dict[str, Any]]:
@@ -68,8 +91,9 @@ def read_report(path: Path) -> Optional[Dict[str, Any]]:
 class AvrLink(ProcessLink):
     """The serial line to the simulated AVR; a stack overflow the harness saw is reported with its numbers."""
 
-    def __init__(self, port: str, process: subprocess.Popen, log: Path, report: Path, board: str,
-                 timeout: float = REPLY_TIMEOUT) -> None:
+    def __init__(
+        self, port: str, process: subprocess.Popen, log: Path, report: Path, board: str, timeout: float = REPLY_TIMEOUT
+    ) -> None:
         super().__init__(port, 1000000, process, log, timeout, "the simavr harness")
         self.report_path = report
         self.board = board
@@ -85,21 +109,38 @@ class AvrLink(ProcessLink):
 
 class SimavrSimulator(Simulator):
     """AVR boards in simavr (board files: [sim] kind = "simavr", mcu, freq)."""
-    kind = "simavr"
-    tools = ["avr-gcc", "gcc"]           # avr-size comes with gcc-avr (binutils-avr)
 
-    def command(self, harness: str, firmware: str, board: Board, serial: str, report: str,
-                store: Optional[str] = None, max_cycles: int = 0) -> List[str]:
+    kind = "simavr"
+    tools = ["avr-gcc", "gcc"]  # avr-size comes with gcc-avr (binutils-avr)
+
+    def command(
+        self,
+        harness: str,
+        firmware: str,
+        board: Board,
+        serial: str,
+        report: str,
+        store: Optional[str] = None,
+        max_cycles: int = 0,
+    ) -> List[str]:
         """The harness's command line: the board's MCU and clock, the firmware's serial line on `serial` (pty,
         stdio), the JSON report to `report`, the EEPROM image in `store` (none: not kept), stack overflow
         detection at the end of the static data, and a cycle limit (0: none)."""
         s = board.sim or {}
-        cmd = [harness, firmware, f"mcu={s.get('mcu', 'atmega328p')}", f"freq={int(s.get('freq', 16000000))}",
-               f"serial={serial}"] + ([f"eeprom={store}"] if store else []) + [f"report={report}", "ram_floor=auto"]
+        cmd = (
+            [
+                harness,
+                firmware,
+                f"mcu={s.get('mcu', 'atmega328p')}",
+                f"freq={int(s.get('freq', 16000000))}",
+                f"serial={serial}",
+            ]
+            + ([f"eeprom={store}"] if store else [])
+            + [f"report={report}", "ram_floor=auto"]
+        )
         return cmd + ([f"max_cycles={max_cycles}"] if max_cycles else [])
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
-               store: Optional[Path]) -> SimSession:
+    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
         """Start the firmware in the harness (which always measures: counting cycles costs nothing) with
         the EEPROM image `store` (default: store_path) and connect a Device to its pty."""
         require_tools(*self.tools)
@@ -110,12 +151,30 @@ class SimavrSimulator(Simulator):
         log = firmware.parent / "simavr.log"
         report = firmware.parent / "simavr_report.json"
         report.unlink(missing_ok=True)
-        cmd = self.command(str(harness), str(firmware), board, "pty", str(report), str(store),
-                           int((board.sim or {}).get("max_cycles", 0)))
-        dev = launch_process(cmd, log, "the simavr harness", START_TIMEOUT,
-                             lambda port, proc: AvrLink(port, proc, log, report, board.name))
-        extra = {"command": cmd, "log": log, "report": report, "store": store, "port": dev.link.port,
-                 "mcu": (board.sim or {}).get("mcu")}
+        cmd = self.command(
+            str(harness),
+            str(firmware),
+            board,
+            "pty",
+            str(report),
+            str(store),
+            int((board.sim or {}).get("max_cycles", 0)),
+        )
+        dev = launch_process(
+            cmd,
+            log,
+            "the simavr harness",
+            START_TIMEOUT,
+            lambda port, proc: AvrLink(port, proc, log, report, board.name),
+        )
+        extra = {
+            "command": cmd,
+            "log": log,
+            "report": report,
+            "store": store,
+            "port": dev.link.port,
+            "mcu": (board.sim or {}).get("mcu"),
+        }
         return SimSession(dev, board, self, self.env_name(board), firmware, extra)
 
     def report(self, session: SimSession) -> Dict[str, Any]:
@@ -135,14 +194,30 @@ class SimavrSimulator(Simulator):
         sizes = avr_sizes(session.firmware)
         peak = int(rep["stack_peak"])
         out: Dict[str, Any] = {
-            "board": session.board.name, "simulator": self.kind, "mcu": (session.board.sim or {}).get("mcu"),
+            "board": session.board.name,
+            "simulator": self.kind,
+            "mcu": (session.board.sim or {}).get("mcu"),
             "core": session.board.core,
-            "frequency": rep.get("frequency"), "unit": "cycles", "predict": None, "train": None,
-            "predict_calls": 0, "train_calls": 0, "cycles_total": rep.get("cycles"),
-            "ram_static": sizes["ram_static"], "flash": sizes["flash"], "text": sizes["text"],
-            "data": sizes["data"], "bss": sizes["bss"], "stack_peak": peak, "stack_painted": stack_painted,
-            "stack_available": stack_avail, "saves": saves, "ram_total": sizes["ram_static"] + peak,
-            "ram_budget": session.board.sim_ram, "flash_budget": session.board.flash}
+            "frequency": rep.get("frequency"),
+            "unit": "cycles",
+            "predict": None,
+            "train": None,
+            "predict_calls": 0,
+            "train_calls": 0,
+            "cycles_total": rep.get("cycles"),
+            "ram_static": sizes["ram_static"],
+            "flash": sizes["flash"],
+            "text": sizes["text"],
+            "data": sizes["data"],
+            "bss": sizes["bss"],
+            "stack_peak": peak,
+            "stack_painted": stack_painted,
+            "stack_available": stack_avail,
+            "saves": saves,
+            "ram_total": sizes["ram_static"] + peak,
+            "ram_budget": session.board.sim_ram,
+            "flash_budget": session.board.flash,
+        }
         for reg in rep.get("regions", []):
             name = REGION_NAMES.get(int(reg["region"]))
             if name and reg["pairs"]:

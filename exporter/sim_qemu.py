@@ -7,6 +7,7 @@ saves (to a host file) use semihosting. With measure=True, mcutrain's TCG plugin
 insn_plugin.c, built once into sim.cache_dir()) counts the instructions between the firmware's marker
 functions: one PREDICT's forward pass and one TRAIN step.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,20 @@ from typing import Any, Dict, List, Optional
 
 from .boards import Board
 from .paths import firmware_dir
-from .sim import (EXIT_TIMEOUT, SIMULATORS, ProcessLink, SimError, SimSession, Simulator, build_host_tool,
-                  launch_process, quit_process, require_tools, run_checked, section_sizes)
+from .sim import (
+    EXIT_TIMEOUT,
+    SIMULATORS,
+    ProcessLink,
+    SimError,
+    SimSession,
+    Simulator,
+    build_host_tool,
+    launch_process,
+    quit_process,
+    require_tools,
+    run_checked,
+    section_sizes,
+)
 
 # measured regions: name -> (begin marker, end marker) of ports/port_qemu_common.h
 REGIONS = {
@@ -25,8 +38,8 @@ REGIONS = {
     "train": ("mct_mark_train_begin", "mct_mark_train_end"),
     "empty": ("mct_mark_empty_begin", "mct_mark_empty_end"),
 }
-START_TIMEOUT = 15.0       # seconds for QEMU to offer its pty
-REPLY_TIMEOUT = 30.0       # seconds the client waits for an answer
+START_TIMEOUT = 15.0  # seconds for QEMU to offer its pty
+REPLY_TIMEOUT = 30.0  # seconds the client waits for an answer
 
 
 def _qemu_opt(value: str) -> str:
@@ -37,8 +50,12 @@ def _qemu_opt(value: str) -> str:
 def build_plugin() -> Path:
     """The instruction-counting TCG plugin (firmware/host_tools/insn_plugin.c), built once per version
     into sim.cache_dir()."""
-    return build_host_tool(firmware_dir() / "host_tools" / "insn_plugin.c", "insn_plugin",
-                           ["-shared", "-fPIC", "-O2", "-Wall"], suffix=".so")
+    return build_host_tool(
+        firmware_dir() / "host_tools" / "insn_plugin.c",
+        "insn_plugin",
+        ["-shared", "-fPIC", "-O2", "-Wall"],
+        suffix=".so",
+    )
 
 
 def symbol_addresses(nm: str, elf: Path, names: List[str]) -> Dict[str, int]:
@@ -51,8 +68,10 @@ def symbol_addresses(nm: str, elf: Path, names: List[str]) -> Dict[str, int]:
             found[parts[2]] = int(parts[0], 16)
     missing = [n for n in names if n not in found]
     if missing:
-        raise SimError(f"{elf} lacks the marker functions {', '.join(missing)}: was it built from an mcutrain "
-                       f"export with the QEMU port (env:sim-BOARD)?")
+        raise SimError(
+            f"{elf} lacks the marker functions {', '.join(missing)}: was it built from an mcutrain "
+            f"export with the QEMU port (env:sim-BOARD)?"
+        )
     return found
 
 
@@ -61,11 +80,19 @@ def elf_sizes(size_tool: str, elf: Path) -> Dict[str, int]:
     .data image; static RAM = .data + .bss (the stack reserve of the linker script not counted)."""
     sec = section_sizes(size_tool, elf)
     ram_sections = (".data", ".bss")
-    skip = ram_sections + (".stack", ".comment") + tuple(s for s in sec if s.startswith((".debug", ".ARM.attributes",
-                                                                                      ".riscv.attributes")))
+    skip = (
+        ram_sections
+        + (".stack", ".comment")
+        + tuple(s for s in sec if s.startswith((".debug", ".ARM.attributes", ".riscv.attributes")))
+    )
     text = sum(v for k, v in sec.items() if k not in skip)
-    return {"text": text, "data": sec.get(".data", 0), "bss": sec.get(".bss", 0),
-            "flash": text + sec.get(".data", 0), "ram_static": sec.get(".data", 0) + sec.get(".bss", 0)}
+    return {
+        "text": text,
+        "data": sec.get(".data", 0),
+        "bss": sec.get(".bss", 0),
+        "flash": text + sec.get(".data", 0),
+        "ram_static": sec.get(".data", 0) + sec.get(".bss", 0),
+    }
 
 
 def parse_plugin_output(text: str) -> Dict[str, Any]:
@@ -109,6 +136,7 @@ class QemuLink(ProcessLink):
 
 class QemuSimulator(Simulator):
     """Common part of the QEMU kinds."""
+
     qemu = ""
     nm = ""
     size_tool = ""
@@ -120,12 +148,24 @@ class QemuSimulator(Simulator):
     def command(self, board: Board, firmware: str, serial: str, semihosting_args: str = "") -> List[str]:
         """QEMU's command line for the firmware: the firmware's UART on `serial` (pty, stdio), no display or
         monitor, semihosting (exit status, saves) with `semihosting_args` (",arg=..." items) appended."""
-        return [self.qemu] + self.machine_args(board) + [
-            "-display", "none", "-monitor", "none", "-serial", serial,
-            "-semihosting-config", "enable=on,target=native" + semihosting_args, "-kernel", firmware]
+        return (
+            [self.qemu]
+            + self.machine_args(board)
+            + [
+                "-display",
+                "none",
+                "-monitor",
+                "none",
+                "-serial",
+                serial,
+                "-semihosting-config",
+                "enable=on,target=native" + semihosting_args,
+                "-kernel",
+                firmware,
+            ]
+        )
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
-               store: Optional[Path]) -> SimSession:
+    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
         """Start the firmware in QEMU with its UART on a pty and saves in `store` (default: store_path);
         with measure, the TCG plugin counts the instructions of the marked regions."""
         require_tools(self.qemu)
@@ -133,8 +173,10 @@ class QemuSimulator(Simulator):
         store = Path(store or self.store_path(project, board)).resolve()
         store.parent.mkdir(parents=True, exist_ok=True)
         if len(store.name) > 200:
-            raise SimError(f"the store file name {store.name!r} is too long (at most 200 characters: the firmware "
-                           f"reads it from the semihosting command line into a 256-byte buffer)")
+            raise SimError(
+                f"the store file name {store.name!r} is too long (at most 200 characters: the firmware "
+                f"reads it from the semihosting command line into a 256-byte buffer)"
+            )
         run_dir = firmware.parent
         log = run_dir / "qemu.log"
         # QEMU runs in the store's folder; the firmware opens the store by its name (semihosting paths are
@@ -148,12 +190,20 @@ class QemuSimulator(Simulator):
             plugin_out = run_dir / "insns.txt"
             plugin_out.unlink(missing_ok=True)
             args = [str(plugin), "out=" + str(plugin_out)] + [
-                f"region={name}:0x{addr[b]:x}:0x{addr[e]:x}" for name, (b, e) in REGIONS.items()]
+                f"region={name}:0x{addr[b]:x}:0x{addr[e]:x}" for name, (b, e) in REGIONS.items()
+            ]
             cmd += ["-plugin", ",".join(_qemu_opt(a) for a in args)]
-        dev = launch_process(cmd, log, "QEMU", START_TIMEOUT, lambda port, proc: QemuLink(port, proc, log),
-                             cwd=store.parent)
-        extra = {"command": cmd, "log": log, "plugin_out": plugin_out, "store": store, "port": dev.link.port,
-                 "machine": (board.sim or {}).get("machine")}
+        dev = launch_process(
+            cmd, log, "QEMU", START_TIMEOUT, lambda port, proc: QemuLink(port, proc, log), cwd=store.parent
+        )
+        extra = {
+            "command": cmd,
+            "log": log,
+            "plugin_out": plugin_out,
+            "store": store,
+            "port": dev.link.port,
+            "machine": (board.sim or {}).get("machine"),
+        }
         return SimSession(dev, board, self, self.env_name(board), firmware, extra)
 
     def report(self, session: SimSession) -> Dict[str, Any]:
@@ -161,22 +211,38 @@ class QemuSimulator(Simulator):
         total / pairs; 'marker_overhead' is what one empty marker pair costs and is included in both),
         static RAM and flash of the ELF, peak stack (STATS)."""
         stats, code = quit_process(session, "QEMU", EXIT_TIMEOUT)
-        if stats is None:                 # QEMU ended before the report: say why
+        if stats is None:  # QEMU ended before the report: say why
             raise session.device.link.why_ended()
         stack_peak, stack_avail, saves = stats
         if code != 0:
             raise SimError(f"QEMU ended with status {code}: {Path(session.extra['log']).read_text(errors='replace')}")
-        if stack_avail and stack_peak >= stack_avail:     # the M0 has no stack guard: the paint tells
-            raise SimError(f"stack overflow: the firmware used all {stack_avail} B of its stack (and maybe more); "
-                           f"give the board more RAM or the model less (see the memory plan)")
+        if stack_avail and stack_peak >= stack_avail:  # the M0 has no stack guard: the paint tells
+            raise SimError(
+                f"stack overflow: the firmware used all {stack_avail} B of its stack (and maybe more); "
+                f"give the board more RAM or the model less (see the memory plan)"
+            )
         sizes = elf_sizes(self.size_tool, session.firmware)
         rep: Dict[str, Any] = {
-            "board": session.board.name, "simulator": self.kind, "machine": session.extra.get("machine"),
-            "core": session.board.core, "unit": "instructions", "predict": None, "train": None,
-            "predict_calls": 0, "train_calls": 0, "marker_overhead": None, "insn_total": None,
-            "ram_static": sizes["ram_static"], "flash": sizes["flash"], "text": sizes["text"],
-            "data": sizes["data"], "bss": sizes["bss"], "stack_peak": stack_peak, "stack_available": stack_avail,
-            "saves": saves}
+            "board": session.board.name,
+            "simulator": self.kind,
+            "machine": session.extra.get("machine"),
+            "core": session.board.core,
+            "unit": "instructions",
+            "predict": None,
+            "train": None,
+            "predict_calls": 0,
+            "train_calls": 0,
+            "marker_overhead": None,
+            "insn_total": None,
+            "ram_static": sizes["ram_static"],
+            "flash": sizes["flash"],
+            "text": sizes["text"],
+            "data": sizes["data"],
+            "bss": sizes["bss"],
+            "stack_peak": stack_peak,
+            "stack_available": stack_avail,
+            "saves": saves,
+        }
         out = session.extra.get("plugin_out")
         if out is not None:
             if not Path(out).is_file():
@@ -198,6 +264,7 @@ class QemuSimulator(Simulator):
 
 class QemuArmSimulator(QemuSimulator):
     """Cortex-M boards in qemu-system-arm."""
+
     kind = "qemu-arm"
     qemu = "qemu-system-arm"
     nm = "arm-none-eabi-nm"
@@ -210,6 +277,7 @@ class QemuArmSimulator(QemuSimulator):
 
 class QemuRiscvSimulator(QemuSimulator):
     """The ESP32-C3 (rv32imc) in qemu-system-riscv32 -M virt."""
+
     kind = "qemu-riscv32"
     qemu = "qemu-system-riscv32"
     nm = "riscv64-unknown-elf-nm"

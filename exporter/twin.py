@@ -2,6 +2,7 @@
 flash, quantized layers included) run by the same C core, with the device's buffers (RAM parameters,
 optimizer slots, train state), predicting and training as the device does. After the same steps from
 the same export, its buffers equal what Device.pull() returns, bit for bit."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -61,8 +62,9 @@ class DeviceTwin:
         m = self.model
         xs = np.ascontiguousarray(np.asarray(x, np.float32).reshape(1, m.program.n_in))
         ts = np.ascontiguousarray(np.asarray(t, np.float32).reshape(1, m.program.n_out))
-        rc, loss = self.core.train_fused(m.opt_cfg.view(np.uint8), self._ts, self._params, self._state,
-                                         m.loss_kind, m.loss_param, xs, ts)
+        rc, loss = self.core.train_fused(
+            m.opt_cfg.view(np.uint8), self._ts, self._params, self._state, m.loss_kind, m.loss_param, xs, ts
+        )
         if rc != Status.OK:
             raise ValueError(f"the device refuses this step (status {Status(rc).name}: not finite)")
         return float(loss)

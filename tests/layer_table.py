@@ -9,6 +9,7 @@ kind, plus the compositions. Adding a layer means adding its row here (docs/addi
   and on the host in lockstep (host/device parity, bit for bit, for every optimizer);
 - tests/test_modelfile.py round-trips every_layer_net() with its optimizer state.
 """
+
 from __future__ import annotations
 
 from typing import Callable, List, Tuple

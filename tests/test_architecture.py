@@ -5,6 +5,7 @@ The imports are read with `ast` from every module of the three Python folders, i
 included, so a lazy import cannot hide an upward dependency or a cycle. The folder -> package mapping is
 read from setup.py (PACKAGE_DIRS), the one place that defines it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -30,8 +31,9 @@ def package_dirs() -> Dict[str, str]:
     """setup.py's PACKAGE_DIRS (package name -> repository folder), read without running setup.py."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PACKAGE_DIRS"
-                                                for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "PACKAGE_DIRS" for t in node.targets
+        ):
             return ast.literal_eval(node.value)
     raise AssertionError("setup.py defines no PACKAGE_DIRS")
 
@@ -53,7 +55,7 @@ def imports_of(name: str, path: Path, modules: Dict[str, Path]) -> List[Tuple[st
     """(imported mcutrain module, line) for every import in the file, anywhere in it. `from P import x`
     counts as importing P.x when that is a module, else P itself (its __init__)."""
     if path.suffix == ".pyx":
-        return []        # the extension imports only numpy and the C core
+        return []  # the extension imports only numpy and the C core
     tree = ast.parse(path.read_text(), str(path))
     is_pkg = path.stem == "__init__"
     here = name if is_pkg else name.rpartition(".")[0]
@@ -164,8 +166,10 @@ def cycles(g: Dict[str, Set[str]]) -> List[List[str]]:
 def test_no_import_cycles(graph: Dict[str, Set[str]]) -> None:
     """No module reaches itself through imports (in-function imports count)."""
     found = cycles(graph)
-    text = "\n".join(" <-> ".join(c) + "\n    " + "\n    ".join(
-        f"{a} imports {', '.join(sorted(graph[a] & set(c)))}" for a in c) for c in found)
+    text = "\n".join(
+        " <-> ".join(c) + "\n    " + "\n    ".join(f"{a} imports {', '.join(sorted(graph[a] & set(c)))}" for a in c)
+        for c in found
+    )
     assert not found, "import cycles:\n" + text
 
 
@@ -178,19 +182,34 @@ def test_cycle_finder_finds_a_cycle() -> None:
 def test_the_wheel_installs_one_top_level_name(tmp_path: Path) -> None:
     """`pip wheel .` builds a wheel whose only top-level name is mcutrain (besides its .dist-info), with the
     C core and the board files inside it as package data, and the console script mcutrain.cli:run."""
-    src = tmp_path / "src"      # a copy, so the build leaves nothing behind in the checkout
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "dist", ".pio", ".pio-core", "*.so",
-                                                             "*.egg-info", "__pycache__", ".venv", "_core.c"))
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(src)],
-                       capture_output=True, text=True, timeout=600, env={**os.environ, "MCUTRAIN_MARCH": "x86-64"})
+    src = tmp_path / "src"  # a copy, so the build leaves nothing behind in the checkout
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", "build", "dist", ".pio", ".pio-core", "*.so", "*.egg-info", "__pycache__", ".venv", "_core.c"
+        ),
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "MCUTRAIN_MARCH": "x86-64"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     wheels = list(tmp_path.glob("mcutrain-*.whl"))
     assert len(wheels) == 1, wheels
     names = zipfile.ZipFile(wheels[0]).namelist()
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"mcutrain"}, sorted(top)
-    for must in ("mcutrain/firmware/core/mct.h", "mcutrain/firmware/app/mct_app.c", "mcutrain/boards/uno.toml",
-                 "mcutrain/exporter/export.py", "mcutrain/cli/__init__.py"):
+    for must in (
+        "mcutrain/firmware/core/mct.h",
+        "mcutrain/firmware/app/mct_app.c",
+        "mcutrain/boards/uno.toml",
+        "mcutrain/exporter/export.py",
+        "mcutrain/cli/__init__.py",
+    ):
         assert must in names, f"{must} is missing from the wheel"
     assert any(n.startswith("mcutrain/_core.") and n.endswith(".so") for n in names), "no compiled extension"
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))

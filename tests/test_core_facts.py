@@ -7,6 +7,7 @@ non-quantized ops and their sizes are the ones each op's C code computes, and th
 core facts (until they import corefacts) still agree. That every op of the list has a forward and a backward
 dispatch is checked in C (test_op_list_dispatch in tests/c/test_core.c, run by test_c_core.py).
 """
+
 from __future__ import annotations
 
 import re
@@ -16,7 +17,8 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import pytest
 
-from mcutrain import TrainParams, _core, corefacts as cf
+from mcutrain import TrainParams, _core
+from mcutrain import corefacts as cf
 from mcutrain import layers as layer_mod
 from mcutrain.compose import Residual, Sequential
 from mcutrain.module import Module
@@ -34,9 +36,15 @@ def header_list(macro: str) -> List[Tuple[str, int]]:
     return [(n, int(v)) for n, v in re.findall(r"X\((\w+),\s*(\d+)", body)]
 
 
-ENUMS = [(cf.Op, "MCT_OP_LIST"), (cf.Act, "MCT_ACT_LIST"), (cf.LossKind, "MCT_LOSS_LIST"),
-         (cf.OptKind, "MCT_OPT_LIST"), (cf.Schedule, "MCT_SCHEDULE_LIST"), (cf.Storage, "MCT_STORAGE_LIST"),
-         (cf.Status, "MCT_STATUS_LIST")]
+ENUMS = [
+    (cf.Op, "MCT_OP_LIST"),
+    (cf.Act, "MCT_ACT_LIST"),
+    (cf.LossKind, "MCT_LOSS_LIST"),
+    (cf.OptKind, "MCT_OPT_LIST"),
+    (cf.Schedule, "MCT_SCHEDULE_LIST"),
+    (cf.Storage, "MCT_STORAGE_LIST"),
+    (cf.Status, "MCT_STATUS_LIST"),
+]
 
 
 @pytest.mark.parametrize("enum,macro", ENUMS, ids=[m for _, m in ENUMS])
@@ -56,8 +64,11 @@ def test_c_names() -> None:
 
 def test_struct_dtypes_have_the_compilers_sizes() -> None:
     """sizeof of each struct, from the compiler, equals the dtype's itemsize; fields do not overlap."""
-    for dt, size in ((cf.LAYER_DTYPE, _core.LAYER_SIZE), (cf.OPT_DTYPE, _core.OPT_SIZE),
-                     (cf.TRAIN_STATE_DTYPE, _core.TRAIN_STATE_SIZE)):
+    for dt, size in (
+        (cf.LAYER_DTYPE, _core.LAYER_SIZE),
+        (cf.OPT_DTYPE, _core.OPT_SIZE),
+        (cf.TRAIN_STATE_DTYPE, _core.TRAIN_STATE_SIZE),
+    ):
         assert dt.itemsize == size
         spans = sorted((off, off + f.itemsize) for f, off in (dt.fields[n][:2] for n in dt.names))
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
@@ -111,14 +122,24 @@ def test_python_layer_sizes_are_the_cores(name: str) -> None:
 def test_binding_takes_empty_parameter_buffers() -> None:
     """A network without parameters runs on an empty parameter buffer (no padding float needed)."""
     net = Sequential(layer_mod.Relu(3), layer_mod.Tanh())
-    core = _core.CoreNet(net.program.table().view(np.uint8).ravel(), len(net.program.layers), 3, 3,
-                         net.program.max_width, 0, net.program.arena, 0, net.program.out_off)
+    core = _core.CoreNet(
+        net.program.table().view(np.uint8).ravel(),
+        len(net.program.layers),
+        3,
+        3,
+        net.program.max_width,
+        0,
+        net.program.arena,
+        0,
+        net.program.out_off,
+    )
     x = np.array([[-1.0, 0.5, 2.0]], np.float32)
     y = core.forward(np.zeros(0, np.float32), x)
     assert np.allclose(y, np.tanh(np.maximum(x, 0)), atol=1e-6)
     with pytest.raises(ValueError, match="params"):
-        _core.CoreNet(layer_mod.Linear(3, 2).program.table().view(np.uint8).ravel(), 1, 3, 2, 3, 8, 5, 0, 3
-                      ).forward(np.zeros(2, np.float32), x)
+        _core.CoreNet(layer_mod.Linear(3, 2).program.table().view(np.uint8).ravel(), 1, 3, 2, 3, 8, 5, 0, 3).forward(
+            np.zeros(2, np.float32), x
+        )
 
 
 def test_train_batch_core_statuses() -> None:
@@ -130,6 +151,15 @@ def test_train_batch_core_statuses() -> None:
     t = np.zeros((1, 1), np.float32)
     st, _ = core.train_batch(opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, int(cf.LossKind.MSE), 0.0, x, t, 1)
     assert st == cf.Status.E_NONFINITE_INPUT
-    st, _ = core.train_batch(opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, int(cf.LossKind.MSE), 0.0,
-                             np.ones((1, 2), np.float32), t, 1)
+    st, _ = core.train_batch(
+        opt._cfg,
+        opt._ts,
+        net._ensure_buf(),
+        opt._state_buf,
+        int(cf.LossKind.MSE),
+        0.0,
+        np.ones((1, 2), np.float32),
+        t,
+        1,
+    )
     assert st == cf.Status.OK

@@ -5,21 +5,21 @@ and every activation the core offers has a row, and the rows (with the compositi
 core's op list (firmware/core/mct_lists.h) except the full-integer ones the exporter makes; a row whose class is
 not registered fails too. The gradient, parity and model-file tests take their layers from the same table.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
+import layer_table
 import numpy as np
 import pytest
 
+from helpers import assert_same_bits
 from mcutrain import LR, Residual, TrainParams, load_model, save_model
 from mcutrain import corefacts as cf
 from mcutrain import layers as L
 from mcutrain.module import Module
-
-import layer_table
-from helpers import assert_same_bits
 
 ROW_IDS = [name for name, _ in layer_table.ROWS]
 
@@ -34,7 +34,9 @@ def test_every_registered_layer_class_has_a_row() -> None:
     in_table = {type(leaf) for _, make in layer_table.ROWS for leaf in leaves(make())}
     registered = set(L.LAYER_TYPES.values())
     assert registered - in_table == set(), f"layers without a row: {sorted(c.__name__ for c in registered - in_table)}"
-    assert in_table - registered == set(), f"rows of unregistered layers: {sorted(c.__name__ for c in in_table - registered)}"
+    assert in_table - registered == set(), (
+        f"rows of unregistered layers: {sorted(c.__name__ for c in in_table - registered)}"
+    )
 
 
 def test_every_gate_and_activation_of_the_core_has_a_row() -> None:

@@ -1,4 +1,5 @@
 """mcutrain.files.atomic_write: the permissions of what it writes, and nothing half-written or left over."""
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,7 @@ def test_a_new_file_gets_0666_less_the_umask(tmp_path: Path, umask: int) -> None
         assert current_umask() == umask
         atomic_write(tmp_path / "model.mct", b"data")
         plain = tmp_path / "plain.txt"
-        with open(plain, "wb") as f:       # what any program would create
+        with open(plain, "wb") as f:  # what any program would create
             f.write(b"x")
     finally:
         os.umask(old)

@@ -17,22 +17,43 @@ Tolerances (relative to the largest magnitude in the expected array, see assert_
 Inputs are redrawn until every ReLU / leaky-ReLU argument (layers and GLU gates) is at least KINK_MARGIN
 away from 0, which the finite differences (perturbations ~ h * max|x| ~ 1e-5) cannot cross.
 """
+
 from __future__ import annotations
 
 from typing import Callable, List, Tuple
 
+import layer_table
 import numpy as np
 import pytest
 
-from mcutrain import LR, Residual, Sequential, losses
-from mcutrain.layers import (
-    DyT, GLU, ReluGLU, SwiGLU, TanhGLU, Bias1d, Conv1d, Cosine, Dense, Diag, LeakyRelu, Linear,
-    Relu, RMSNorm, ScalarScale, Sigmoid, SiLU, Sine, Softmax, Softplus, Swish, Tanh)
-from mcutrain.module import Module
-
-import layer_table
 import oracle
 from helpers import assert_same_bits
+from mcutrain import LR, Residual, Sequential, losses
+from mcutrain.layers import (
+    GLU,
+    Bias1d,
+    Conv1d,
+    Cosine,
+    Dense,
+    Diag,
+    DyT,
+    LeakyRelu,
+    Linear,
+    Relu,
+    ReluGLU,
+    RMSNorm,
+    ScalarScale,
+    Sigmoid,
+    SiLU,
+    Sine,
+    Softmax,
+    Softplus,
+    SwiGLU,
+    Swish,
+    Tanh,
+    TanhGLU,
+)
+from mcutrain.module import Module
 
 FWD_RTOL = 1e-5
 GRAD_RTOL = 2e-5
@@ -47,14 +68,28 @@ def full_network() -> Sequential:
     """A deep network of many layer types with nested Residual / LR (the table's every_layer_net is the one
     that holds every row; this one is checked with GRAD_RTOL_NET)."""
     return Sequential(
-        Linear(5, 8), Tanh(),
-        GLU(8, 8, "sigmoid"), RMSNorm(8), ReluGLU(8, 8), GLU(8, 8, "leaky_relu", alpha=0.3),
-        TanhGLU(8, 8), SwiGLU(8, 8),
+        Linear(5, 8),
+        Tanh(),
+        GLU(8, 8, "sigmoid"),
+        RMSNorm(8),
+        ReluGLU(8, 8),
+        GLU(8, 8, "leaky_relu", alpha=0.3),
+        TanhGLU(8, 8),
+        SwiGLU(8, 8),
         Residual(Sequential(Dense(8, 8), LeakyRelu(), Bias1d(8))),
         LR(Sequential(Diag(8), Swish(), LR(ScalarScale(), 2.0)), 3.0),
-        RMSNorm(8, eps=1e-3), DyT(8), Conv1d(8, 6, 3),
-        Sine(), Relu(), Cosine(), SiLU(), Softplus(), Sigmoid(),
-        Residual(LR(Linear(6, 6), 5.0)), Softmax(2.5))
+        RMSNorm(8, eps=1e-3),
+        DyT(8),
+        Conv1d(8, 6, 3),
+        Sine(),
+        Relu(),
+        Cosine(),
+        SiLU(),
+        Softplus(),
+        Sigmoid(),
+        Residual(LR(Linear(6, 6), 5.0)),
+        Softmax(2.5),
+    )
 
 
 # every row of the layer table, then variants that exercise tiling and settings, and compositions
@@ -72,8 +107,10 @@ CASES: List[Tuple[str, Callable[[], Module]]] = list(layer_table.ROWS) + [
     ("LR(Sequential)", lambda: LR(Sequential(Linear(4, 5), Swish(), Dense(5, 3)), 4.0)),
     ("Residual(Residual)", lambda: Residual(Residual(Diag(4)), Relu())),
     ("LR(LR(Residual))", lambda: LR(LR(Residual(Sequential(Linear(4, 4), SiLU())), 2.0), 3.0)),
-    ("Sequential-in-both", lambda: Sequential(Residual(Sequential(Linear(3, 3), Sigmoid())),
-                                              LR(Sequential(DyT(3), Linear(3, 2)), 2.0))),
+    (
+        "Sequential-in-both",
+        lambda: Sequential(Residual(Sequential(Linear(3, 3), Sigmoid())), LR(Sequential(DyT(3), Linear(3, 2)), 2.0)),
+    ),
     ("full-network", full_network),
 ]
 IDS = [c[0] for c in CASES]
@@ -126,6 +163,7 @@ def fd_grads(m: Module, x: np.ndarray, g: np.ndarray) -> Tuple[np.ndarray, np.nd
 
 # ---------------------------------------------------------------- layers
 
+
 @pytest.mark.parametrize("factory", [c[1] for c in CASES], ids=IDS)
 def test_forward_matches_oracle(factory: Callable[[], Module]) -> None:
     m, x, _ = build(factory)
@@ -159,8 +197,8 @@ def test_backprop_matches_finite_differences(factory: Callable[[], Module]) -> N
     # that sum is compared within FWD_RTOL
     total = np.zeros(m.param_count(), F64)
     for s in range(NB):
-        _, t1 = m.traced_forward(x[s:s + 1])
-        gi1, g1 = m.backprop(t1, g[s:s + 1])
+        _, t1 = m.traced_forward(x[s : s + 1])
+        gi1, g1 = m.backprop(t1, g[s : s + 1])
         assert_same_bits(gi1[0], gin[s], f"{m.describe()} input gradient of sample {s}")
         total += g1.values
     assert_close(total, grads.values, FWD_RTOL, f"{m.describe()} sum of per-sample parameter gradients")
@@ -197,13 +235,15 @@ def test_lr_wrapper_does_not_change_gradients() -> None:
 
 # ---------------------------------------------------------------- losses
 
+
 def loss_data(name: str, rng: np.random.Generator, beta: float) -> Tuple[np.ndarray, np.ndarray]:
     """(y, t) float32 (NB, 6) in the domain of the loss, clear of its kinks."""
     shape = (NB, 6)
     if name == "huber":
         t = rng.normal(0.0, 1.0, shape)
-        mag = np.where(rng.random(shape) < 0.5, rng.uniform(0.05, beta - 0.05, shape),
-                       rng.uniform(beta + 0.05, 3 * beta, shape))
+        mag = np.where(
+            rng.random(shape) < 0.5, rng.uniform(0.05, beta - 0.05, shape), rng.uniform(beta + 0.05, 3 * beta, shape)
+        )
         mag[:, 0], mag[:, 1] = 0.5 * beta, 2.0 * beta  # both regimes in every sample
         y = t + rng.choice([-1.0, 1.0], shape) * mag
     elif name == "logit_bce":
@@ -222,9 +262,14 @@ def loss_data(name: str, rng: np.random.Generator, beta: float) -> Tuple[np.ndar
     return y32, t32
 
 
-LOSSES = [("mse", losses.mse, 1.0), ("huber-0.7", losses.huber(0.7), 0.7), ("huber-2", losses.huber(2.0), 2.0),
-          ("logit_bce", losses.logit_bce, 1.0), ("cross_entropy", losses.cross_entropy, 1.0),
-          ("cosine", losses.cosine, 1.0)]
+LOSSES = [
+    ("mse", losses.mse, 1.0),
+    ("huber-0.7", losses.huber(0.7), 0.7),
+    ("huber-2", losses.huber(2.0), 2.0),
+    ("logit_bce", losses.logit_bce, 1.0),
+    ("cross_entropy", losses.cross_entropy, 1.0),
+    ("cosine", losses.cosine, 1.0),
+]
 
 
 @pytest.mark.parametrize("loss,beta", [(lo, b) for _, lo, b in LOSSES], ids=[n for n, _, _ in LOSSES])

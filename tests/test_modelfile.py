@@ -1,5 +1,6 @@
 """Model files (.mct): exact round trips (outputs, parameters, optimizer state and step, continued
 training), clear ModelFileErrors for every kind of bad file, and atomic saving."""
+
 from __future__ import annotations
 
 import json
@@ -9,19 +10,25 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import layer_table
 import numpy as np
 import pytest
 
-from mcutrain import LR, Checkpoint, ModelFileError, Residual, Sequential, TrainParams, load_model, losses, save_model
+from helpers import rebuild, split
+from mcutrain import (
+    Checkpoint,
+    ModelFileError,
+    Sequential,
+    TrainParams,
+    load_model,
+    losses,
+    save_model,
+    train_batch,
+)
 from mcutrain import layers as L
-from mcutrain import train_batch
-from mcutrain.module import Module
-from mcutrain.module import as_optimizer
+from mcutrain.module import Module, as_optimizer
 from mcutrain.optim import Optimizer
 from mcutrain.problems import ModularAddition10
-
-import layer_table
-from helpers import rebuild, split, with_crc
 
 MAGIC = b"MCTRAIN\0"
 
@@ -37,8 +44,9 @@ def batches(n: int, seed: int = 2, nb: int = 8) -> List[Tuple[np.ndarray, np.nda
     return [p.sample_batch(nb) for _ in range(n)]
 
 
-def assert_same_training_state(net_a: Module, opt_a: Optional[Optimizer], net_b: Module,
-                               opt_b: Optional[Optimizer]) -> None:
+def assert_same_training_state(
+    net_a: Module, opt_a: Optional[Optimizer], net_b: Module, opt_b: Optional[Optimizer]
+) -> None:
     """Parameters, optimizer kind/config, slots, step and Adam powers are bit-for-bit equal."""
     np.testing.assert_array_equal(net_a.params, net_b.params)
     if opt_a is None or opt_b is None:
@@ -58,14 +66,34 @@ OPTIMIZERS: Dict[str, Callable[[Module], Optimizer]] = {
     "rmsprop_clip": lambda n: n.new_rmsprop(TrainParams(lr=1e-2, clip=0.3), 0.85),
     "rmsprop_momentum": lambda n: n.new_rmsprop_with_momentum(TrainParams(lr=2e-2), 0.85, 0.8),
     "adam_everything": lambda n: n.new_adam(
-        TrainParams(lr=1e-2, schedule="cosine", lr_final=1e-3, decay_steps=9, warmup_steps=3, l1=1e-3, l2=1e-3,
-                    clip=1.0, scale_by_loss=True), 0.8, 0.95, 1e-6),
+        TrainParams(
+            lr=1e-2,
+            schedule="cosine",
+            lr_final=1e-3,
+            decay_steps=9,
+            warmup_steps=3,
+            l1=1e-3,
+            l2=1e-3,
+            clip=1.0,
+            scale_by_loss=True,
+        ),
+        0.8,
+        0.95,
+        1e-6,
+    ),
     "adam_beta1_zero": lambda n: n.new_adam(TrainParams(lr=1e-2), 0.0, 0.99),
 }
 
 
-def roundtrip_and_continue(tmp_path: Path, net: Module, opt: Optional[Any], data: List[Tuple[np.ndarray, np.ndarray]],
-                           loss: losses.Loss = losses.logit_bce, before: int = 5, after: int = 5) -> Checkpoint:
+def roundtrip_and_continue(
+    tmp_path: Path,
+    net: Module,
+    opt: Optional[Any],
+    data: List[Tuple[np.ndarray, np.ndarray]],
+    loss: losses.Loss = losses.logit_bce,
+    before: int = 5,
+    after: int = 5,
+) -> Checkpoint:
     """Train `before` steps, save, load, then train both copies `after` more steps: all exactly equal."""
     for x, y in data[:before]:
         train_batch(opt if opt is not None else TrainParams(), net, loss, x, y)
@@ -81,7 +109,7 @@ def roundtrip_and_continue(tmp_path: Path, net: Module, opt: Optional[Any], data
     assert_same_training_state(net, opt_a, ck.net, ck.optimizer)
     if opt is not None:
         assert ck.optimizer is not None
-        for x, y in data[before:before + after]:
+        for x, y in data[before : before + after]:
             la = train_batch(opt, net, loss, x, y)
             lb = train_batch(ck.optimizer, ck.net, loss, x, y)
             assert la == lb
@@ -138,8 +166,13 @@ def test_every_layer_type_roundtrips(tmp_path: Path) -> None:
     net.params = net.params + np.float32(0.01)
     opt = net.new_adam(TrainParams(lr=1e-3))
     rng = np.random.default_rng(3)
-    data = [(rng.normal(0, 1, (6, net.n_in)).astype(np.float32),
-             np.eye(net.n_out, dtype=np.float32)[rng.integers(0, net.n_out, 6)]) for _ in range(6)]
+    data = [
+        (
+            rng.normal(0, 1, (6, net.n_in)).astype(np.float32),
+            np.eye(net.n_out, dtype=np.float32)[rng.integers(0, net.n_out, 6)],
+        )
+        for _ in range(6)
+    ]
     ck = roundtrip_and_continue(tmp_path, net, opt, data, loss=losses.cross_entropy, before=3, after=3)
     assert ck.net.program.table().tobytes() == net.program.table().tobytes()
     assert [type(m) for m in ck.net.layers()] == [type(m) for m in net.layers()]
@@ -157,6 +190,7 @@ def test_saving_twice_gives_loadable_identical_models(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- bad files
+
 
 @pytest.fixture()
 def saved(tmp_path: Path) -> Tuple[Path, bytes]:
@@ -177,8 +211,8 @@ def load_error(tmp_path: Path, data: bytes, name: str = "bad.mct") -> str:
     with pytest.raises(ModelFileError) as e:
         load_model(p)
     msg = str(e.value)
-    assert str(p) in msg, msg           # the message names the file
-    return msg.replace(str(p), "<file>")   # (tmp_path holds the test's name: keep it out of keyword checks)
+    assert str(p) in msg, msg  # the message names the file
+    return msg.replace(str(p), "<file>")  # (tmp_path holds the test's name: keep it out of keyword checks)
 
 
 def test_good_file_layout(saved: Tuple[Path, bytes]) -> None:
@@ -197,9 +231,13 @@ def test_corrupt_byte(tmp_path: Path, saved: Tuple[Path, bytes], where: str) -> 
     _, data = saved
     _, header, _ = split(data)
     hlen = struct.unpack_from("<I", data, 12)[0]
-    pos = {"version": 8, "header": 16 + hlen // 2, "crc": len(data) - 2,
-           "params": 16 + hlen + header["arrays"]["params"]["offset"] + 17,
-           "opt_state": 16 + hlen + header["arrays"]["opt_state"]["offset"] + 5}[where]
+    pos = {
+        "version": 8,
+        "header": 16 + hlen // 2,
+        "crc": len(data) - 2,
+        "params": 16 + hlen + header["arrays"]["params"]["offset"] + 17,
+        "opt_state": 16 + hlen + header["arrays"]["opt_state"]["offset"] + 5,
+    }[where]
     bad = bytearray(data)
     bad[pos] ^= 0x10
     msg = load_error(tmp_path, bytes(bad))
@@ -215,8 +253,9 @@ def test_truncated(tmp_path: Path, saved: Tuple[Path, bytes], keep: str) -> None
     assert "truncated" in msg, msg
 
 
-@pytest.mark.parametrize("content", [b"NOTMODEL" + b"\0" * 64, b"MCTRAIM\0" + b"\0" * 64,
-                                     b'{"type": "Sequential", "layers": []}', b"x"])
+@pytest.mark.parametrize(
+    "content", [b"NOTMODEL" + b"\0" * 64, b"MCTRAIM\0" + b"\0" * 64, b'{"type": "Sequential", "layers": []}', b"x"]
+)
 def test_wrong_magic(tmp_path: Path, content: bytes) -> None:
     """Other files: ModelFileError saying it is not an mcutrain model file."""
     msg = load_error(tmp_path, content)
@@ -248,13 +287,12 @@ def test_future_format_version(tmp_path: Path, saved: Tuple[Path, bytes]) -> Non
     _, data = saved
     version, _, _ = split(data)
     hlen = struct.unpack_from("<I", data, 12)[0]
-    bad = rebuild(version + 1, data[16:16 + hlen], data[16 + hlen:-4])
+    bad = rebuild(version + 1, data[16 : 16 + hlen], data[16 + hlen : -4])
     msg = load_error(tmp_path, bad)
     assert f"format {version + 1}" in msg and str(version) in msg and "upgrade" in msg
 
 
-CRAFTED = ["bad_json", "smaller_architecture", "unknown_layer", "array_outside", "no_architecture",
-           "not_an_object"]
+CRAFTED = ["bad_json", "smaller_architecture", "unknown_layer", "array_outside", "no_architecture", "not_an_object"]
 
 
 @pytest.mark.parametrize("case", CRAFTED)
@@ -287,9 +325,11 @@ def test_crafted_header_errors(tmp_path: Path, saved: Tuple[Path, bytes], case: 
 
 # ----------------------------------------------------------------------------- atomic saving
 
+
 @pytest.mark.parametrize("fail_in", ["replace", "fsync"])
-def test_failed_save_keeps_old_file(tmp_path: Path, saved: Tuple[Path, bytes], monkeypatch: pytest.MonkeyPatch,
-                                    fail_in: str) -> None:
+def test_failed_save_keeps_old_file(
+    tmp_path: Path, saved: Tuple[Path, bytes], monkeypatch: pytest.MonkeyPatch, fail_in: str
+) -> None:
     """A save that fails while writing or renaming leaves the old file byte for byte and no temp file."""
     path, old = saved
     net = small_net()
@@ -297,6 +337,7 @@ def test_failed_save_keeps_old_file(tmp_path: Path, saved: Tuple[Path, bytes], m
 
     def boom(*args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device (simulated)")
+
     monkeypatch.setattr(os, fail_in, boom)
     with pytest.raises(OSError, match="simulated"):
         save_model(path, net, optimizer=net.new_momentum(TrainParams()))

@@ -1,6 +1,7 @@
 """The parts every simulator shares (mcutrain.exporter.sim): host tools built once per version into the
 cache, and starting a process that announces the pty of the firmware's serial line. No simulator needed:
 gcc and sh stand in for them."""
+
 from __future__ import annotations
 
 import shutil
@@ -52,15 +53,19 @@ def _never_linked(port: str, proc: subprocess.Popen) -> sim.ProcessLink:
 def test_a_process_that_ends_without_a_pty_is_reported_with_its_output(tmp_path: Path) -> None:
     log = tmp_path / "run.log"
     with pytest.raises(SimError, match=r"(?s)the simulator did not start \(exit status 3\).*no such machine"):
-        sim.launch_process(["sh", "-c", "echo no such machine >&2; exit 3"], log, "the simulator", 10.0,
-                           _never_linked)
+        sim.launch_process(["sh", "-c", "echo no such machine >&2; exit 3"], log, "the simulator", 10.0, _never_linked)
 
 
 def test_a_process_that_announces_no_pty_is_stopped(tmp_path: Path) -> None:
     log = tmp_path / "run.log"
     with pytest.raises(SimError, match=r"(?s)offered no serial pty within 1 s.*starting"):
-        sim.launch_process([sys.executable, "-c", "import time; print('starting', flush=True); time.sleep(60)"],
-                           log, "the simulator", 1.0, _never_linked)
+        sim.launch_process(
+            [sys.executable, "-c", "import time; print('starting', flush=True); time.sleep(60)"],
+            log,
+            "the simulator",
+            1.0,
+            _never_linked,
+        )
 
 
 class Stop(Exception):
@@ -75,11 +80,16 @@ def test_the_announced_pty_is_connected(tmp_path: Path, announcement: str) -> No
 
     def link(port: str, proc: subprocess.Popen) -> sim.ProcessLink:
         seen["port"], seen["proc"] = port, proc
-        raise Stop()          # fail to connect: launch_process must then end the process
+        raise Stop()  # fail to connect: launch_process must then end the process
 
     line = announcement.format(port="/dev/pts/999")
     with pytest.raises(Stop):
-        sim.launch_process([sys.executable, "-c", f"import time; print({line!r}, flush=True); time.sleep(60)"],
-                           tmp_path / "run.log", "the simulator", 10.0, link)
+        sim.launch_process(
+            [sys.executable, "-c", f"import time; print({line!r}, flush=True); time.sleep(60)"],
+            tmp_path / "run.log",
+            "the simulator",
+            10.0,
+            link,
+        )
     assert seen["port"] == "/dev/pts/999"
     assert seen["proc"].poll() is not None

@@ -11,6 +11,7 @@ The layers of the package, bottom up (each imports only the ones below it):
 The names below are loaded on first use (PEP 562), so `import mcutrain.cli` starts without numpy or the
 C core, and the command line can answer Ctrl-C from its first moment.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -20,14 +21,31 @@ from .version import __version__
 
 # public name -> the submodule that defines it (a submodule itself where the two are equal)
 _EXPORTS: Dict[str, str] = {
-    "layers": "layers", "losses": "losses", "optim": "optim", "problems": "problems",
-    "Sequential": "compose", "Residual": "compose", "LR": "compose",
-    "Module": "module", "Trace": "module", "Gradients": "module",
-    "Checkpoint": "modelfile", "load_model": "modelfile", "save_model": "modelfile",
-    "Optimizer": "optim", "TrainParams": "optim",
-    "train_batch": "train", "train_batch_parallel": "train", "train_step": "train",
-    "McuTrainError": "errors", "ShapeError": "errors", "ConfigError": "errors", "TrainingError": "errors",
-    "ArchitectureError": "errors", "ModelFileError": "errors", "DataError": "errors",
+    "layers": "layers",
+    "losses": "losses",
+    "optim": "optim",
+    "problems": "problems",
+    "Sequential": "compose",
+    "Residual": "compose",
+    "LR": "compose",
+    "Module": "module",
+    "Trace": "module",
+    "Gradients": "module",
+    "Checkpoint": "modelfile",
+    "load_model": "modelfile",
+    "save_model": "modelfile",
+    "Optimizer": "optim",
+    "TrainParams": "optim",
+    "train_batch": "train",
+    "train_batch_parallel": "train",
+    "train_step": "train",
+    "McuTrainError": "errors",
+    "ShapeError": "errors",
+    "ConfigError": "errors",
+    "TrainingError": "errors",
+    "ArchitectureError": "errors",
+    "ModelFileError": "errors",
+    "DataError": "errors",
 }
 __all__ = ["__version__", *_EXPORTS]
 
@@ -49,8 +67,15 @@ def __dir__() -> List[str]:
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from . import layers, losses, optim, problems
     from .compose import LR, Residual, Sequential
-    from .errors import (ArchitectureError, ConfigError, DataError, McuTrainError, ModelFileError, ShapeError,
-                         TrainingError)
+    from .errors import (
+        ArchitectureError,
+        ConfigError,
+        DataError,
+        McuTrainError,
+        ModelFileError,
+        ShapeError,
+        TrainingError,
+    )
     from .modelfile import Checkpoint, load_model, save_model
     from .module import Gradients, Module, Trace
     from .optim import Optimizer, TrainParams

@@ -1,6 +1,7 @@
 """A network's architecture as plain data, and back: what model files store (Module.architecture()) and
 what the command line reads (a TOML or JSON file, or an inline string like
 "linear:20x35,sigmoid,linear:35x10,softmax")."""
+
 from __future__ import annotations
 
 import json
@@ -21,12 +22,13 @@ else:  # pragma: no cover
 
 
 _LOWER = {name.lower(): cls for name, cls in L.LAYER_TYPES.items()}
-_LOWER.update({"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarScale,
-               "glu_leaky_relu": L.GLULeakyRelu})   # aliases besides the lower-case class names
+_LOWER.update(
+    {"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarScale, "glu_leaky_relu": L.GLULeakyRelu}
+)  # aliases besides the lower-case class names
 
 
-MAX_NESTING = 64              # compositions inside compositions, at most
-MAX_LAYERS = 65535            # layers in one Sequential (the layer table counts them in 16 bits)
+MAX_NESTING = 64  # compositions inside compositions, at most
+MAX_LAYERS = 65535  # layers in one Sequential (the layer table counts them in 16 bits)
 MAX_ARCHITECTURE_BYTES = 1 << 20
 
 
@@ -48,17 +50,20 @@ def from_architecture(spec: Dict[str, Any], where: str = "network", _depth: int 
                 raise ArchitectureError(f"{where}: Sequential needs a non-empty 'layers' list")
             if len(items) > MAX_LAYERS:
                 raise ArchitectureError(f"{where}: {len(items)} layers; a network has at most {MAX_LAYERS}")
-            return Sequential(*[from_architecture(s, f"{where} layer {i + 1}", _depth + 1)
-                                for i, s in enumerate(items)])
+            return Sequential(
+                *[from_architecture(s, f"{where} layer {i + 1}", _depth + 1) for i, s in enumerate(items)]
+            )
         if t.lower() == "residual":
             return Residual(from_architecture(args["inner"], f"{where} (residual body)", _depth + 1))
         if t.lower() == "lr":
             return LR(from_architecture(args["inner"], f"{where} (LR body)", _depth + 1), args["divisor"])
         cls = _LOWER.get(t.lower())
         if cls is None:
-            raise ArchitectureError(f"{where}: unknown layer type {t!r}; known: {', '.join(sorted(L.LAYER_TYPES))}, "
-                            f"Sequential, Residual, LR")
-        if args.get("n", 0) is None:     # a size left to the Sequential
+            raise ArchitectureError(
+                f"{where}: unknown layer type {t!r}; known: {', '.join(sorted(L.LAYER_TYPES))}, "
+                f"Sequential, Residual, LR"
+            )
+        if args.get("n", 0) is None:  # a size left to the Sequential
             del args["n"]
         return cls(**args)
     except ShapeError as e:
@@ -83,16 +88,20 @@ def parse_inline(text: str) -> Sequential:
         name, _, arg = item.partition(":")
         cls = _LOWER.get(name.strip().lower())
         if cls is None:
-            raise ArchitectureError(f"--net item {i + 1}: unknown layer {name!r}; known: "
-                            f"{', '.join(sorted(k.lower() for k in L.LAYER_TYPES))}")
+            raise ArchitectureError(
+                f"--net item {i + 1}: unknown layer {name!r}; known: "
+                f"{', '.join(sorted(k.lower() for k in L.LAYER_TYPES))}"
+            )
         try:
             if issubclass(cls, (L._Sized,)):
                 dims = [int(d) for d in arg.lower().split("x")] if arg else []
                 want = 3 if cls is L.Conv1d else 2
                 if len(dims) != want:
                     shape = "IxOxF" if cls is L.Conv1d else "IxO"
-                    raise ArchitectureError(f"--net item {i + 1}: {name} needs sizes as {name}:{shape}, e.g. "
-                                    f"{name}:{'16x14x3' if want == 3 else '20x35'}")
+                    raise ArchitectureError(
+                        f"--net item {i + 1}: {name} needs sizes as {name}:{shape}, e.g. "
+                        f"{name}:{'16x14x3' if want == 3 else '20x35'}"
+                    )
                 mods.append(cls(*dims))
             elif cls in (L.LeakyRelu, L.Softmax):
                 mods.append(cls(float(arg)) if arg else cls())

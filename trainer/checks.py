@@ -1,5 +1,6 @@
 """Checking what users pass: numbers (finite, in range, whole where they must be) and samples (one sample
 or a batch of float32 numbers). Each check names the argument and the value it got."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,16 @@ import numpy as np
 from .errors import ConfigError, McuTrainError, ShapeError
 
 
-def number(name: str, value: Any, lo: float = -math.inf, hi: float = math.inf, *, lo_open: bool = False,
-           hi_open: bool = False, error: Type[McuTrainError] = ConfigError) -> float:
+def number(
+    name: str,
+    value: Any,
+    lo: float = -math.inf,
+    hi: float = math.inf,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    error: Type[McuTrainError] = ConfigError,
+) -> float:
     """value as a float, or `error` saying that `name` must be a finite number in the range (a bool, a
     string, NaN or an infinity is refused)."""
     rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
@@ -24,8 +33,7 @@ def number(name: str, value: Any, lo: float = -math.inf, hi: float = math.inf, *
     return v
 
 
-def whole(name: str, value: Any, lo: int = 0, hi: int = 2**32 - 1, *,
-          error: Type[McuTrainError] = ConfigError) -> int:
+def whole(name: str, value: Any, lo: int = 0, hi: int = 2**32 - 1, *, error: Type[McuTrainError] = ConfigError) -> int:
     """value as an int, or `error` saying that `name` must be a whole number from lo to hi (1.5, True and
     '3' are refused)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
@@ -80,10 +88,11 @@ def settings_from_dict(cls: Type[_T], d: Any, where: str, error: Type[McuTrainEr
             continue
         optional = ann.startswith("Optional[")
         base = ann[9:-1] if optional else ann
-        ok = (v is None and optional) or (base in _PLAIN and isinstance(v, _PLAIN[base]) and
-                                          not (base != "bool" and isinstance(v, bool)))
+        ok = (v is None and optional) or (
+            base in _PLAIN and isinstance(v, _PLAIN[base]) and not (base != "bool" and isinstance(v, bool))
+        )
         if base not in _PLAIN and not optional:
-            ok = True          # a field this check does not know: left to the class
+            ok = True  # a field this check does not know: left to the class
         if not ok:
             raise error(f"{where}.{f.name} must be {'null or ' if optional else ''}{base}, got {v!r}")
         if base == "float" and v is not None and not math.isfinite(float(v)):

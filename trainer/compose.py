@@ -1,4 +1,5 @@
 """Compositions: Sequential (positional, nestable), Residual (y = x + M(x)) and LR (M learns at lr / divisor)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
@@ -21,7 +22,7 @@ class _Composite(Module):
         self.param_count()
 
     def param_count(self) -> int:
-        n = getattr(self, "_n_params", None)   # the architecture is fixed once sized: count once
+        n = getattr(self, "_n_params", None)  # the architecture is fixed once sized: count once
         if n is None:
             n = sum(c.param_count() for c in self.children())
             if self.n_in is not None:
@@ -54,18 +55,21 @@ class Sequential(_Composite):
         self.modules: Tuple[Module, ...] = tuple(modules)
         first = self.modules[0]
         if first.n_in is None:
-            raise ShapeError(f"Sequential: the first layer {first.describe()} needs a size, "
-                             f"e.g. {type(first).__name__}(20)")
+            raise ShapeError(
+                f"Sequential: the first layer {first.describe()} needs a size, e.g. {type(first).__name__}(20)"
+            )
         n = first.n_in
         for i, m in enumerate(self.modules):
             try:
-                m._resolve(n)          # size-agnostic layers adopt n; the rest are checked below
+                m._resolve(n)  # size-agnostic layers adopt n; the rest are checked below
             except ShapeError:
                 pass
             if m.n_in != n:
                 prev = self.modules[i - 1]
-                raise ShapeError(f"Sequential: layer {i} {prev.describe()} outputs {n} values but "
-                                 f"layer {i + 1} {m.describe()} takes {m.n_in}")
+                raise ShapeError(
+                    f"Sequential: layer {i} {prev.describe()} outputs {n} values but "
+                    f"layer {i + 1} {m.describe()} takes {m.n_in}"
+                )
             assert m.n_out is not None
             n = m.n_out
         self.n_in, self.n_out = first.n_in, n
@@ -98,11 +102,14 @@ class Residual(_Composite):
         super().__init__()
         inner = module if not more else Sequential(module, *more)
         if inner.n_in is None:
-            raise ShapeError(f"Residual({inner.describe()}): give the inner layer a size, "
-                             f"e.g. {type(inner).__name__}(20)")
+            raise ShapeError(
+                f"Residual({inner.describe()}): give the inner layer a size, e.g. {type(inner).__name__}(20)"
+            )
         if inner.n_out != inner.n_in:
-            raise ShapeError(f"Residual({inner.describe()}): the inner module maps {inner.n_in} values to "
-                             f"{inner.n_out}; a residual block needs the same size in and out")
+            raise ShapeError(
+                f"Residual({inner.describe()}): the inner module maps {inner.n_in} values to "
+                f"{inner.n_out}; a residual block needs the same size in and out"
+            )
         self.inner = inner
         self.n_in = self.n_out = inner.n_in
         self._finish()

@@ -7,6 +7,7 @@ struct mct_layer, mct_opt and mct_train_state become numpy dtypes with the core'
 what a layer needs (parameters, aux trace, output floats, scratch, const blob bytes) comes from the layer's
 own C code. Consumers (the trainer, the exporter, the CLI) import these instead of writing numbers down.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,9 +47,17 @@ Status = _enum("Status", "status", "Statuses of the core's checked entry points 
 
 _C_NAMES: Dict[Tuple[str, int], str] = {
     (cls.__name__, r[2]): r[1]
-    for cls, list_name in ((Op, "op"), (Act, "act"), (LossKind, "loss"), (OptKind, "opt"), (Schedule, "schedule"),
-                           (Storage, "storage"), (Status, "status"))
-    for r in _LISTS[list_name][1]}
+    for cls, list_name in (
+        (Op, "op"),
+        (Act, "act"),
+        (LossKind, "loss"),
+        (OptKind, "opt"),
+        (Schedule, "schedule"),
+        (Storage, "storage"),
+        (Status, "status"),
+    )
+    for r in _LISTS[list_name][1]
+}
 
 
 def c_name(member: IntEnum) -> str:
@@ -59,7 +68,7 @@ def c_name(member: IntEnum) -> str:
 # ---- op facts (columns of MCT_OP_LIST) ----
 _CALLS = {0: "param", 1: "const", 2: "qop", 3: "net"}
 OP_CALL: Dict[Any, str] = {Op(v): _CALLS[c] for v, c in _attr("op", "call").items()}
-QUANT_OPS: FrozenSet[Any] = frozenset(op for op, c in OP_CALL.items() if c == "qop")     # full-integer int8 ops
+QUANT_OPS: FrozenSet[Any] = frozenset(op for op, c in OP_CALL.items() if c == "qop")  # full-integer int8 ops
 CONST_STORAGE_OPS: FrozenSet[Any] = frozenset(op for op, c in OP_CALL.items() if c == "const")
 READS_I8: FrozenSet[Any] = frozenset(Op(v) for v, f in _attr("op", "reads_i8").items() if f)
 WRITES_I8: FrozenSet[Any] = frozenset(Op(v) for v, f in _attr("op", "writes_i8").items() if f)
@@ -91,12 +100,18 @@ def opt_slots(kind: Any) -> int:
 # ---- struct layouts ----
 def _dtype(struct: str) -> np.dtype:
     size, fields = _STRUCTS[struct]
-    return np.dtype({"names": [f[0] for f in fields], "formats": [f"<{f[3]}{f[2]}" for f in fields],
-                     "offsets": [f[1] for f in fields], "itemsize": size})
+    return np.dtype(
+        {
+            "names": [f[0] for f in fields],
+            "formats": [f"<{f[3]}{f[2]}" for f in fields],
+            "offsets": [f[1] for f in fields],
+            "itemsize": size,
+        }
+    )
 
 
-LAYER_DTYPE = _dtype("mct_layer")              # struct mct_layer, one row of a layer table
-OPT_DTYPE = _dtype("mct_opt")                  # struct mct_opt, an optimizer configuration
+LAYER_DTYPE = _dtype("mct_layer")  # struct mct_layer, one row of a layer table
+OPT_DTYPE = _dtype("mct_opt")  # struct mct_opt, an optimizer configuration
 TRAIN_STATE_DTYPE = _dtype("mct_train_state")  # struct mct_train_state
 
 
@@ -109,16 +124,26 @@ def train_state_init() -> np.ndarray:
 @dataclass(frozen=True)
 class LayerSize:
     """What one layer needs, as its op's own C code computes it (mct_layer_size_of)."""
-    valid: bool       # the op is known and the layer's op-specific fields suit it
-    params: int       # parameter count
-    aux: int          # floats of aux trace per sample
-    out: int          # floats of arena per sample its output takes (an int8 tensor: i8_floats)
-    scratch: int      # floats of backward scratch for the nb samples asked for
-    consts: int       # bytes in the const blob (a const-stored Dense, a full-integer op), else 0
+
+    valid: bool  # the op is known and the layer's op-specific fields suit it
+    params: int  # parameter count
+    aux: int  # floats of aux trace per sample
+    out: int  # floats of arena per sample its output takes (an int8 tensor: i8_floats)
+    scratch: int  # floats of backward scratch for the nb samples asked for
+    consts: int  # bytes in the const blob (a const-stored Dense, a full-integer op), else 0
 
 
-def layer_size(op: int, n_in: int, n_out: int, kind: int = 0, k: int = 0, alpha: float = 0.0, storage: int = 0,
-               nb: int = 1, host: bool = False) -> LayerSize:
+def layer_size(
+    op: int,
+    n_in: int,
+    n_out: int,
+    kind: int = 0,
+    k: int = 0,
+    alpha: float = 0.0,
+    storage: int = 0,
+    nb: int = 1,
+    host: bool = False,
+) -> LayerSize:
     """What a layer of this op and these fields needs (nb samples; host: scratch with the host's transposes)."""
     r = np.zeros(1, LAYER_DTYPE)
     r["op"], r["kind"], r["storage"], r["n_in"], r["n_out"], r["k"] = int(op), int(kind), int(storage), n_in, n_out, k
@@ -146,7 +171,35 @@ def save_slot_bytes(n_params: int, slots: int) -> int:
     return int(_core.save_slot_bytes(n_params, slots))
 
 
-__all__ = ["Op", "Act", "LossKind", "OptKind", "Schedule", "Storage", "Status", "c_name", "names", "by_name",
-           "OP_CALL", "QUANT_OPS", "CONST_STORAGE_OPS", "READS_I8", "WRITES_I8", "ACT_LAYER_KINDS", "GLU_GATES",
-           "OPT_SLOTS", "opt_slots", "LAYER_DTYPE", "OPT_DTYPE", "TRAIN_STATE_DTYPE", "train_state_init",
-           "LayerSize", "layer_size", "layer_size_of", "i8_floats", "SAVE_MAGIC", "SAVE_HEADER", "save_slot_bytes"]
+__all__ = [
+    "Op",
+    "Act",
+    "LossKind",
+    "OptKind",
+    "Schedule",
+    "Storage",
+    "Status",
+    "c_name",
+    "names",
+    "by_name",
+    "OP_CALL",
+    "QUANT_OPS",
+    "CONST_STORAGE_OPS",
+    "READS_I8",
+    "WRITES_I8",
+    "ACT_LAYER_KINDS",
+    "GLU_GATES",
+    "OPT_SLOTS",
+    "opt_slots",
+    "LAYER_DTYPE",
+    "OPT_DTYPE",
+    "TRAIN_STATE_DTYPE",
+    "train_state_init",
+    "LayerSize",
+    "layer_size",
+    "layer_size_of",
+    "i8_floats",
+    "SAVE_MAGIC",
+    "SAVE_HEADER",
+    "save_slot_bytes",
+]

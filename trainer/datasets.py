@@ -4,14 +4,15 @@ Every failure is a DataError naming the file (and, for CSV, the line and column)
 anything is allocated: a file (and what a .gz or .npz unpacks to) has at most MAX_DATA_BYTES, a CSV at
 most MAX_CSV_BYTES (parsing takes many times its size), a one-hot target at most MAX_CLASSES classes and a
 sample at most MAX_WIDTH values (the core's layer widths are 16-bit)."""
+
 from __future__ import annotations
 
 import csv
 import gzip
 import io
+import struct
 import zipfile
 import zlib
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple, Union
@@ -31,6 +32,7 @@ MAX_IDX_DIMS = 8
 @dataclass
 class Dataset:
     """Inputs x (n, n_in) and targets y (n, n_out), float32."""
+
     x: np.ndarray
     y: np.ndarray
     name: str = "data"
@@ -42,8 +44,10 @@ class Dataset:
             raise DataError(f"{self.name} has no samples")
         for what, a in (("input", self.x), ("target", self.y)):
             if not 1 <= a.shape[1] <= MAX_WIDTH:
-                raise DataError(f"{self.name} has {a.shape[1]} {what} values per sample; a network takes 1 to "
-                                f"{MAX_WIDTH} (choose the columns with --inputs / --targets)")
+                raise DataError(
+                    f"{self.name} has {a.shape[1]} {what} values per sample; a network takes 1 to "
+                    f"{MAX_WIDTH} (choose the columns with --inputs / --targets)"
+                )
         for what, a in (("inputs", self.x), ("targets", self.y)):
             if not np.isfinite(a).all():
                 bad = int(np.argwhere(~np.isfinite(a))[0][0])
@@ -52,7 +56,7 @@ class Dataset:
     def __len__(self) -> int:
         return self.x.shape[0]
 
-    def split(self, val_fraction: float, seed: int = 0) -> Tuple["Dataset", Optional["Dataset"]]:
+    def split(self, val_fraction: float, seed: int = 0) -> Tuple[Dataset, Optional[Dataset]]:
         """(train, validation) after a seeded shuffle; validation is None for a fraction of 0."""
         if not 0 <= val_fraction < 1:
             raise DataError(f"the validation fraction must be in [0, 1), got {val_fraction}")
@@ -63,8 +67,10 @@ class Dataset:
             raise DataError(f"{self.name}: {len(self)} samples are too few for a {val_fraction:.0%} validation split")
         order = np.random.default_rng(seed).permutation(len(self))
         v, t = order[:n_val], order[n_val:]
-        return (Dataset(self.x[t], self.y[t], self.name + " (train)"),
-                Dataset(self.x[v], self.y[v], self.name + " (validation)"))
+        return (
+            Dataset(self.x[t], self.y[t], self.name + " (train)"),
+            Dataset(self.x[v], self.y[v], self.name + " (validation)"),
+        )
 
     @property
     def classification(self) -> bool:
@@ -76,16 +82,18 @@ def one_hot(labels: np.ndarray, classes: Optional[int] = None, name: str = "labe
     """Integer labels (n,) -> one-hot float32 (n, classes); at most MAX_CLASSES classes."""
     lab = np.asarray(labels)
     if lab.dtype.kind not in "fiub":
-        raise DataError(f"{name}: class labels must be numbers, not {lab.dtype} (e.g. text labels: map them to "
-                        f"0, 1, 2, ... first)")
+        raise DataError(
+            f"{name}: class labels must be numbers, not {lab.dtype} (e.g. text labels: map them to 0, 1, 2, ... first)"
+        )
     if lab.size == 0:
         raise DataError(f"{name}: there are no labels")
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(lab) | (lab < 0) | (lab != np.round(lab)) | (lab >= MAX_CLASSES)
     if np.any(bad):
         i = int(np.argwhere(bad)[0][0])
-        raise DataError(f"{name}: class labels must be whole numbers from 0 to {MAX_CLASSES - 1}; label {i} is "
-                        f"{lab[i].item()!r}")
+        raise DataError(
+            f"{name}: class labels must be whole numbers from 0 to {MAX_CLASSES - 1}; label {i} is {lab[i].item()!r}"
+        )
     lab = lab.astype(np.int64)
     k = int(lab.max()) + 1 if classes is None else classes
     if lab.size and lab.max() >= k:
@@ -109,10 +117,11 @@ def columns(spec: Union[None, str, Sequence[int]], header: List[str], n_cols: in
                 a, b = (int(s) for s in part.split("-", 1))
                 out.extend(range(a, b + 1))
             elif part.lstrip("-").isdigit():
-                c = int(part)                      # negative numbers count from the end: -1 is the last
+                c = int(part)  # negative numbers count from the end: -1 is the last
                 if c < -n_cols:
-                    raise DataError(f"{what} column {c} does not exist: the file has {n_cols} columns "
-                                    f"(-{n_cols} to {n_cols - 1})")
+                    raise DataError(
+                        f"{what} column {c} does not exist: the file has {n_cols} columns (-{n_cols} to {n_cols - 1})"
+                    )
                 out.append(c + n_cols if c < 0 else c)
             else:
                 raise DataError(f"{what} column {part!r} is neither a number, a range like 0-19, nor a header name")
@@ -124,13 +133,17 @@ def columns(spec: Union[None, str, Sequence[int]], header: List[str], n_cols: in
     return cols
 
 
-def csv_columns(header: List[str], n_cols: int, inputs: Union[None, str, Sequence[int]],
-                targets: Union[None, str, Sequence[int]]) -> Tuple[List[int], List[int]]:
+def csv_columns(
+    header: List[str], n_cols: int, inputs: Union[None, str, Sequence[int]], targets: Union[None, str, Sequence[int]]
+) -> Tuple[List[int], List[int]]:
     """(input columns, target columns) of a CSV table: the inputs default to every column that is not
     a target."""
     t_cols = columns(targets, header, n_cols, "target")
-    i_cols = (columns(inputs, header, n_cols, "input") if inputs is not None
-              else [c for c in range(n_cols) if c not in t_cols])
+    i_cols = (
+        columns(inputs, header, n_cols, "input")
+        if inputs is not None
+        else [c for c in range(n_cols) if c not in t_cols]
+    )
     return i_cols, t_cols
 
 
@@ -142,8 +155,9 @@ def _decode_text(raw: bytes, p: Path) -> str:
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        raise DataError(f"{p}: line {line}, column {col}: byte 0x{raw[e.start]:02x} is not UTF-8 text; save the "
-                        f"file as UTF-8") from None
+        raise DataError(
+            f"{p}: line {line}, column {col}: byte 0x{raw[e.start]:02x} is not UTF-8 text; save the file as UTF-8"
+        ) from None
 
 
 def read_csv_table(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
@@ -159,8 +173,11 @@ def read_csv_table(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
             if r and any(c.strip() for c in r):
                 rows.append((reader.line_num, r))
     except csv.Error as e:
-        what = (f"a cell longer than {csv.field_size_limit():,} characters; is this a CSV file?"
-                if "field limit" in str(e) else f"not readable as CSV ({e})")
+        what = (
+            f"a cell longer than {csv.field_size_limit():,} characters; is this a CSV file?"
+            if "field limit" in str(e)
+            else f"not readable as CSV ({e})"
+        )
         raise DataError(f"{p}: line {reader.line_num}: {what}") from None
     if not rows:
         raise DataError(f"{p} is empty")
@@ -171,12 +188,14 @@ def read_csv_table(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
         header = [c.strip() for c in rows[0][1]]
         rows = rows[1:]
         if not rows:
-            raise DataError(f"{p} has a header row but no samples")
+            raise DataError(f"{p} has a header row but no samples") from None
     n_cols = len(rows[0][1])
     for line, r in rows:
         if len(r) != n_cols:
-            raise DataError(f"{p}: line {line} has {len(r)} columns, line {rows[0][0]} has {n_cols}: "
-                            f"every sample needs the same columns")
+            raise DataError(
+                f"{p}: line {line} has {len(r)} columns, line {rows[0][0]} has {n_cols}: "
+                f"every sample needs the same columns"
+            )
     try:
         data = np.array([[float(c) for c in r] for _, r in rows], np.float64).reshape(len(rows), n_cols)
     except ValueError:
@@ -194,9 +213,13 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def load_csv(path: Union[str, Path], inputs: Union[None, str, Sequence[int]] = None,
-             targets: Union[None, str, Sequence[int]] = "-1", one_hot_classes: Optional[int] = None,
-             classify: bool = False) -> Dataset:
+def load_csv(
+    path: Union[str, Path],
+    inputs: Union[None, str, Sequence[int]] = None,
+    targets: Union[None, str, Sequence[int]] = "-1",
+    one_hot_classes: Optional[int] = None,
+    classify: bool = False,
+) -> Dataset:
     """Numbers from a CSV file (a header row is detected). By default the last column is the target;
     inputs default to all other columns. classify=True turns an integer target column into one-hot."""
     p = Path(path)
@@ -218,7 +241,7 @@ def npz_array(path: Union[str, Path], key: str, z: Any = None) -> np.ndarray:
     hold numbers."""
     p = Path(path)
     if z is None:
-        read_bounded(p, MAX_DATA_BYTES, "NPZ file", DataError)     # the checks only: np.load reads it
+        read_bounded(p, MAX_DATA_BYTES, "NPZ file", DataError)  # the checks only: np.load reads it
         with _open_npz(p) as zz:
             return npz_array(p, key, zz)
     if key not in z.files:
@@ -291,7 +314,7 @@ def read_idx(path: Union[str, Path]) -> np.ndarray:
     dt = np.dtype(_IDX_TYPES[raw[2]])
     count = 1
     for d in dims:
-        count *= d                  # Python integers: no overflow before the comparison below
+        count *= d  # Python integers: no overflow before the comparison below
     need = count * dt.itemsize
     if len(raw) - 4 - 4 * nd < need:
         raise DataError(f"{p} is truncated: {len(raw) - 4 - 4 * nd} data bytes for shape {dims} need {need}")

@@ -1,6 +1,7 @@
 """The errors mcutrain raises for its users. Each message is written for a person: it says what was wrong
 and what to do. They all derive from McuTrainError, so a program (and the command line) can tell them from
 bugs; each also keeps the built-in base it had (ValueError or RuntimeError)."""
+
 from __future__ import annotations
 
 

@@ -4,11 +4,12 @@ never a mix, even after a crash or a power cut.
 
 A new file gets the permissions any program would give it (0666 less the user's umask), a replaced file
 keeps the permissions it had, so a model or a plot shared with a team stays readable to them."""
+
 from __future__ import annotations
 
 import os
-import stat
 import re
+import stat
 import tempfile
 import threading
 from pathlib import Path

@@ -3,6 +3,7 @@ parameters (connection weights first: they are the ones L1/L2 regularize) and th
 
 Activation-like layers may omit their size; a Sequential gives them the size of the layer before.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,9 +12,9 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from .checks import number
+from .corefacts import GLU_GATES, layer_size
 from .errors import ShapeError
 from .module import Module
-from .corefacts import GLU_GATES, layer_size
 from .program import Act, Op, ProgramBuilder
 
 
@@ -43,6 +44,7 @@ class _CoreLayer(Module):
     code through corefacts.layer_size; a layer class says only which op it is (`op`), the op's fields
     (`_op_fields`: kind, k, alpha) and how many of its parameters are connection weights (`_n_weights`, the
     ones L1/L2 regularize; they come first)."""
+
     op: Op
 
     def _op_fields(self) -> Dict[str, Any]:
@@ -107,8 +109,10 @@ class _SameSize(_CoreLayer):
 
 # ---------------------------------------------------------------- parameterized layers
 
+
 class Dense(_Sized):
     """y = x W, no bias. W is [n_in][n_out] (connection weights)."""
+
     op = Op.DENSE
 
     def _n_weights(self) -> int:
@@ -125,6 +129,7 @@ class Dense(_Sized):
 
 class Linear(_Sized):
     """y = x W + b: Dense followed by Bias1d, run as one op (W, then b)."""
+
     op = Op.DENSE
 
     def _op_fields(self) -> Dict[str, Any]:
@@ -140,16 +145,17 @@ class Linear(_Sized):
     @property
     def weight(self) -> np.ndarray:
         """W as an (n_in, n_out) view."""
-        return self.params[:self.n_in * self.n_out].reshape(self.n_in, self.n_out)
+        return self.params[: self.n_in * self.n_out].reshape(self.n_in, self.n_out)
 
     @property
     def bias(self) -> np.ndarray:
         """b as an (n_out,) view."""
-        return self.params[self.n_in * self.n_out:]
+        return self.params[self.n_in * self.n_out :]
 
 
 class Bias1d(_SameSize):
     """y = x + b (b is not regularized)."""
+
     op = Op.BIAS
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
@@ -158,6 +164,7 @@ class Bias1d(_SameSize):
 
 class Swish(_SameSize):
     """y = x sigmoid(beta x) with a learned beta per element (init N(1, 1/(2 sqrt(2) n)) times scale)."""
+
     op = Op.SWISH
 
     def _default_params(self) -> np.ndarray:
@@ -169,6 +176,7 @@ class Swish(_SameSize):
 
 class Diag(_SameSize):
     """y = d * x with a learned scale per element (init 1)."""
+
     op = Op.DIAG
 
     def _default_params(self) -> np.ndarray:
@@ -177,6 +185,7 @@ class Diag(_SameSize):
 
 class ScalarScale(_SameSize):
     """y = s * x with one learned scalar s (init `init`, 0.5 by default)."""
+
     op = Op.SCALE
 
     def __init__(self, n: Optional[int] = None, init: float = 0.5) -> None:
@@ -192,6 +201,7 @@ class ScalarScale(_SameSize):
 
 class RMSNorm(_SameSize):
     """y = g * x / sqrt(mean(x^2) + eps) with a learned gain g per element (init 1)."""
+
     op = Op.RMSNORM
 
     def __init__(self, n: Optional[int] = None, eps: float = 1e-6) -> None:
@@ -210,6 +220,7 @@ class RMSNorm(_SameSize):
 
 class DyT(_SameSize):
     """Dynamic tanh: y = g * tanh(a x) + b, with a scalar a (init 0.5), g (init 1) and b per element."""
+
     op = Op.DYT
 
     def _default_params(self) -> np.ndarray:
@@ -217,20 +228,23 @@ class DyT(_SameSize):
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         p = self._default_params()
-        p[1 + self.n_in:] = _bias_init(rng, self.n_in, scale)
+        p[1 + self.n_in :] = _bias_init(rng, self.n_in, scale)
         return p
 
 
 class Conv1d(_Sized):
     """Single-channel valid cross-correlation (stride 1, no padding): Conv1d(I, O, F) needs O = I - F + 1."""
+
     op = Op.CONV1D
 
     def __init__(self, n_in: int, n_out: int, filter_size: int) -> None:
         super().__init__(n_in, n_out)
         self.filter_size = _check_size("Conv1d filter size", filter_size)
         if self.n_out != self.n_in - self.filter_size + 1:
-            raise ShapeError(f"Conv1d({n_in}, {n_out}, {filter_size}): a filter of {filter_size} over {n_in} "
-                             f"inputs gives {n_in - filter_size + 1} outputs, not {n_out}")
+            raise ShapeError(
+                f"Conv1d({n_in}, {n_out}, {filter_size}): a filter of {filter_size} over {n_in} "
+                f"inputs gives {n_in - filter_size + 1} outputs, not {n_out}"
+            )
 
     def describe(self) -> str:
         return f"Conv1d({self.n_in}, {self.n_out}, {self.filter_size})"
@@ -276,13 +290,17 @@ class GLU(_Sized):
     def _default_params(self) -> np.ndarray:
         p = np.zeros(self.param_count(), np.float32)
         if self.gate == "swish":
-            p[-self.n_out:] = 1.0
+            p[-self.n_out :] = 1.0
         return p
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         io = self.n_in * self.n_out
-        parts = [_glorot(rng, self.n_in, self.n_out, io, scale), _glorot(rng, self.n_in, self.n_out, io, scale),
-                 _bias_init(rng, self.n_out, scale), _bias_init(rng, self.n_out, scale)]
+        parts = [
+            _glorot(rng, self.n_in, self.n_out, io, scale),
+            _glorot(rng, self.n_in, self.n_out, io, scale),
+            _bias_init(rng, self.n_out, scale),
+            _bias_init(rng, self.n_out, scale),
+        ]
         if self.gate == "swish":
             parts.append(_swish_beta_init(rng, self.n_out, scale))
         return np.concatenate(parts)
@@ -296,28 +314,34 @@ class GLU(_Sized):
 
 class SwiGLU(GLU):
     """GLU with a Swish gate (learned beta per output)."""
+
     gate_default = "swish"
 
 
 class GLULeakyRelu(GLU):
     """GLU with a leaky-ReLU gate (slope alpha, 0.5 by default)."""
+
     gate_default = "leaky_relu"
 
 
 class TanhGLU(GLU):
     """GLU with a tanh gate."""
+
     gate_default = "tanh"
 
 
 class ReluGLU(GLU):
     """GLU with a ReLU gate."""
+
     gate_default = "relu"
 
 
 # ---------------------------------------------------------------- parameter-free layers
 
+
 class _Activation(_SameSize):
     """An elementwise activation without parameters."""
+
     op = Op.ACT
     act: Act = Act.RELU
 
@@ -327,11 +351,13 @@ class _Activation(_SameSize):
 
 class Relu(_Activation):
     """max(0, x)."""
+
     act = Act.RELU
 
 
 class LeakyRelu(_Activation):
     """x for x >= 0, alpha x below (alpha 0.5 by default, as minidx)."""
+
     act = Act.LEAKY_RELU
 
     def __init__(self, alpha: float = 0.5, n: Optional[int] = None) -> None:
@@ -344,36 +370,43 @@ class LeakyRelu(_Activation):
 
 class Sigmoid(_Activation):
     """1 / (1 + e^-x)."""
+
     act = Act.SIGMOID
 
 
 class Tanh(_Activation):
     """tanh(x)."""
+
     act = Act.TANH
 
 
 class SiLU(_Activation):
     """x sigmoid(x)."""
+
     act = Act.SILU
 
 
 class Softplus(_Activation):
     """log(1 + e^x), computed without overflow."""
+
     act = Act.SOFTPLUS
 
 
 class Sine(_Activation):
     """sin(x)."""
+
     act = Act.SINE
 
 
 class Cosine(_Activation):
     """cos(x)."""
+
     act = Act.COSINE
 
 
 class Softmax(_SameSize):
     """exp(x / T) / sum(exp(x / T)) with temperature T (1.0 by default)."""
+
     op = Op.SOFTMAX
 
     def __init__(self, temperature: float = 1.0, n: Optional[int] = None) -> None:
@@ -389,6 +422,31 @@ class Softmax(_SameSize):
 
 # Class name -> class, for architectures and model files (architecture.py looks names up case-insensitively
 # and adds aliases). Every layer class is registered here, once.
-LAYER_TYPES = {c.__name__: c for c in (
-    Dense, Linear, Bias1d, Swish, Diag, ScalarScale, RMSNorm, DyT, Conv1d, GLU, SwiGLU, GLULeakyRelu, TanhGLU,
-    ReluGLU, Relu, LeakyRelu, Sigmoid, Tanh, SiLU, Softplus, Sine, Cosine, Softmax)}
+LAYER_TYPES = {
+    c.__name__: c
+    for c in (
+        Dense,
+        Linear,
+        Bias1d,
+        Swish,
+        Diag,
+        ScalarScale,
+        RMSNorm,
+        DyT,
+        Conv1d,
+        GLU,
+        SwiGLU,
+        GLULeakyRelu,
+        TanhGLU,
+        ReluGLU,
+        Relu,
+        LeakyRelu,
+        Sigmoid,
+        Tanh,
+        SiLU,
+        Softplus,
+        Sine,
+        Cosine,
+        Softmax,
+    )
+}

@@ -1,4 +1,5 @@
 """Losses, each with its gradient w.r.t. the network output; computed by the C core (loss.c)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,8 +16,9 @@ from .errors import ConfigError, ShapeError
 @dataclass(frozen=True)
 class Loss:
     """A loss of the core: kind (enum mct_loss_kind) and its parameter (Huber's beta)."""
+
     name: str
-    kind: int           # corefacts.LossKind
+    kind: int  # corefacts.LossKind
     param: float = 0.0
 
     def __call__(self, y: Any, t: Any) -> Tuple[float, np.ndarray]:
@@ -51,8 +53,15 @@ def huber(beta: float = 1.0) -> Loss:
     return Loss("huber", LossKind.HUBER, float(beta))
 
 
-_NAMES = {"mse": mse, "bce": logit_bce, "logit_bce": logit_bce, "xent": cross_entropy,
-          "cross_entropy": cross_entropy, "crossentropy": cross_entropy, "cosine": cosine}
+_NAMES = {
+    "mse": mse,
+    "bce": logit_bce,
+    "logit_bce": logit_bce,
+    "xent": cross_entropy,
+    "cross_entropy": cross_entropy,
+    "crossentropy": cross_entropy,
+    "cosine": cosine,
+}
 
 
 def by_name(name: str) -> Loss:

@@ -5,6 +5,7 @@ constructors (the contract of the Rust crate minidx). Parameters live in one fla
 per network; a module's `params` is a view of its slice. All numeric work is done by the C core
 through the module's compiled `Program`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ __all__ = ["Module", "Trace", "Gradients", "as_optimizer", "core_net", "as_batch
 @dataclass
 class Trace:
     """What a traced forward pass keeps for backprop: the C core's arena for the batch."""
+
     arena: np.ndarray
     samples: int
     single: bool
@@ -32,6 +34,7 @@ class Trace:
 @dataclass
 class Gradients:
     """Parameter gradients of a module, summed over `samples` samples (update() uses the mean)."""
+
     values: np.ndarray
     samples: int = 1
 
@@ -57,7 +60,7 @@ class Module:
         """Number of parameters (sizes must be known)."""
         return 0
 
-    def children(self) -> Tuple["Module", ...]:
+    def children(self) -> Tuple[Module, ...]:
         """Sub-modules, for compositions."""
         return ()
 
@@ -95,13 +98,15 @@ class Module:
 
     def _require_sizes(self) -> None:
         if self.n_in is None:
-            raise ShapeError(f"{self.describe()} does not know its size yet: give it one, "
-                             f"e.g. {type(self).__name__}(20), or put it after a sized layer")
+            raise ShapeError(
+                f"{self.describe()} does not know its size yet: give it one, "
+                f"e.g. {type(self).__name__}(20), or put it after a sized layer"
+            )
 
     def _ensure_buf(self) -> np.ndarray:
         if self._buf is None:
             self._require_sizes()
-            self._bind(np.zeros(self.param_count(), np.float32))   # _bind writes the defaults
+            self._bind(np.zeros(self.param_count(), np.float32))  # _bind writes the defaults
         assert self._buf is not None
         return self._buf
 
@@ -116,29 +121,29 @@ class Module:
         off = 0
         for c in self.children():
             cn = c.param_count()
-            c._bind(buf[off:off + cn])
+            c._bind(buf[off : off + cn])
             off += cn
 
     @property
     def params(self) -> np.ndarray:
         """This module's parameters: a float32 view, writes go straight to the network."""
-        return self._ensure_buf()[:self.param_count()]
+        return self._ensure_buf()[: self.param_count()]
 
     @params.setter
     def params(self, values: Any) -> None:
         v = np.asarray(values, dtype=np.float32).ravel()
         if v.shape[0] != self.param_count():
             raise ShapeError(f"{self.describe()} has {self.param_count()} parameters, got {v.shape[0]} values")
-        self._ensure_buf()[:self.param_count()] = v
+        self._ensure_buf()[: self.param_count()] = v
 
-    def rand_params(self, seed: int = 0, scale: float = 1.0) -> "Module":
+    def rand_params(self, seed: int = 0, scale: float = 1.0) -> Module:
         """Seeded, reproducible init: Glorot-style normal weights scaled by `scale` (a finite number; 0
         gives zero weights)."""
         rng = np.random.default_rng(whole("seed", seed, 0, 2**63 - 1, error=ShapeError))
         self.params = self._init_params(rng, number("scale", scale, -1e6, 1e6, error=ShapeError))
         return self
 
-    def layers(self) -> Iterator["Module"]:
+    def layers(self) -> Iterator[Module]:
         """The leaf layers in execution order."""
         if self.children():
             for c in self.children():
@@ -187,16 +192,18 @@ class Module:
         gin, grads = self._corenet().backward(self._ensure_buf(), trace.arena, g)
         return (gin[0] if trace.single else gin), Gradients(grads, trace.samples)
 
-    def update(self, optimizer: Union[Optimizer, TrainParams], self_grads: Gradients,
-               loss: float = 1.0) -> None:
+    def update(self, optimizer: Union[Optimizer, TrainParams], self_grads: Gradients, loss: float = 1.0) -> None:
         """Apply one optimizer step with the mean of self_grads (loss is used by scale_by_loss)."""
         opt = as_optimizer(optimizer, self)
         if self_grads.values.shape != (self.param_count(),):
-            raise ShapeError(f"gradients have {self_grads.values.shape[0]} values, "
-                             f"{self.describe()} has {self.param_count()} parameters")
+            raise ShapeError(
+                f"gradients have {self_grads.values.shape[0]} values, "
+                f"{self.describe()} has {self.param_count()} parameters"
+            )
         g = np.ascontiguousarray(self_grads.values, np.float32)
-        rc = self._corenet().apply(opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf,
-                                   float(self_grads.samples), float(loss))
+        rc = self._corenet().apply(
+            opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf, float(self_grads.samples), float(loss)
+        )
         if rc != Status.OK:
             what = "the loss" if rc == Status.E_NONFINITE else "a gradient"
             raise TrainingError(f"{what} is NaN or inf: update {opt.step + 1} was not applied")
@@ -216,15 +223,16 @@ class Module:
         there)."""
         return Optimizer("rmsprop", params, self.param_count(), beta=beta)
 
-    def new_rmsprop_with_momentum(self, params: TrainParams, coeff: float = 0.9, beta: float = 0.9,
-                                  similarity_penalty: float = 0.0) -> Optimizer:
+    def new_rmsprop_with_momentum(
+        self, params: TrainParams, coeff: float = 0.9, beta: float = 0.9, similarity_penalty: float = 0.0
+    ) -> Optimizer:
         """RMSProp with momentum (minidx argument order: momentum coefficient, then beta): the velocity
         v = coeff v + g / sqrt(a + eps) and w -= lr v (see new_rmsprop for a and eps)."""
-        return Optimizer("rmsprop_momentum", params, self.param_count(), momentum=coeff, beta=beta,
-                         sim_penalty=similarity_penalty)
+        return Optimizer(
+            "rmsprop_momentum", params, self.param_count(), momentum=coeff, beta=beta, sim_penalty=similarity_penalty
+        )
 
-    def new_adam(self, params: TrainParams, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8) -> Optimizer:
+    def new_adam(self, params: TrainParams, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> Optimizer:
         """Adam with state shaped like this module's gradients, as torch.optim.Adam: bias-corrected moments,
         w -= lr m_hat / (sqrt(v_hat) + eps). L2 (TrainParams.l2) is coupled, added to the gradient."""
         return Optimizer("adam", params, self.param_count(), beta1=beta1, beta=beta2, eps=eps)
@@ -249,8 +257,9 @@ class Module:
                 macs = d.n_w
             elif d.op.name == "CONV1D":
                 macs = d.n_out * d.k
-            rows.append({"layer": d.name, "op": d.op.name.lower(), "in": d.n_in, "out": d.n_out,
-                         "params": d.n_p, "macs": macs})
+            rows.append(
+                {"layer": d.name, "op": d.op.name.lower(), "in": d.n_in, "out": d.n_out, "params": d.n_p, "macs": macs}
+            )
         return rows
 
 
@@ -263,9 +272,12 @@ def as_optimizer(opt: Union[Optimizer, TrainParams], module: Module) -> Optimize
             sgd = opt._sgd[module] = Optimizer("sgd", opt, module.param_count())
         return sgd
     if not isinstance(opt, Optimizer):
-        raise ConfigError(f"expected an optimizer (from net.new_momentum(...) etc.) or TrainParams, "
-                          f"got {type(opt).__name__}")
+        raise ConfigError(
+            f"expected an optimizer (from net.new_momentum(...) etc.) or TrainParams, got {type(opt).__name__}"
+        )
     if opt.n_params != module.param_count():
-        raise ConfigError(f"this optimizer was made for a module with {opt.n_params} parameters; "
-                          f"{module.describe()} has {module.param_count()}")
+        raise ConfigError(
+            f"this optimizer was made for a module with {opt.n_params} parameters; "
+            f"{module.describe()} has {module.param_count()}"
+        )
     return opt

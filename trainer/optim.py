@@ -2,9 +2,9 @@
 objects made by a module's new_* methods. The update math lives in the C core (firmware/core/optim.c
 and mct_opt_elem); these objects hold the configuration, the per-parameter slots and the step.
 """
+
 from __future__ import annotations
 
-import math
 import weakref
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Dict, Optional
@@ -13,10 +13,8 @@ import numpy as np
 
 from . import _core
 from .checks import number, whole
-from .corefacts import (OPT_DTYPE, TRAIN_STATE_DTYPE, OptKind, Schedule, by_name, names, opt_slots,
-                        train_state_init)
+from .corefacts import OPT_DTYPE, TRAIN_STATE_DTYPE, OptKind, Schedule, by_name, names, opt_slots, train_state_init
 from .errors import ConfigError
-
 
 # The names the API uses for the core's schedules and optimizers ('constant', 'sgd', ...) -> enum values,
 # and the optimizer slots per parameter, all asked from the core (corefacts).
@@ -47,6 +45,7 @@ class TrainParams:
         optimizer, so with momentum, RMSProp or Adam the two differ: here the velocity and the moments see
         the unscaled gradient and the loss scales the step that leaves them.
     """
+
     lr: float = 1e-2
     schedule: str = "constant"
     lr_final: float = 0.0
@@ -74,38 +73,38 @@ class TrainParams:
         if self.schedule != "constant" and self.decay_steps == 0:
             raise ConfigError(f"a {self.schedule} schedule needs decay_steps > 0")
         # the plain-SGD optimizer this TrainParams stands for, per module it trains (module.as_optimizer)
-        self._sgd: "weakref.WeakKeyDictionary[Any, Optimizer]" = weakref.WeakKeyDictionary()
+        self._sgd: weakref.WeakKeyDictionary[Any, Optimizer] = weakref.WeakKeyDictionary()
 
     # minidx-style builders (each returns a new TrainParams)
-    def with_lr(self, lr: float) -> "TrainParams":
+    def with_lr(self, lr: float) -> TrainParams:
         """Same settings with another learning rate."""
         return replace(self, lr=lr)
 
-    def and_l1(self, l1: float) -> "TrainParams":
+    def and_l1(self, l1: float) -> TrainParams:
         """Add an L1 penalty l1 * |w| on connection weights."""
         return replace(self, l1=l1)
 
-    def and_l2(self, l2: float) -> "TrainParams":
+    def and_l2(self, l2: float) -> TrainParams:
         """Add an L2 penalty l2 * w^2 on connection weights."""
         return replace(self, l2=l2)
 
-    def and_lr_decay(self, final: float, steps: int) -> "TrainParams":
+    def and_lr_decay(self, final: float, steps: int) -> TrainParams:
         """Linear decay to `final` over `steps`."""
         return replace(self, schedule="linear", lr_final=final, decay_steps=steps)
 
-    def and_lr_cosine_decay(self, final: float, steps: int) -> "TrainParams":
+    def and_lr_cosine_decay(self, final: float, steps: int) -> TrainParams:
         """Cosine decay to `final` over `steps`."""
         return replace(self, schedule="cosine", lr_final=final, decay_steps=steps)
 
-    def and_soft_start(self, steps: int) -> "TrainParams":
+    def and_soft_start(self, steps: int) -> TrainParams:
         """Linear warm-up over `steps`."""
         return replace(self, warmup_steps=steps)
 
-    def and_gradient_clip(self, clip: float) -> "TrainParams":
+    def and_gradient_clip(self, clip: float) -> TrainParams:
         """Clamp each gradient element to [-clip, clip]."""
         return replace(self, clip=clip)
 
-    def and_scale_by_loss(self, on: bool = True) -> "TrainParams":
+    def and_scale_by_loss(self, on: bool = True) -> TrainParams:
         """Scale each step by the loss value (minidx's behaviour)."""
         return replace(self, scale_by_loss=on)
 
@@ -135,8 +134,17 @@ def _pack(tp: TrainParams, kind: str, coeffs: Dict[str, float]) -> np.ndarray:
 class Optimizer:
     """An optimizer bound to a parameter count: its settings, per-parameter slots and step."""
 
-    def __init__(self, kind: str, params: TrainParams, n_params: int, momentum: float = 0.9, beta: float = 0.9,
-                 beta1: float = 0.9, eps: Optional[float] = None, sim_penalty: float = 0.0) -> None:
+    def __init__(
+        self,
+        kind: str,
+        params: TrainParams,
+        n_params: int,
+        momentum: float = 0.9,
+        beta: float = 0.9,
+        beta1: float = 0.9,
+        eps: Optional[float] = None,
+        sim_penalty: float = 0.0,
+    ) -> None:
         if kind not in KINDS:
             raise ConfigError(f"unknown optimizer {kind!r}; choose one of {', '.join(KINDS)}")
         if not isinstance(params, TrainParams):
@@ -170,7 +178,7 @@ class Optimizer:
     @property
     def state(self) -> np.ndarray:
         """Per-parameter slots, shape (slots, n_params): velocity, mean square, Adam moments."""
-        return self._state_buf[:SLOTS[self.kind] * self.n_params].reshape(SLOTS[self.kind], self.n_params)
+        return self._state_buf[: SLOTS[self.kind] * self.n_params].reshape(SLOTS[self.kind], self.n_params)
 
     @property
     def train_state(self) -> np.ndarray:
@@ -191,13 +199,14 @@ class Optimizer:
         return {"kind": self.kind, "train_params": self._params.to_dict(), **self.coeffs}
 
     @staticmethod
-    def from_config(cfg: Any, n_params: int) -> "Optimizer":
+    def from_config(cfg: Any, n_params: int) -> Optimizer:
         """Rebuild an optimizer (with zero state) from config(); ConfigError naming the field that is
         missing or wrong."""
         if not isinstance(cfg, dict):
             raise ConfigError(f"the optimizer settings must be a mapping, got {type(cfg).__name__}")
-        missing = [k for k in ("kind", "train_params", "momentum", "beta", "beta1", "eps", "sim_penalty")
-                   if k not in cfg]
+        missing = [
+            k for k in ("kind", "train_params", "momentum", "beta", "beta1", "eps", "sim_penalty") if k not in cfg
+        ]
         if missing:
             raise ConfigError(f"the optimizer settings lack {', '.join(missing)}")
         tps = cfg["train_params"]
@@ -209,9 +218,16 @@ class Optimizer:
         kind = cfg["kind"]
         if not isinstance(kind, str) or kind not in KINDS:
             raise ConfigError(f"unknown optimizer {kind!r}; choose one of {', '.join(KINDS)}")
-        return Optimizer(kind, TrainParams(**tps), n_params, momentum=cfg["momentum"], beta=cfg["beta"],
-                         beta1=cfg["beta1"] if kind == "adam" else 0.9, eps=cfg["eps"],
-                         sim_penalty=cfg["sim_penalty"])
+        return Optimizer(
+            kind,
+            TrainParams(**tps),
+            n_params,
+            momentum=cfg["momentum"],
+            beta=cfg["beta"],
+            beta1=cfg["beta1"] if kind == "adam" else 0.9,
+            eps=cfg["eps"],
+            sim_penalty=cfg["sim_penalty"],
+        )
 
     def __repr__(self) -> str:
         return f"Optimizer({self.kind}, lr={self._params.lr:g}, step={self.step})"

@@ -5,6 +5,7 @@ seeded with (seed, i); a file is shuffled once per epoch with a generator seeded
 So a resumed run only needs the source, the seed, the batch size and how many batches were used
 to continue with exactly the batches an uninterrupted run would have seen.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -29,6 +30,7 @@ PROBLEM_VAL_SAMPLES = 512
 @dataclass
 class DataSettings:
     """A data source as plain data (stored in the model file so that --resume and eval find it again)."""
+
     problem: Optional[str] = None
     path: Optional[str] = None
     inputs: Optional[str] = None
@@ -43,7 +45,7 @@ class DataSettings:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: Any, where: str = "metadata train.data") -> "DataSettings":
+    def from_dict(d: Any, where: str = "metadata train.data") -> DataSettings:
         """Inverse of to_dict (unknown keys are ignored); ModelFileError naming a field of the wrong type."""
         return settings_from_dict(DataSettings, d, where, ModelFileError)
 
@@ -84,18 +86,23 @@ def load_dataset(spec: DataSettings) -> Dataset:
     """Read the file a DataSettings names, with the options that fit its format."""
     assert spec.path is not None
     fmt = file_format(spec.path)
-    wrong = {"csv": [("--labels", spec.labels), ("--x-key", spec.x_key != "x"), ("--y-key", spec.y_key != "y")],
-             "npz": [("--labels", spec.labels), ("--inputs", spec.inputs), ("--targets", spec.targets)],
-             "idx": [("--inputs", spec.inputs), ("--targets", spec.targets), ("--x-key", spec.x_key != "x"),
-                     ("--y-key", spec.y_key != "y")]}[fmt]
+    wrong = {
+        "csv": [("--labels", spec.labels), ("--x-key", spec.x_key != "x"), ("--y-key", spec.y_key != "y")],
+        "npz": [("--labels", spec.labels), ("--inputs", spec.inputs), ("--targets", spec.targets)],
+        "idx": [
+            ("--inputs", spec.inputs),
+            ("--targets", spec.targets),
+            ("--x-key", spec.x_key != "x"),
+            ("--y-key", spec.y_key != "y"),
+        ],
+    }[fmt]
     for opt, used in wrong:
         if used:
             raise DataError(f"{opt} does not apply to {fmt.upper()} files like {spec.path}")
     if not Path(spec.path).exists():
         raise DataError(f"data file {spec.path} does not exist")
     if fmt == "csv":
-        return datasets.load_csv(spec.path, inputs=spec.inputs, targets=spec.targets or "-1",
-                                 classify=spec.classify)
+        return datasets.load_csv(spec.path, inputs=spec.inputs, targets=spec.targets or "-1", classify=spec.classify)
     if fmt == "npz":
         return datasets.load_npz(spec.path, spec.x_key, spec.y_key, classify=spec.classify)
     if not spec.labels:
@@ -105,6 +112,7 @@ def load_dataset(spec: DataSettings) -> Dataset:
 
 class Source:
     """Samples for training (batch i), validation and evaluation."""
+
     name: str
     n_in: int
     n_out: int
@@ -175,7 +183,7 @@ class FileSource(Source):
         if epoch != self._epoch:
             self._order = np.random.default_rng([self.seed, _EPOCH, epoch]).permutation(len(self.train))
             self._epoch = epoch
-        idx = self._order[j * size:(j + 1) * size]
+        idx = self._order[j * size : (j + 1) * size]
         return np.ascontiguousarray(self.train.x[idx]), np.ascontiguousarray(self.train.y[idx])
 
     def validation(self) -> Optional[Batch]:
@@ -196,19 +204,24 @@ def open_source(spec: DataSettings, seed: int, val: float = 0.0) -> Source:
     raise DataError("say where the samples come from: --data FILE or --problem NAME (e.g. --problem modadd10)")
 
 
-def check_widths(n_in: int, n_out: int, source: Source, what: str = "the network",
-                 advice: Optional[str] = None) -> None:
+def check_widths(
+    n_in: int, n_out: int, source: Source, what: str = "the network", advice: Optional[str] = None
+) -> None:
     """DataError (one sentence) when the data's widths do not match a model's. advice replaces the
     default remedy (changing the network's first or last layer), e.g. for a model that is fixed."""
     from_file = isinstance(source, FileSource)
     if source.n_in != n_in:
-        raise DataError(f"{what} takes {n_in} inputs but {source.name} has {source.n_in} per sample: "
-                        + (advice or f"make the first layer take {source.n_in} inputs")
-                        + (" or choose other input columns (--inputs)" if from_file else ""))
+        raise DataError(
+            f"{what} takes {n_in} inputs but {source.name} has {source.n_in} per sample: "
+            + (advice or f"make the first layer take {source.n_in} inputs")
+            + (" or choose other input columns (--inputs)" if from_file else "")
+        )
     if source.n_out != n_out:
-        raise DataError(f"{what} outputs {n_out} values but {source.name} has {source.n_out} targets per sample: "
-                        + (advice or f"make the last layer output {source.n_out}")
-                        + (" (for integer class labels, add --classify)" if from_file else ""))
+        raise DataError(
+            f"{what} outputs {n_out} values but {source.name} has {source.n_out} targets per sample: "
+            + (advice or f"make the last layer output {source.n_out}")
+            + (" (for integer class labels, add --classify)" if from_file else "")
+        )
 
 
 def metrics(outputs: np.ndarray, targets: np.ndarray, loss: Any, classification: bool) -> Dict[str, float]:
@@ -219,8 +232,9 @@ def metrics(outputs: np.ndarray, targets: np.ndarray, loss: Any, classification:
     return out
 
 
-def load_inputs(path: str, n_in: int, inputs: Optional[str] = None, x_key: str = "x",
-                layout: Optional[DataSettings] = None) -> np.ndarray:
+def load_inputs(
+    path: str, n_in: int, inputs: Optional[str] = None, x_key: str = "x", layout: Optional[DataSettings] = None
+) -> np.ndarray:
     """Network inputs only (no targets), e.g. to predict or to calibrate: a CSV (all columns, or the
     --inputs columns), an NPZ array x_key, or IDX images. The width must be n_in.
 
@@ -259,8 +273,7 @@ def load_inputs(path: str, n_in: int, inputs: Optional[str] = None, x_key: str =
         if fmt == "csv" and layout is None:
             hint = f" (pick the columns with --inputs, e.g. --inputs 0-{n_in - 1})"
         elif fmt == "csv":
-            hint = (f" (give {n_in} columns, or the columns of the training data: its inputs and its target "
-                    f"column(s))")
+            hint = f" (give {n_in} columns, or the columns of the training data: its inputs and its target column(s))"
         raise DataError(f"{path} has {cols} input values per sample, the model takes {n_in}{hint}")
     if not np.all(np.isfinite(x)):
         raise DataError(f"{path} has NaN or infinite inputs")

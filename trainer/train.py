@@ -1,5 +1,6 @@
 """Training loops: train_step (one sample), train_batch (mean gradient over a batch) and its
 parallel variant (the batch split over threads that run without the GIL)."""
+
 from __future__ import annotations
 
 import os
@@ -14,11 +15,12 @@ from .losses import Loss
 from .module import Module, as_optimizer
 from .optim import Optimizer, TrainParams
 
-MAX_THREADS = 256   # threads=N: the batch is split into at most this many parts
+MAX_THREADS = 256  # threads=N: the batch is split into at most this many parts
 
 
-def train_batch(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any,
-                threads: int = 1) -> float:
+def train_batch(
+    optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any, threads: int = 1
+) -> float:
     """One update from the mean gradient of a batch (x: (nb, n_in), y: (nb, n_out)); returns the mean loss.
 
     threads > 1 runs contiguous parts of the batch on that many threads; for a given thread count the
@@ -33,8 +35,9 @@ def train_batch(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Los
     tb, _ = as_batch(y, net._out_width(), "target")
     if xb.shape[0] != tb.shape[0]:
         raise ShapeError(f"{xb.shape[0]} inputs but {tb.shape[0]} targets")
-    status, value = net._corenet().train_batch(opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, loss.kind,
-                                               loss.param, xb, tb, threads)
+    status, value = net._corenet().train_batch(
+        opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, loss.kind, loss.param, xb, tb, threads
+    )
     if status != Status.OK:
         step = opt.step + 1
         if status == Status.E_NONFINITE_INPUT:
@@ -44,8 +47,10 @@ def train_batch(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Los
             what = f"the loss became {value} at step {step}"
         else:
             what = f"a gradient became NaN or inf at step {step}"
-        raise TrainingError(f"{what}; training stopped and the parameters are those after step {opt.step}. "
-                            f"Check the data, lower the learning rate, or add gradient clipping")
+        raise TrainingError(
+            f"{what}; training stopped and the parameters are those after step {opt.step}. "
+            f"Check the data, lower the learning rate, or add gradient clipping"
+        )
     return value
 
 
@@ -54,12 +59,14 @@ def train_step(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss
     xb, _ = as_batch(x, net._in_width(), "input")
     tb, _ = as_batch(y, net._out_width(), "target")
     if xb.shape[0] != 1 or tb.shape[0] != 1:
-        raise ShapeError(f"train_step takes one sample; got a batch of {max(xb.shape[0], tb.shape[0])} "
-                         f"(use train_batch)")
+        raise ShapeError(
+            f"train_step takes one sample; got a batch of {max(xb.shape[0], tb.shape[0])} (use train_batch)"
+        )
     return train_batch(optimizer, net, loss, xb, tb)
 
 
-def train_batch_parallel(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any,
-                         threads: Optional[int] = None) -> float:
+def train_batch_parallel(
+    optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any, threads: Optional[int] = None
+) -> float:
     """train_batch on several threads (default: every CPU core)."""
     return train_batch(optimizer, net, loss, x, y, threads=os.cpu_count() or 1 if threads is None else threads)

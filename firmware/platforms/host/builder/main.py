@@ -13,8 +13,10 @@ def load_common():
     """../common/mcutrain_builder.py, the part mcutrain's platforms share."""
     path = os.path.join(env.PioPlatform().get_dir(), os.pardir, "common", "mcutrain_builder.py")
     if not os.path.isfile(path):
-        sys.stderr.write("Error: %s is missing: mcutrain's platforms must stay together in one platforms/ "
-                         "folder (platform = symlink://.../platforms/NAME)\n" % os.path.normpath(path))
+        sys.stderr.write(
+            f"Error: {os.path.normpath(path)} is missing: mcutrain's platforms must stay together in one platforms/ "
+            "folder (platform = symlink://.../platforms/NAME)\n"
+        )
         env.Exit(1)
     spec = importlib.util.spec_from_file_location("mcutrain_builder", path)
     module = importlib.util.module_from_spec(spec)

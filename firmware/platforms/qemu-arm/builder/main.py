@@ -18,8 +18,10 @@ def load_common():
     """../common/mcutrain_builder.py, the part mcutrain's platforms share."""
     path = os.path.join(env.PioPlatform().get_dir(), os.pardir, "common", "mcutrain_builder.py")
     if not os.path.isfile(path):
-        sys.stderr.write("Error: %s is missing: mcutrain's platforms must stay together in one platforms/ "
-                         "folder (platform = symlink://.../platforms/NAME)\n" % os.path.normpath(path))
+        sys.stderr.write(
+            f"Error: {os.path.normpath(path)} is missing: mcutrain's platforms must stay together in one platforms/ "
+            "folder (platform = symlink://.../platforms/NAME)\n"
+        )
         env.Exit(1)
     spec = importlib.util.spec_from_file_location("mcutrain_builder", path)
     module = importlib.util.module_from_spec(spec)
@@ -38,9 +40,14 @@ MACHINES = {
 }
 
 load_common().build_qemu_firmware(
-    env, "qemu-arm", MACHINES, default_machine="mps2-an386", prefix="arm-none-eabi-",
+    env,
+    "qemu-arm",
+    MACHINES,
+    default_machine="mps2-an386",
+    prefix="arm-none-eabi-",
     apt_packages="gcc-arm-none-eabi libnewlib-arm-none-eabi",
     default_cpu_flags="-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard",
     link_specs=["--specs=nano.specs"],
     qemu_command="qemu-system-arm -M %s -nographic -monitor none -serial pty "
-                 "-semihosting-config enable=on,target=native -kernel $SOURCE")
+    "-semihosting-config enable=on,target=native -kernel $SOURCE",
+)

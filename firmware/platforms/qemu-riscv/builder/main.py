@@ -22,8 +22,10 @@ def load_common():
     """../common/mcutrain_builder.py, the part mcutrain's platforms share."""
     path = os.path.join(env.PioPlatform().get_dir(), os.pardir, "common", "mcutrain_builder.py")
     if not os.path.isfile(path):
-        sys.stderr.write("Error: %s is missing: mcutrain's platforms must stay together in one platforms/ "
-                         "folder (platform = symlink://.../platforms/NAME)\n" % os.path.normpath(path))
+        sys.stderr.write(
+            f"Error: {os.path.normpath(path)} is missing: mcutrain's platforms must stay together in one platforms/ "
+            "folder (platform = symlink://.../platforms/NAME)\n"
+        )
         env.Exit(1)
     spec = importlib.util.spec_from_file_location("mcutrain_builder", path)
     module = importlib.util.module_from_spec(spec)
@@ -38,12 +40,19 @@ MACHINES = {
 }
 
 load_common().build_qemu_firmware(
-    env, "qemu-riscv", MACHINES, default_machine="virt", prefix="riscv64-unknown-elf-",
+    env,
+    "qemu-riscv",
+    MACHINES,
+    default_machine="virt",
+    prefix="riscv64-unknown-elf-",
     apt_packages="gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf",
-    default_cpu_flags="-march=rv32imc -mabi=ilp32", link_arch=["-march=rv32im", "-mabi=ilp32"],
-    cc_specs=["--specs=picolibc.specs"], link_specs=["--specs=picolibc.specs"],
+    default_cpu_flags="-march=rv32imc -mabi=ilp32",
+    link_arch=["-march=rv32im", "-mabi=ilp32"],
+    cc_specs=["--specs=picolibc.specs"],
+    link_specs=["--specs=picolibc.specs"],
     # link with gcc even when the project has C++ files (the Arduino port, which is empty here): Debian's
     # rv32 toolchain has no libstdc++, which g++ would ask for
     LINK="riscv64-unknown-elf-gcc",
     qemu_command="qemu-system-riscv32 -M %s -m 128M -bios none -nographic -monitor none -serial pty "
-                 "-semihosting-config enable=on,target=native -kernel $SOURCE")
+    "-semihosting-config enable=on,target=native -kernel $SOURCE",
+)

@@ -30,8 +30,10 @@ def load_common():
     """../common/mcutrain_builder.py, the part mcutrain's platforms share."""
     path = os.path.join(env.PioPlatform().get_dir(), os.pardir, "common", "mcutrain_builder.py")
     if not os.path.isfile(path):
-        sys.stderr.write("Error: %s is missing: mcutrain's platforms must stay together in one platforms/ "
-                         "folder (platform = symlink://.../platforms/NAME)\n" % os.path.normpath(path))
+        sys.stderr.write(
+            f"Error: {os.path.normpath(path)} is missing: mcutrain's platforms must stay together in one platforms/ "
+            "folder (platform = symlink://.../platforms/NAME)\n"
+        )
         env.Exit(1)
     spec = importlib.util.spec_from_file_location("mcutrain_builder", path)
     module = importlib.util.module_from_spec(spec)
@@ -44,8 +46,12 @@ platform = env.PioPlatform()
 
 # RAM and flash bytes of the MCUs simavr knows that mcutrain's boards use
 MCU_MEMORY = {
-    "atmega328p": (2048, 32768), "atmega328": (2048, 32768), "atmega168": (1024, 16384),
-    "atmega644p": (4096, 65536), "atmega1284p": (16384, 131072), "atmega2560": (8192, 262144),
+    "atmega328p": (2048, 32768),
+    "atmega328": (2048, 32768),
+    "atmega168": (1024, 16384),
+    "atmega644p": (4096, 65536),
+    "atmega1284p": (16384, 131072),
+    "atmega2560": (8192, 262144),
 }
 common.require_tool(env, "avr-gcc", "gcc-avr avr-libc")
 common.require_tool(env, "avr-size", "binutils-avr")
@@ -85,16 +91,18 @@ def check_size(target, source, env):
     s = section_sizes(elf)
     ram = s.get(".data", 0) + s.get(".bss", 0) + s.get(".noinit", 0)
     flash = s.get(".text", 0) + s.get(".data", 0)
-    print("RAM:   %6d B static (.data + .bss) of %d B%s" % (
-        ram, ram_size, "; %d B left for the stack" % (ram_size - ram) if ram < ram_size else ""))
-    print("Flash: %6d B (.text + .data) of %d B" % (flash, flash_size))
+    print(
+        f"RAM:   {ram:6d} B static (.data + .bss) of {ram_size} B"
+        + (f"; {ram_size - ram} B left for the stack" if ram < ram_size else "")
+    )
+    print(f"Flash: {flash:6d} B (.text + .data) of {flash_size} B")
     over = []
     if ram_size and ram > ram_size:
-        over.append("static RAM %d B > %d B" % (ram, ram_size))
+        over.append(f"static RAM {ram} B > {ram_size} B")
     if flash_size and flash > flash_size:
-        over.append("flash %d B > %d B" % (flash, flash_size))
+        over.append(f"flash {flash} B > {flash_size} B")
     if over:
-        sys.stderr.write("Error: the firmware does not fit the %s: %s\n" % (mcu, " and ".join(over)))
+        sys.stderr.write("Error: the firmware does not fit the {}: {}\n".format(mcu, " and ".join(over)))
         os.remove(elf)
         return 1
     return 0
@@ -112,10 +120,10 @@ def build_harness(build_dir, force=False):
     if not shutil.which("gcc"):
         raise RuntimeError("gcc not found: install it (Debian/Ubuntu: sudo apt-get install gcc)")
     if not os.path.isfile("/usr/include/simavr/sim_avr.h"):
-        raise RuntimeError("libsimavr not found: install it "
-                           "(Debian/Ubuntu: sudo apt-get install simavr libsimavr-dev)")
-    r = subprocess.run(["gcc", "-O2", "-I/usr/include/simavr", src, "-o", exe, "-lsimavr", "-lutil"],
-                       capture_output=True, text=True)
+        raise RuntimeError("libsimavr not found: install it (Debian/Ubuntu: sudo apt-get install simavr libsimavr-dev)")
+    r = subprocess.run(
+        ["gcc", "-O2", "-I/usr/include/simavr", src, "-o", exe, "-lsimavr", "-lutil"], capture_output=True, text=True
+    )
     if r.returncode:
         raise RuntimeError("building the simavr harness failed:\n" + r.stderr)
     return exe
@@ -127,13 +135,23 @@ def run_in_simavr(target, source, env):
     try:
         harness = build_harness(build_dir)
     except RuntimeError as e:
-        sys.stderr.write("Error: %s\n" % e)
+        sys.stderr.write(f"Error: {e}\n")
         return 1
-    store = (env.GetProjectOption("custom_store_path", "") or env.GetProjectOption("custom_store", "")
-             or os.path.join(env.subst("$PROJECT_DIR"), "mcutrain_store_%s.bin" % env.subst("$PIOENV")))
-    cmd = [harness, str(source[0]), "mcu=" + mcu, "freq=" + f_cpu, "serial=pty", "eeprom=" + store,
-           "report=" + os.path.join(build_dir, "simavr_report.json")]
-    print("Running in simavr (%s at %s Hz); connect the device client to the PTY below" % (mcu, f_cpu))
+    store = (
+        env.GetProjectOption("custom_store_path", "")
+        or env.GetProjectOption("custom_store", "")
+        or os.path.join(env.subst("$PROJECT_DIR"), "mcutrain_store_{}.bin".format(env.subst("$PIOENV")))
+    )
+    cmd = [
+        harness,
+        str(source[0]),
+        "mcu=" + mcu,
+        "freq=" + f_cpu,
+        "serial=pty",
+        "eeprom=" + store,
+        "report=" + os.path.join(build_dir, "simavr_report.json"),
+    ]
+    print(f"Running in simavr ({mcu} at {f_cpu} Hz); connect the device client to the PTY below")
     sys.stdout.flush()
     return subprocess.call(cmd)
 
@@ -144,7 +162,7 @@ def build_harness_for_test(target, source, env):
     try:
         build_harness(os.path.dirname(str(target[0])), force=True)
     except RuntimeError as e:
-        sys.stderr.write("Error: %s\n" % e)
+        sys.stderr.write(f"Error: {e}\n")
         return 1
     return 0
 
@@ -152,8 +170,11 @@ def build_harness_for_test(target, source, env):
 program = env.BuildProgram()
 env.AddPostAction(program, env.VerboseAction(check_size, "Checking RAM and flash of $TARGET"))
 if "__test" in COMMAND_LINE_TARGETS:
-    harness = env.Command(os.path.join("$BUILD_DIR", "avr_run"), HARNESS_SRC,
-                          env.VerboseAction(build_harness_for_test, "Building the simavr harness $TARGET"))
+    harness = env.Command(
+        os.path.join("$BUILD_DIR", "avr_run"),
+        HARNESS_SRC,
+        env.VerboseAction(build_harness_for_test, "Building the simavr harness $TARGET"),
+    )
     Default(harness)
 common.add_run_targets(env, program, run_in_simavr, "Running $SOURCE in simavr")
 Default([program])
