@@ -63,23 +63,8 @@ class Interrupted(CliError):
 def _user_error_types() -> tuple:
     """Exceptions whose message is written for the user: shown as they are, exit code 1."""
     from mcutrain.errors import McuTrainError
-    from mcutrain.exporter import boards, client, device, export, pio, protocol, quantize, sim
 
-    return (
-        McuTrainError,
-        boards.BoardError,
-        export.ExportError,
-        device.DeviceSpecError,
-        client.DeviceError,
-        protocol.ProtocolError,
-        pio.PioError,
-        sim.SimError,
-        quantize.QuantError,
-        FileNotFoundError,
-        PermissionError,
-        IsADirectoryError,
-        NotADirectoryError,
-    )
+    return (McuTrainError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
 def translate(exc: BaseException) -> Optional[CliError]:

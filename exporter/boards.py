@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from ..errors import McuTrainError
 from .paths import boards_dir
 
 if sys.version_info >= (3, 11):
@@ -15,7 +16,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-class BoardError(ValueError):
+class BoardError(McuTrainError, ValueError):
     """An unknown board or a board file that cannot be read."""
 
 

@@ -14,6 +14,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import McuTrainError
 from .protocol import STATUS_TEXT, Cmd, ProtocolError, Status, encode, read_reply
 
 # the regions of READ and WRITE (docs/protocol.md)
@@ -41,7 +42,7 @@ def read_pty_line(fd: int, timeout: float) -> Optional[str]:
     return None
 
 
-class DeviceError(RuntimeError):
+class DeviceError(McuTrainError, RuntimeError):
     """The device answered with an error status, or its model is not the one expected."""
 
     def __init__(self, message: str, status: Optional[int] = None) -> None:

@@ -24,6 +24,7 @@ from mcutrain.modelfile import Checkpoint
 from mcutrain.optim import Optimizer, TrainParams
 from mcutrain.program import LayerDesc, Program
 
+from ..errors import McuTrainError
 from .boards import Board
 from .device_model import DeviceModel
 from .quantize import QUANT_MODES, QuantError, full_integer_layers, pad4, quantize_weights
@@ -31,7 +32,7 @@ from .quantize import QUANT_MODES, QuantError, full_integer_layers, pad4, quanti
 TRAINABLE_HELP = "all, none, last:N (the last N layers with parameters) or biases"
 
 
-class DeviceSpecError(ValueError):
+class DeviceSpecError(McuTrainError, ValueError):
     """A trainable or quantization choice that cannot be made for this network."""
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from mcutrain.losses import Loss
 from mcutrain.modelfile import Checkpoint, load_model
 
+from ..errors import McuTrainError
 from .boards import Board, get_board
 from .cgen import model_c, model_h
 from .device import DeviceSpecError, build_device_model
@@ -30,7 +31,7 @@ from .quantize import QuantError, QuantReport, evaluate
 from .selftest import expected_h
 
 
-class ExportError(ValueError):
+class ExportError(McuTrainError, ValueError):
     """An export that cannot be done; the message says what to change."""
 
 

@@ -9,6 +9,7 @@ from typing import List, Optional, Tuple
 
 from mcutrain.corefacts import LAYER_DTYPE, QUANT_OPS, WRITES_I8, Op, OptKind, layer_size_of, save_slot_bytes
 
+from ..errors import McuTrainError
 from .boards import Board
 from .device_model import DeviceModel
 
@@ -34,7 +35,7 @@ AVR_OP_CODE = {
 AVR_OPT_CODE = {OptKind.RMSPROP: 1700, OptKind.RMSPROP_MOMENTUM: 2100, OptKind.ADAM: 2700}
 
 
-class MemoryPlanError(ValueError):
+class MemoryPlanError(McuTrainError, ValueError):
     """The model does not fit the board; the message says by how much and what to change."""
 
 

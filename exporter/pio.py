@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from ..errors import McuTrainError
 
-class PioError(RuntimeError):
+
+class PioError(McuTrainError, RuntimeError):
     """PlatformIO is missing or failed; the message says what to do."""
 
 

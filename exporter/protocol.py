@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Callable
 
+from ..errors import McuTrainError
+
 
 class Cmd(IntEnum):
     """Commands."""
@@ -64,7 +66,7 @@ def encode(cmd: int, payload: bytes = b"") -> bytes:
     return bytes([SYNC_REQUEST]) + body + struct.pack("<H", crc16(body))
 
 
-class ProtocolError(RuntimeError):
+class ProtocolError(McuTrainError, RuntimeError):
     """The device's answer cannot be read (garbled, truncated, or nothing at all)."""
 
 

@@ -37,6 +37,8 @@ from mcutrain.losses import Loss
 from mcutrain.modelfile import Checkpoint
 from mcutrain.program import LayerDesc, Program
 
+from ..errors import McuTrainError
+
 QUANT_MODES = ("f32", "int8", "int8-full")
 INT32_MAX = 2**31 - 1
 # ops whose output is an int8 tensor in the arena (mct_i8_floats(n) floats per sample), as the core lists them
@@ -44,7 +46,7 @@ I8_OUT_OPS = WRITES_I8
 STORE_Q = Storage.Q
 
 
-class QuantError(ValueError):
+class QuantError(McuTrainError, ValueError):
     """Quantization that cannot be done (missing or unusable calibration data); the message says why."""
 
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
+from ..errors import McuTrainError
 from . import pio
 from .boards import Board
 from .client import Device
 
 
-class SimError(RuntimeError):
+class SimError(McuTrainError, RuntimeError):
     """A simulation that cannot run (missing simulator or toolchain, no stand-in for the board, a crash);
     the message says what to install or change."""
 

@@ -179,6 +179,25 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
 
+def test_every_error_class_derives_from_mcutrainerror() -> None:
+    """Every exception class the package defines is a McuTrainError (so the CLI shows its message and a
+    program can catch mcutrain's errors in one clause); the CLI's own click errors are the exception."""
+    import importlib
+
+    from mcutrain.errors import McuTrainError
+
+    found = []
+    for name in code_modules():
+        if name.startswith("mcutrain.cli") or name == "mcutrain._core":
+            continue
+        mod = importlib.import_module(name)
+        for obj in vars(mod).values():
+            if isinstance(obj, type) and issubclass(obj, BaseException) and obj.__module__ == name:
+                found.append(obj)
+                assert issubclass(obj, McuTrainError), f"{name}.{obj.__name__} does not derive from McuTrainError"
+    assert len(found) >= 10, [c.__name__ for c in found]
+
+
 def test_the_wheel_installs_one_top_level_name(tmp_path: Path) -> None:
     """`pip wheel .` builds a wheel whose only top-level name is mcutrain (besides its .dist-info), with the
     C core and the board files inside it as package data, and the console script mcutrain.cli:run."""
