@@ -1,9 +1,17 @@
-"""Build the Cython extension trainer._core from trainer/_core.pyx plus the C core in firmware/core.
+"""Packaging of mcutrain: one import package, `mcutrain`, from the repository's folders, and the Cython
+extension mcutrain._core built from trainer/_core.pyx plus the C core in firmware/core.
+
+    trainer/   -> mcutrain             layers, networks, training, model files, data
+    exporter/  -> mcutrain.exporter    device model, quantization, C generation, projects, simulators
+    cli/       -> mcutrain.cli         the `mcutrain` command line
+    firmware/  -> mcutrain.firmware    package data: the C core, the firmware app, ports, platforms
+    boards/    -> mcutrain.boards      package data: one TOML file per board
 
 The host build keeps -ffp-contract=off (as every firmware build does) so the host trainer computes
 the same bits as a device, and widens the register tiles of the matrix kernels for the host CPU.
 MCUTRAIN_MARCH selects the -march flag (default: native; set it to e.g. x86-64-v2 for a portable wheel).
 """
+
 import glob
 import os
 import sys
@@ -13,9 +21,20 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 march = os.environ.get("MCUTRAIN_MARCH", "native")
-cflags = ["-std=c99", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fopenmp",
-          "-DMCT_HOST_KERNELS", "-DMCT_TILE_M=4", "-DMCT_TILE_N=16", "-Wall", "-Wextra", "-Wno-unused-function",
-          "-Wno-unreachable-code"]
+cflags = [
+    "-std=c99",
+    "-O3",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+    "-fopenmp",
+    "-DMCT_HOST_KERNELS",
+    "-DMCT_TILE_M=4",
+    "-DMCT_TILE_N=16",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-function",
+    "-Wno-unreachable-code",
+]
 if march:
     cflags.append("-march=" + march)
 if sys.platform == "darwin":
@@ -23,7 +42,7 @@ if sys.platform == "darwin":
 
 core_sources = sorted(glob.glob("firmware/core/*.c"))
 ext = Extension(
-    "trainer._core",
+    "mcutrain._core",
     sources=["trainer/_core.pyx"] + core_sources,
     include_dirs=["firmware/core", numpy.get_include()],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
@@ -31,9 +50,18 @@ ext = Extension(
     extra_link_args=[] if sys.platform == "darwin" else ["-fopenmp"],
 )
 
+PACKAGE_DIRS = {
+    "mcutrain": "trainer",
+    "mcutrain.exporter": "exporter",
+    "mcutrain.cli": "cli",
+    "mcutrain.firmware": "firmware",
+    "mcutrain.boards": "boards",
+}
+
 setup(
     ext_modules=cythonize([ext], language_level=3),
-    package_dir={"": ".", "mcutrain_firmware": "firmware", "mcutrain_boards": "boards"},
-    packages=["trainer", "exporter", "mcutrain_firmware", "mcutrain_boards"],
-    package_data={"mcutrain_firmware": ["**/*"], "mcutrain_boards": ["*.toml"]},
+    package_dir=PACKAGE_DIRS,
+    packages=list(PACKAGE_DIRS),
+    package_data={"mcutrain.firmware": ["**/*"], "mcutrain.boards": ["*.toml"]},
+    exclude_package_data={"mcutrain.firmware": ["**/__pycache__/*", "**/*.pyc"]},
 )

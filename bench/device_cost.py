@@ -11,6 +11,7 @@ include one empty marker pair ('marker' column, a few instructions).
 
 Needs qemu-system-arm, gcc-arm-none-eabi, libnewlib-arm-none-eabi, gcc and PlatformIO (offline is fine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,12 +26,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter import sim  # noqa: E402
-from exporter.export import export_project  # noqa: E402
-from exporter.sim_qemu import set_env_option  # noqa: E402
-from trainer import Checkpoint, Sequential, TrainParams, losses  # noqa: E402
-from trainer import layers as L  # noqa: E402
-from trainer.module import Module  # noqa: E402
+from mcutrain import Checkpoint, Sequential, TrainParams, losses  # noqa: E402
+from mcutrain import layers as L  # noqa: E402
+from mcutrain.exporter import sim  # noqa: E402
+from mcutrain.exporter.export import export_project  # noqa: E402
+from mcutrain.exporter.sim_qemu import set_env_option  # noqa: E402
+from mcutrain.module import Module  # noqa: E402
 
 NETS = {
     "N1": lambda: Sequential(L.Linear(20, 35), L.Sigmoid(), L.Linear(35, 10), L.Softmax()),
@@ -70,9 +71,11 @@ def fmt(v: Optional[float]) -> str:
 
 def table(results: List[Dict[str, Any]]) -> str:
     """The results next to the peers' figures and the targets."""
-    head = (f"{'net':3} {'build':5} {'predict':>9} {'train step':>11} {'marker':>6} {'text B':>8} {'RAM B':>7} "
-            f"{'stack B':>7} | {'AIfES inf':>9} {'AIfES SGD':>9} {'emlearn inf':>11} | {'target inf':>10} "
-            f"{'target SGD':>10}")
+    head = (
+        f"{'net':3} {'build':5} {'predict':>9} {'train step':>11} {'marker':>6} {'text B':>8} {'RAM B':>7} "
+        f"{'stack B':>7} | {'AIfES inf':>9} {'AIfES SGD':>9} {'emlearn inf':>11} | {'target inf':>10} "
+        f"{'target SGD':>10}"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         n = r["net"]
@@ -81,7 +84,8 @@ def table(results: List[Dict[str, Any]]) -> str:
             f"{fmt(r['text']):>8} {fmt(r['ram_static']):>7} {fmt(r['stack_peak']):>7} | "
             f"{fmt(PEERS['AIfES'][n]['predict']):>9} {fmt(PEERS['AIfES'][n]['train']):>9} "
             f"{fmt(PEERS['emlearn'][n]['predict']):>11} | {fmt(TARGETS[n]['predict']):>10} "
-            f"{fmt(TARGETS[n]['train']):>10}")
+            f"{fmt(TARGETS[n]['train']):>10}"
+        )
     return "\n".join(lines)
 
 
@@ -95,13 +99,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mcutrain-device-cost-") as tmp:
         work = Path(args.workdir or tmp)
         if "PLATFORMIO_CORE_DIR" not in os.environ:
-            os.environ["PLATFORMIO_CORE_DIR"] = str(work / "pio-core")   # its own, so platform names cannot clash
+            os.environ["PLATFORMIO_CORE_DIR"] = str(work / "pio-core")  # its own, so platform names cannot clash
         results = [measure(n, lv, args.board, args.calls, work) for n in NETS for lv in OPT_LEVELS]
-    print(f"Cortex-M4F (QEMU mps2-an386, {args.board}): instructions per call, one sample, f32; "
-          f"static RAM = .data + .bss; stack = peak measured (STATS)")
+    print(
+        f"Cortex-M4F (QEMU mps2-an386, {args.board}): instructions per call, one sample, f32; "
+        f"static RAM = .data + .bss; stack = peak measured (STATS)"
+    )
     print(table(results))
-    out = {"board": args.board, "machine": results[0]["machine"], "unit": "instructions", "results": results,
-           "peers": PEERS, "targets": TARGETS}
+    out = {
+        "board": args.board,
+        "machine": results[0]["machine"],
+        "unit": "instructions",
+        "results": results,
+        "peers": PEERS,
+        "targets": TARGETS,
+    }
     Path(args.json).write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
     print(f"written {args.json}")
     return 0

@@ -6,6 +6,7 @@ Network B: 64-128 ReLU-128 ReLU-10 softmax, same loss and optimizer, batch 32.
 
     python bench/train_throughput.py [--seconds 2] [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from trainer import Sequential, TrainParams, layers as L, losses, train_batch
+from mcutrain import Sequential, TrainParams, losses, train_batch
+from mcutrain import layers as L
 
 LR, MOMENTUM, BETA, EPS = 2e-2, 0.85, 0.8, 1e-20
 
@@ -37,8 +39,9 @@ def make_data(sizes: List[int], batch: int, n_batches: int = 64, seed: int = 0) 
     return out
 
 
-def timed(step: Callable[[np.ndarray, np.ndarray], object], data: List[Tuple[np.ndarray, np.ndarray]],
-          seconds: float) -> float:
+def timed(
+    step: Callable[[np.ndarray, np.ndarray], object], data: List[Tuple[np.ndarray, np.ndarray]], seconds: float
+) -> float:
     """Samples per second of step over the batches, run for about `seconds` after a warm-up."""
     for x, y in data[:4]:
         step(x, y)
@@ -89,7 +92,7 @@ class NumpyNet:
         n = y.shape[1]
         loss = float(-(t * np.log(y) + (1 - t) * np.log(1 - y)).mean())
         g = (y - t) / (y * (1 - y)) / n
-        g = y * (g - (y * g).sum(axis=1, keepdims=True))          # softmax backward
+        g = y * (g - (y * g).sum(axis=1, keepdims=True))  # softmax backward
         gW, gb = [], []
         for i in range(len(self.W) - 1, -1, -1):
             gW.insert(0, hs[i].T @ g / x.shape[0])
@@ -111,14 +114,17 @@ def torch_step(sizes: List[int], acts: List[str], threads: int) -> Optional[Call
     """The same step in PyTorch (CPU), or None when torch is not installed."""
     try:
         import torch
-    except Exception:   # not installed, or an install that cannot load
+    except Exception:  # not installed, or an install that cannot load
         return None
     torch.set_num_threads(threads)
     mods: List[object] = []
     for i in range(len(sizes) - 1):
         mods.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
-        mods.append({"sigmoid": torch.nn.Sigmoid, "relu": torch.nn.ReLU}[acts[i]]() if i < len(acts)
-                    else torch.nn.Softmax(dim=1))
+        mods.append(
+            {"sigmoid": torch.nn.Sigmoid, "relu": torch.nn.ReLU}[acts[i]]()
+            if i < len(acts)
+            else torch.nn.Softmax(dim=1)
+        )
     net = torch.nn.Sequential(*mods)
     opt = torch.optim.RMSprop(net.parameters(), lr=LR, alpha=BETA, momentum=MOMENTUM)
     bce = torch.nn.BCELoss()
@@ -129,6 +135,7 @@ def torch_step(sizes: List[int], acts: List[str], threads: int) -> Optional[Call
         loss.backward()
         opt.step()
         return float(loss)
+
     return step
 
 

@@ -1,4 +1,5 @@
 """Boards: one TOML file each in boards/ (adding a board is adding a file)."""
+
 from __future__ import annotations
 
 import sys
@@ -6,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from ..errors import McuTrainError
 from .paths import boards_dir
 
 if sys.version_info >= (3, 11):
@@ -14,13 +16,14 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-class BoardError(ValueError):
+class BoardError(McuTrainError, ValueError):
     """An unknown board or a board file that cannot be read."""
 
 
 @dataclass
 class Board:
     """A target: its memory, FPU, PlatformIO env and the simulator that stands in for it."""
+
     name: str
     title: str
     core: str
@@ -51,10 +54,20 @@ def _load(path: Path) -> Board:
     except (OSError, ValueError) as e:
         raise BoardError(f"board file {path} cannot be read: {e}") from None
     try:
-        return Board(name=d["name"], title=d["title"], core=d["core"], fpu=bool(d["fpu"]), ram=int(d["ram"]),
-                     flash=int(d["flash"]), storage=int(d.get("storage", 0)),
-                     code_estimate=int(d.get("code_estimate", 0)), stack_margin=int(d.get("stack_margin", 0)),
-                     platformio=dict(d.get("platformio", {})), sim=d.get("sim"), path=path)
+        return Board(
+            name=d["name"],
+            title=d["title"],
+            core=d["core"],
+            fpu=bool(d["fpu"]),
+            ram=int(d["ram"]),
+            flash=int(d["flash"]),
+            storage=int(d.get("storage", 0)),
+            code_estimate=int(d.get("code_estimate", 0)),
+            stack_margin=int(d.get("stack_margin", 0)),
+            platformio=dict(d.get("platformio", {})),
+            sim=d.get("sim"),
+            path=path,
+        )
     except KeyError as e:
         raise BoardError(f"board file {path} lacks the key {e}") from None
 

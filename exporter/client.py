@@ -1,5 +1,6 @@
 """The device client: speaks the protocol to a real board (a serial port), to the native firmware
 over a pty, or to a simulator's serial line."""
+
 from __future__ import annotations
 
 import os
@@ -13,9 +14,11 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import McuTrainError
 from .protocol import STATUS_TEXT, Cmd, ProtocolError, Status, encode, read_reply
 
-REGION_PARAMS, REGION_STATE, REGION_TRAIN_STATE = 0, 1, 2
+# the regions of READ and WRITE (docs/protocol.md)
+REGION_PARAMS, REGION_OPT_SLOTS, REGION_TRAIN_STATE = 0, 1, 2
 
 
 PTY_LINE = re.compile(rb"PTY (/dev/\S+)")
@@ -39,7 +42,7 @@ def read_pty_line(fd: int, timeout: float) -> Optional[str]:
     return None
 
 
-class DeviceError(RuntimeError):
+class DeviceError(McuTrainError, RuntimeError):
     """The device answered with an error status, or its model is not the one expected."""
 
     def __init__(self, message: str, status: Optional[int] = None) -> None:
@@ -50,6 +53,7 @@ class DeviceError(RuntimeError):
 @dataclass
 class DeviceInfo:
     """What INFO reports."""
+
     version: int
     hash: str
     n_in: int
@@ -69,15 +73,16 @@ class Device:
     """A connection to mcutrain firmware. Use Device.open(port) for a serial port."""
 
     def __init__(self, link: Any, process: Optional[subprocess.Popen] = None) -> None:
-        self.link = link              # anything with read(n), write(bytes), and a timeout
+        self.link = link  # anything with read(n), write(bytes), and a timeout
         self.process = process
         self._info: Optional[DeviceInfo] = None
 
     # ---- connections ----
     @classmethod
-    def open(cls, port: str, baud: int = 115200, timeout: float = 5.0) -> "Device":
+    def open(cls, port: str, baud: int = 115200, timeout: float = 5.0) -> Device:
         """Open a serial port (a board, a pty, a simulator's serial line)."""
         import serial  # pyserial
+
         try:
             link = serial.Serial(port, baud, timeout=timeout)
         except (serial.SerialException, OSError) as e:
@@ -85,8 +90,9 @@ class Device:
         return cls(link)
 
     @classmethod
-    def spawn(cls, argv: Sequence[str], timeout: float = 10.0, env: Optional[dict] = None,
-              cwd: Optional[str] = None) -> "Device":
+    def spawn(
+        cls, argv: Sequence[str], timeout: float = 10.0, env: Optional[dict] = None, cwd: Optional[str] = None
+    ) -> Device:
         """Start a program that prints 'PTY /dev/pts/N' (the native firmware with --pty) and connect to it."""
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
         assert proc.stdout is not None
@@ -112,7 +118,7 @@ class Device:
                     self.process.kill()
                     self.process.wait()
 
-    def __enter__(self) -> "Device":
+    def __enter__(self) -> Device:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -126,8 +132,11 @@ class Device:
         if r.cmd != cmd:
             raise ProtocolError(f"the device answered command {r.cmd} to command {cmd}")
         if r.status not in ok:
-            text = STATUS_TEXT.get(Status(r.status), f"status {r.status}") if r.status in Status._value2member_map_ \
+            text = (
+                STATUS_TEXT.get(Status(r.status), f"status {r.status}")
+                if r.status in Status._value2member_map_
                 else f"status {r.status}"
+            )
             raise DeviceError(f"{Cmd(cmd).name if cmd in Cmd._value2member_map_ else cmd}: {text}", r.status)
         return r.data
 
@@ -141,8 +150,21 @@ class Device:
         n_in, n_out, n_params, n_tr = struct.unpack_from("<HHII", d, 9)
         opt, slots, loss = d[21], d[22], d[23]
         step, max_payload = struct.unpack_from("<IH", d, 24)
-        self._info = DeviceInfo(ver, d[1:9].hex(), n_in, n_out, n_params, n_tr, opt, slots, loss, step,
-                                max_payload, bool(d[30] & 1), bool(d[30] & 2))
+        self._info = DeviceInfo(
+            ver,
+            d[1:9].hex(),
+            n_in,
+            n_out,
+            n_params,
+            n_tr,
+            opt,
+            slots,
+            loss,
+            step,
+            max_payload,
+            bool(d[30] & 1),
+            bool(d[30] & 2),
+        )
         return self._info
 
     @property
@@ -156,7 +178,8 @@ class Device:
         if got != expected:
             raise DeviceError(f"the device runs model {got}, not {expected}: flash the exported project first")
 
-    def _vec(self, x: Any, n: int, what: str) -> bytes:
+    def _pack_floats(self, x: Any, n: int, what: str) -> bytes:
+        """x as n little-endian f32; DeviceError naming `what` when it has another length."""
         a = np.asarray(x, dtype=np.float32).ravel()
         if a.shape[0] != n:
             raise DeviceError(f"{what} has {a.shape[0]} values, the device's model takes {n}")
@@ -167,18 +190,22 @@ class Device:
         info = self.cached_info
         xa = np.asarray(x, dtype=np.float32)
         rows = xa.reshape(-1, info.n_in) if xa.ndim > 1 else [xa]
-        out = [np.frombuffer(self.request(Cmd.PREDICT, self._vec(r, info.n_in, "input")), "<f4").copy()
-               for r in rows]
+        out = [
+            np.frombuffer(self.request(Cmd.PREDICT, self._pack_floats(r, info.n_in, "input")), "<f4").copy()
+            for r in rows
+        ]
         return np.stack(out) if xa.ndim > 1 else out[0]
 
     def train(self, x: Any, t: Any) -> Tuple[float, int]:
         """One on-device training step on a labelled sample: (loss, step)."""
         info = self.cached_info
-        d = self.request(Cmd.TRAIN, self._vec(x, info.n_in, "input") + self._vec(t, info.n_out, "target"))
+        payload = self._pack_floats(x, info.n_in, "input") + self._pack_floats(t, info.n_out, "target")
+        d = self.request(Cmd.TRAIN, payload)
         loss, step = struct.unpack("<fI", d[:8])
         return loss, step
 
-    def _chunk(self) -> int:
+    def _floats_per_frame(self) -> int:
+        """How many floats one READ or WRITE frame carries."""
         return max(1, (self.cached_info.max_payload - 5) // 4)
 
     def read_region(self, region: int, n: Optional[int] = None) -> np.ndarray:
@@ -186,8 +213,8 @@ class Device:
         info = self.cached_info
         total = n if n is not None else {0: info.n_params, 1: info.n_params * info.slots, 2: 3}[region]
         out: List[np.ndarray] = []
-        for off in range(0, total, self._chunk()):
-            cnt = min(self._chunk(), total - off)
+        for off in range(0, total, self._floats_per_frame()):
+            cnt = min(self._floats_per_frame(), total - off)
             d = self.request(Cmd.READ, struct.pack("<BIH", region, off, cnt))
             out.append(np.frombuffer(d, "<f4").copy())
         return np.concatenate(out) if out else np.zeros(0, np.float32)
@@ -195,14 +222,14 @@ class Device:
     def write_region(self, region: int, values: Any) -> None:
         """Write a region's floats."""
         v = np.ascontiguousarray(values, "<f4").ravel()
-        for off in range(0, v.shape[0], self._chunk()):
-            part = v[off:off + self._chunk()]
+        for off in range(0, v.shape[0], self._floats_per_frame()):
+            part = v[off : off + self._floats_per_frame()]
             self.request(Cmd.WRITE, struct.pack("<BI", region, off) + part.tobytes())
 
     def pull(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(params, optimizer slots, train state as 12 raw bytes viewed as uint8)."""
         p = self.read_region(REGION_PARAMS)
-        s = self.read_region(REGION_STATE)
+        s = self.read_region(REGION_OPT_SLOTS)
         ts = self.read_region(REGION_TRAIN_STATE).view(np.uint8)
         return p, s, ts
 
@@ -210,7 +237,7 @@ class Device:
         """Write params (and optionally optimizer slots and the 12-byte train state)."""
         self.write_region(REGION_PARAMS, params)
         if state is not None and self.cached_info.slots:
-            self.write_region(REGION_STATE, state)
+            self.write_region(REGION_OPT_SLOTS, state)
         if train_state is not None:
             self.write_region(REGION_TRAIN_STATE, np.frombuffer(np.asarray(train_state, np.uint8).tobytes(), "<f4"))
 

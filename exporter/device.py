@@ -6,10 +6,11 @@ parameters); 'biases' (every Linear splits into a frozen Dense and a trainable b
 train, all other parameters are frozen). Frozen Dense/Linear layers are stored in the const blob
 (flash), as f32 or, with quant='int8', as int8 weights with a scale per output; with
 quant='int8-full' the frozen Dense/Linear layers and activations before the first trainable layer
-run in integers (QUANT/QDENSE/QLUT/DEQUANT, calibrated on sample inputs; see exporter.quantize).
+run in integers (QUANT/QDENSE/QLUT/DEQUANT, calibrated on sample inputs; see mcutrain.exporter.quantize).
 Every other parameter stays in RAM. The host runs the same layer table through the same C kernels,
 so it can predict and train exactly as the device does (`DeviceModel.core()`).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,20 +18,21 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from trainer.losses import Loss
-from trainer.modelfile import Checkpoint
-from trainer.optim import OPT_DTYPE, SLOTS, Optimizer, TrainParams
-from trainer.program import LayerDesc, Op, Program
+from mcutrain.corefacts import OPT_DTYPE, Op, Storage, layer_size_of, opt_slots
+from mcutrain.losses import Loss
+from mcutrain.modelfile import Checkpoint
+from mcutrain.optim import Optimizer, TrainParams
+from mcutrain.program import LayerDesc, Program
 
+from ..errors import McuTrainError
 from .boards import Board
-from .cgen import DeviceModel
-from .quantize import (QUANT_MODES, STORE_Q, QuantError, arena_floats, full_integer_layers, pad4,
-                       quantize_weights)
+from .device_model import DeviceModel
+from .quantize import QUANT_MODES, QuantError, full_integer_layers, pad4, quantize_weights
 
 TRAINABLE_HELP = "all, none, last:N (the last N layers with parameters) or biases"
 
 
-class DeviceSpecError(ValueError):
+class DeviceSpecError(McuTrainError, ValueError):
     """A trainable or quantization choice that cannot be made for this network."""
 
 
@@ -41,8 +43,19 @@ def _split_linear(layers: List[LayerDesc]) -> List[LayerDesc]:
         if d.op == Op.DENSE and d.kind == 1:
             io = d.n_in * d.n_out
             out.append(replace(d, kind=0, n_p=io, n_w=io, name=d.name + " weights"))
-            out.append(LayerDesc(op=Op.BIAS, kind=0, n_in=d.n_out, n_out=d.n_out, lr_div=d.lr_div,
-                                 p_off=d.p_off + io, n_p=d.n_out, n_w=0, name=d.name + " bias"))
+            out.append(
+                LayerDesc(
+                    op=Op.BIAS,
+                    kind=0,
+                    n_in=d.n_out,
+                    n_out=d.n_out,
+                    lr_div=d.lr_div,
+                    p_off=d.p_off + io,
+                    n_p=d.n_out,
+                    n_w=0,
+                    name=d.name + " bias",
+                )
+            )
         else:
             out.append(replace(d))
     return out
@@ -61,26 +74,30 @@ def trainable_flags(layers: List[LayerDesc], trainable: str) -> List[bool]:
     if t.startswith("last:") and t[5:].isdigit():
         n = int(t[5:])
         if n > len(with_params):
-            raise DeviceSpecError(f"--trainable {trainable}: the network has only {len(with_params)} layers "
-                                  f"with parameters")
+            raise DeviceSpecError(
+                f"--trainable {trainable}: the network has only {len(with_params)} layers with parameters"
+            )
         first = with_params[len(with_params) - n] if n else len(layers)
         return [i >= first for i in range(len(layers))]
     raise DeviceSpecError(f"--trainable must be {TRAINABLE_HELP}; got {trainable!r}")
 
 
 def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int, int]:
-    """Give the layers fresh consecutive arena regions (the table changed; int8 outputs take a quarter of
-    the floats, rounded up); returns (layers, arena, out_off)."""
+    """Give the layers fresh consecutive arena regions (the table changed), each as large as the core says
+    (an int8 output takes mct_i8_floats of its width, the aux trace what the op's code asks for); returns
+    (layers, arena, out_off)."""
     top, cur = n_in, 0
     for d in layers:
+        size = layer_size_of(d)
         d.in_off = cur
         if d.op == Op.RES_BEGIN:
             d.out_off = cur
         else:
             d.out_off = top
-            top += arena_floats(d)
+            top += size.out
         d.aux_off = top
-        top += d.aux
+        top += size.aux
+        d.aux = size.aux
         cur = d.out_off
     return layers, top, cur
 
@@ -99,23 +116,32 @@ def const_blob_entry(d: LayerDesc, w: np.ndarray, b: Optional[np.ndarray], quant
         q, scale = quantize_weights(w, d.n_in, d.n_out)
         parts = [scale.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
         blob = b"".join(parts) + q.tobytes()
-        return pad4(blob), 2
+        return pad4(blob), int(Storage.I8)
     parts = [w.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
-    return b"".join(parts), 1
+    return b"".join(parts), int(Storage.F32)
 
 
-def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32", loss: Optional[Loss] = None,
-                       optimizer: Optional[Optimizer] = None, board: Optional[Board] = None,
-                       source: str = "model", calibration: Any = None) -> DeviceModel:
+def build_device_model(
+    ck: Checkpoint,
+    trainable: str = "all",
+    quant: str = "f32",
+    loss: Optional[Loss] = None,
+    optimizer: Optional[Optimizer] = None,
+    board: Optional[Board] = None,
+    source: str = "model",
+    calibration: Any = None,
+) -> DeviceModel:
     """The firmware's view of a checkpoint (see the module docstring). quant='int8-full' needs calibration:
     sample inputs (n, n_in) of the network. For the quantized modes the model's `baseline` is the f32
     export with the same trainable layers (the memory plan reports the savings against it)."""
     if quant not in QUANT_MODES:
         raise DeviceSpecError(f"--quant must be one of {', '.join(QUANT_MODES)}; got {quant!r}")
     if quant == "int8-full" and calibration is None:
-        raise DeviceSpecError("--quant int8-full needs calibration inputs: sample inputs of the network "
-                              f"(shape (n, {ck.net.program.n_in})) that set the int8 ranges of the activations; "
-                              "pass calibration=... (a few hundred typical inputs), or use --quant int8 or f32")
+        raise DeviceSpecError(
+            "--quant int8-full needs calibration inputs: sample inputs of the network "
+            f"(shape (n, {ck.net.program.n_in})) that set the int8 ranges of the activations; "
+            "pass calibration=... (a few hundred typical inputs), or use --quant int8 or f32"
+        )
     net = ck.net
     host = net.program
     full = net.params
@@ -141,13 +167,13 @@ def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32
     # parameters: trainable layers and small frozen ones in RAM, frozen Dense/Linear in the blob
     ram: List[np.ndarray] = []
     blob = b""
-    segments: List[Tuple[int, int, int]] = []     # (ram offset, host offset, count)
+    segments: List[Tuple[int, int, int]] = []  # (ram offset, host offset, count)
     n_ram = 0
     for d in layers:
         tr = d.trainable
         src = d.p_off
-        if id(d) in qblobs:         # full-integer op: its constants go to the blob
-            d.storage, d.p_off = STORE_Q, len(blob)
+        if id(d) in qblobs:  # full-integer op: its constants go to the blob
+            d.storage, d.p_off = int(Storage.Q), len(blob)
             blob += qblobs[id(d)]
             continue
         if d.n_p == 0:
@@ -155,32 +181,46 @@ def build_device_model(ck: Checkpoint, trainable: str = "all", quant: str = "f32
             continue
         if not tr and d.op == Op.DENSE:
             io = d.n_in * d.n_out
-            w = full[src:src + io]
-            b = full[src + io:src + io + d.n_out] if d.kind == 1 else None
+            w = full[src : src + io]
+            b = full[src + io : src + io + d.n_out] if d.kind == 1 else None
             data, d.storage = const_blob_entry(d, w, b, quant)
             d.p_off = len(blob)
             blob += data
             continue
         d.p_off = n_ram
-        ram.append(full[src:src + d.n_p])
+        ram.append(full[src : src + d.n_p])
         segments.append((n_ram, src, d.n_p))
         n_ram += d.n_p
     layers, arena, out_off = _relayout(layers, host.n_in)
     prog = Program(layers, host.n_in, host.n_out, n_ram, arena, 0, out_off, cdata=blob)
     opt = optimizer or ck.optimizer or TrainParams()
-    if isinstance(opt, TrainParams):            # a bare TrainParams trains as plain SGD
+    if isinstance(opt, TrainParams):  # a bare TrainParams trains as plain SGD
         opt = Optimizer("sgd", opt, net.param_count())
     if opt.coeffs.get("sim_penalty", 0.0) > 0 and opt.kind in ("momentum", "rmsprop_momentum"):
-        raise DeviceSpecError("the momentum similarity penalty needs every gradient before the update, which "
-                              "the device does not keep; export with a copy of the optimizer without it")
+        raise DeviceSpecError(
+            "the momentum similarity penalty needs every gradient before the update, which "
+            "the device does not keep; export with a copy of the optimizer without it"
+        )
     if loss is None:
-        from trainer import losses as losses_mod
+        from mcutrain import losses as losses_mod
+
         name = ck.metadata.get("loss")
         loss = losses_mod.by_name(name) if name else losses_mod.mse
     params = np.concatenate(ram).astype(np.float32) if ram else np.zeros(0, np.float32)
     rx_floats = 16 if board is not None and board.core == "avr" else 64
-    m = DeviceModel(program=prog, params=params, opt_cfg=opt._cfg.view(OPT_DTYPE).copy(), opt_slots=SLOTS[opt.kind],
-                    loss_kind=loss.kind, loss_param=loss.param, scratch=0, rx_max=5 + 4 * rx_floats,
-                    source=source, segments=segments, quant=quant, baseline=baseline)
+    m = DeviceModel(
+        program=prog,
+        params=params,
+        opt_cfg=opt._cfg.view(OPT_DTYPE).copy(),
+        opt_slots=opt_slots(opt.kind),
+        loss_kind=loss.kind,
+        loss_param=loss.param,
+        scratch=0,
+        rx_max=5 + 4 * rx_floats,
+        source=source,
+        segments=segments,
+        quant=quant,
+        baseline=baseline,
+    )
     m.scratch = int(m.core().scratch_size(1, 0))
     return m

@@ -5,6 +5,7 @@ memory plan (fail before writing anything if it does not fit), generate model.h/
 the project. The output folder is written next to its final place and renamed into it, so an
 existing project is never half overwritten.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,46 +17,52 @@ from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
-from trainer.losses import Loss
-from trainer.modelfile import Checkpoint, load_model
+from mcutrain.losses import Loss
+from mcutrain.modelfile import Checkpoint, load_model
 
+from ..errors import McuTrainError
 from .boards import Board, get_board
-from .cgen import DeviceModel, model_c, model_h
+from .cgen import model_c, model_h
 from .device import DeviceSpecError, build_device_model
+from .device_model import DeviceModel
 from .memplan import MemoryPlan, check_fits, plan
 from .project import write_project
 from .quantize import QuantError, QuantReport, evaluate
 from .selftest import expected_h
 
 
-class ExportError(ValueError):
+class ExportError(McuTrainError, ValueError):
     """An export that cannot be done; the message says what to change."""
 
 
 @dataclass
 class ExportResult:
     """What export_project produced."""
+
     path: Path
     board: Board
     model: DeviceModel
     plan: MemoryPlan
     hash: str
-    quant_report: Optional[QuantReport] = None   # the device model against the f32 network (with eval_data)
+    quant_report: Optional[QuantReport] = None  # the device model against the f32 network (with eval_data)
 
 
-def _advice(ck: Checkpoint, board: Board, loss: Optional[Loss], current: str, quant: str, sim: bool,
-            calibration: Any = None) -> str:
+def _advice(
+    ck: Checkpoint, board: Board, loss: Optional[Loss], current: str, quant: str, sim: bool, calibration: Any = None
+) -> str:
     """What to change so the model fits: the most trainable layers that still fit, biases only, int8
     (full-integer int8 when calibration data was given), or a bigger board."""
     n_with = sum(1 for d in ck.net.program.layers if d.n_p)
-    current = current.strip().lower()            # as trainable_flags reads it
+    current = current.strip().lower()  # as trainable_flags reads it
     start = n_with - 1 if current == "all" else int(current[5:]) - 1 if current.startswith("last:") else -1
     tries = [current] + [f"last:{k}" for k in range(start, 0, -1)] + ["biases", "none"]
     quants = [quant] + (["int8"] if quant == "f32" else [])
     if calibration is not None and quant != "int8-full":
         quants.append("int8-full")
-    hints = {"int8": " with int8 weights in flash (--quant int8)",
-             "int8-full": " with the frozen layers in full-integer int8 (--quant int8-full)"}
+    hints = {
+        "int8": " with int8 weights in flash (--quant int8)",
+        "int8-full": " with the frozen layers in full-integer int8 (--quant int8-full)",
+    }
     for t in tries:
         for q in quants:
             if t == current and q == quant:
@@ -65,17 +72,26 @@ def _advice(ck: Checkpoint, board: Board, loss: Optional[Loss], current: str, qu
             except DeviceSpecError:
                 continue
             if plan(m, board, sim).fits():
-                what = {"biases": "train only the biases on the device (--trainable biases)",
-                        "none": "freeze every layer (--trainable none): the device then only predicts"
-                        }.get(t, f"train only the last {t[5:]} layer(s) on the device (--trainable {t})")
+                what = {
+                    "biases": "train only the biases on the device (--trainable biases)",
+                    "none": "freeze every layer (--trainable none): the device then only predicts",
+                }.get(t, f"train only the last {t[5:]} layer(s) on the device (--trainable {t})")
                 return what + (hints.get(q, "") if q != quant else "")
     return "use a smaller network or a board with more RAM"
 
 
-def export_project(model: Union[str, Path, Checkpoint], board_name: str, out: Union[str, Path],
-                   quant: str = "f32", trainable: str = "all", loss: Optional[Loss] = None,
-                   force: bool = False, sim: bool = False, calibration: Any = None,
-                   eval_data: Optional[Tuple[Any, Any]] = None) -> ExportResult:
+def export_project(
+    model: Union[str, Path, Checkpoint],
+    board_name: str,
+    out: Union[str, Path],
+    quant: str = "f32",
+    trainable: str = "all",
+    loss: Optional[Loss] = None,
+    force: bool = False,
+    sim: bool = False,
+    calibration: Any = None,
+    eval_data: Optional[Tuple[Any, Any]] = None,
+) -> ExportResult:
     """Write a PlatformIO project for board_name into out; returns what was written.
 
     sim=True checks the memory plan against the board's simulated stand-in (which may have less RAM).
@@ -106,19 +122,43 @@ def export_project(model: Union[str, Path, Checkpoint], board_name: str, out: Un
             report = evaluate(ck, m, ex, ey, loss, trainable)
         except QuantError as e:
             raise ExportError(str(e)) from None
-    files = {"src/model.h": model_h(m), "src/model.c": model_c(m), "test/test_model/expected.h": expected_h(m),
-             "mcutrain.json": json.dumps({
-                 "board": board.name, "hash": m.hash().hex(), "quant": quant, "trainable": trainable,
-                 "n_in": m.program.n_in, "n_out": m.program.n_out, "n_params": m.program.n_params,
-                 "n_trainable": m.n_trainable, "loss": str(_loss_of(m)), "segments": m.segments,
-                 "optimizer": (ck.optimizer.config() if ck.optimizer else None),
-                 "memory": {"ram": mp.ram, "flash": mp.flash, "ram_budget": mp.ram_budget,
-                            "flash_budget": mp.flash_budget, "f32_ram": mp.baseline_ram,
-                            "f32_flash": mp.baseline_flash},
-                 "quant_report": report.to_dict() if report else None,
-                 "calibration_samples": (int(np.asarray(calibration).reshape(-1, m.program.n_in).shape[0])
-                                         if quant == "int8-full" else None),
-                 "source": source, "architecture": ck.net.spec()}, indent=2, sort_keys=True) + "\n"}
+    files = {
+        "src/model.h": model_h(m),
+        "src/model.c": model_c(m),
+        "test/test_model/expected.h": expected_h(m),
+        "mcutrain.json": json.dumps(
+            {
+                "board": board.name,
+                "hash": m.hash().hex(),
+                "quant": quant,
+                "trainable": trainable,
+                "n_in": m.program.n_in,
+                "n_out": m.program.n_out,
+                "n_params": m.program.n_params,
+                "n_trainable": m.n_trainable,
+                "loss": str(_loss_of(m)),
+                "segments": m.segments,
+                "optimizer": (ck.optimizer.config() if ck.optimizer else None),
+                "memory": {
+                    "ram": mp.ram,
+                    "flash": mp.flash,
+                    "ram_budget": mp.ram_budget,
+                    "flash_budget": mp.flash_budget,
+                    "f32_ram": mp.baseline_ram,
+                    "f32_flash": mp.baseline_flash,
+                },
+                "quant_report": report.to_dict() if report else None,
+                "calibration_samples": (
+                    int(np.asarray(calibration).reshape(-1, m.program.n_in).shape[0]) if quant == "int8-full" else None
+                ),
+                "source": source,
+                "architecture": ck.net.architecture(),
+            },
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n",
+    }
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=str(dst.parent)))
     try:
@@ -137,4 +177,5 @@ def export_project(model: Union[str, Path, Checkpoint], board_name: str, out: Un
 
 def _loss_of(m: DeviceModel) -> Loss:
     from .quantize import loss_of_model
+
     return loss_of_model(m.loss_kind, m.loss_param)

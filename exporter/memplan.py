@@ -1,19 +1,19 @@
 """Memory plan of an export on a board: flash (code estimate + constants) and RAM (parameters,
 optimizer state, trace arena, scratch, I/O buffers, stack margin), checked before anything is built.
 A quantized export also shows what it saves against the f32 export with the same trainable layers."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from trainer.optim import KINDS
-from trainer.program import LAYER_DTYPE, Op
+from mcutrain.corefacts import LAYER_DTYPE, QUANT_OPS, WRITES_I8, Op, OptKind, layer_size_of, save_slot_bytes
 
+from ..errors import McuTrainError
 from .boards import Board
-from .cgen import DeviceModel
-from .quantize import I8_OUT_OPS, STORE_Q, arena_floats, qop_const_bytes
+from .device_model import DeviceModel
 
-APP_FIXED_RAM = 120       # app bookkeeping, mct_net, mct_opt, hash, train state
+APP_FIXED_RAM = 120  # app bookkeeping, mct_net, mct_opt, hash, train state
 # RAM the platform's runtime takes besides our buffers (serial buffers, libc, Arduino core) on the
 # real board; the simulated stand-ins run mcutrain's bare-metal ports, which need none of it
 RUNTIME_RAM = {"avr": 190, "host": 0}
@@ -21,25 +21,35 @@ RUNTIME_RAM_DEFAULT = 2048
 # Code an AVR firmware needs beyond the board's code_estimate (which covers the protocol, Dense/Linear,
 # Bias1d, the common activations, Softmax, SGD and momentum), per op and optimizer compiled in;
 # measured with avr-gcc 5.4 -Os. The 32-bit boards' estimates leave room for all of these.
-AVR_OP_CODE = {Op.GLU: 5000, Op.RMSNORM: 2500, Op.DYT: 2500, Op.SWISH: 2000, Op.CONV1D: 1500, Op.DIAG: 1000,
-               Op.SCALE: 800, Op.RES_END: 300, Op.QDENSE: 2700}
-AVR_OPT_CODE = {"rmsprop": 1700, "rmsprop_momentum": 2100, "adam": 2700}
+AVR_OP_CODE = {
+    Op.GLU: 5000,
+    Op.RMSNORM: 2500,
+    Op.DYT: 2500,
+    Op.SWISH: 2000,
+    Op.CONV1D: 1500,
+    Op.DIAG: 1000,
+    Op.SCALE: 800,
+    Op.RES_END: 300,
+    Op.QDENSE: 2700,
+}
+AVR_OPT_CODE = {OptKind.RMSPROP: 1700, OptKind.RMSPROP_MOMENTUM: 2100, OptKind.ADAM: 2700}
 
 
-class MemoryPlanError(ValueError):
+class MemoryPlanError(McuTrainError, ValueError):
     """The model does not fit the board; the message says by how much and what to change."""
 
 
 @dataclass
 class MemoryPlan:
     """Rows of (what, RAM bytes, flash bytes) and the board's budgets."""
+
     board: Board
     rows: List[Tuple[str, int, int]] = field(default_factory=list)
     ram_budget: int = 0
     flash_budget: int = 0
-    save_bytes: int = 0          # storage two save slots need (docs/protocol.md)
+    save_bytes: int = 0  # storage two save slots need (docs/protocol.md)
     quant: str = "f32"
-    baseline_ram: Optional[int] = None      # the f32 export's totals (quantized exports only)
+    baseline_ram: Optional[int] = None  # the f32 export's totals (quantized exports only)
     baseline_flash: Optional[int] = None
 
     @property
@@ -69,8 +79,10 @@ class MemoryPlan:
     def table(self) -> str:
         """The plan as a text table."""
         w = max(len(n) for n, _, _ in self.rows + [("total", 0, 0)])
-        lines = [f"memory plan for {self.board.name} ({self.board.title})",
-                 f"  {'':{w}}  {'RAM B':>10}  {'flash B':>10}"]
+        lines = [
+            f"memory plan for {self.board.name} ({self.board.title})",
+            f"  {'':{w}}  {'RAM B':>10}  {'flash B':>10}",
+        ]
         for n, r, f in self.rows:
             lines.append(f"  {n:{w}}  {r:>10,}  {f:>10,}")
         lines.append(f"  {'total':{w}}  {self.ram:>10,}  {self.flash:>10,}")
@@ -81,9 +93,11 @@ class MemoryPlan:
         if self.board.storage >= self.save_bytes:
             lines.append(f"  device saves use {self.save_bytes:,} B of the board's {self.board.storage:,} B of storage")
         else:
-            lines.append(f"  device saves need {self.save_bytes:,} B of storage, {self.board.name} has "
-                         f"{self.board.storage:,} B: SAVE will answer 'not supported' (train fewer layers or use "
-                         f"an optimizer without state to make them fit)")
+            lines.append(
+                f"  device saves need {self.save_bytes:,} B of storage, {self.board.name} has "
+                f"{self.board.storage:,} B: SAVE will answer 'not supported' (train fewer layers or use "
+                f"an optimizer without state to make them fit)"
+            )
         return "\n".join(lines)
 
 
@@ -92,16 +106,17 @@ def extra_code(m: DeviceModel, board: Board) -> int:
     if board.core != "avr":
         return 0
     ops = {d.op for d in m.program.layers}
-    kind = {v: k for k, v in KINDS.items()}[int(m.opt_cfg[0]["kind"])]
+    kind = OptKind(int(m.opt_cfg[0]["kind"]))
     return sum(AVR_OP_CODE.get(op, 0) for op in ops) + AVR_OPT_CODE.get(kind, 0)
 
 
 def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
     """The memory plan of a device model on a board (sim: against the simulated stand-in's RAM)."""
     p = m.program
-    table_bytes = LAYER_DTYPE.itemsize * len(p.layers) + 32     # sizeof(mct_layer) each, + mct_net
-    q_bytes = sum(qop_const_bytes(d) for d in p.layers if d.storage == STORE_Q)
-    i8_arena = sum(arena_floats(d) for d in p.layers if d.op in I8_OUT_OPS)     # floats of int8 tensors
+    table_bytes = LAYER_DTYPE.itemsize * len(p.layers) + 32  # sizeof(mct_layer) each, + mct_net
+    sizes = [layer_size_of(d) for d in p.layers]  # what the core says each layer needs
+    q_bytes = sum(s.consts for d, s in zip(p.layers, sizes) if d.op in QUANT_OPS)
+    i8_arena = sum(s.out for d, s in zip(p.layers, sizes) if d.op in WRITES_I8)  # floats of int8 tensors
     rows = [
         ("parameters (f32, RAM)", 4 * p.n_params, 4 * p.n_params),
         ("optimizer state", 4 * p.n_params * m.opt_slots, 0),
@@ -114,11 +129,11 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
         ("stack margin", board.stack_margin, 0),
         ("code (estimate)", 0, board.code_estimate + extra_code(m, board)),
     ]
-    if q_bytes:   # full-integer int8: its constants and its int8 activations
+    if q_bytes:  # full-integer int8: its constants and its int8 activations
         rows[6:6] = [("full-integer layers (flash)", 0, q_bytes)]
         rows[3:3] = [("int8 activations (arena)", 4 * i8_arena, 0)]
-    # two save slots of: a 24-byte header, the RAM parameters, the optimizer slots, the 12-byte train state
-    save = 2 * (24 + 4 * p.n_params * (1 + m.opt_slots) + 12)
+    # two save slots of: a header, the RAM parameters, the optimizer slots, the train state (the core's layout)
+    save = 2 * save_slot_bytes(p.n_params, m.opt_slots)
     mp = MemoryPlan(board, rows, board.sim_ram if sim else board.ram, board.flash, save, quant=m.quant)
     if m.baseline is not None:
         base = plan(m.baseline, board, sim)

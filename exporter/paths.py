@@ -1,28 +1,26 @@
-"""Where the firmware sources and board files are: next to the packages in a checkout, or installed
-as the data packages mcutrain_firmware and mcutrain_boards."""
+"""Where mcutrain's firmware sources and board files are: the package data mcutrain.firmware and
+mcutrain.boards, found through importlib.resources (never by folder names in site-packages)."""
+
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parent.parent
 
-
-def _find(name: str, installed: str) -> Path:
-    local = _ROOT / name
-    if local.is_dir():
-        return local
-    try:
-        mod = __import__(installed)
-        return Path(list(mod.__path__)[0])
-    except ImportError:  # pragma: no cover - broken install
-        raise FileNotFoundError(f"cannot find mcutrain's {name}/ folder; reinstall mcutrain") from None
+def _data_dir(package: str) -> Path:
+    """The folder of a data package of mcutrain (installed, or the repository's folder in an editable
+    install)."""
+    path = Path(str(resources.files(package)))
+    if not path.is_dir():  # pragma: no cover - a zipped install, which setup.py does not produce
+        raise FileNotFoundError(f"mcutrain's {package} is not a folder on disk ({path}); reinstall mcutrain")
+    return path
 
 
 def firmware_dir() -> Path:
-    """firmware/: core/, template/, platforms/, sim/."""
-    return _find("firmware", "mcutrain_firmware")
+    """The firmware sources: core/, app/, platforms/, host_tools/."""
+    return _data_dir("mcutrain.firmware")
 
 
 def boards_dir() -> Path:
-    """boards/: one TOML file per board."""
-    return _find("boards", "mcutrain_boards")
+    """The board files: one TOML file per board."""
+    return _data_dir("mcutrain.boards")

@@ -1,7 +1,8 @@
 """The generated PlatformIO project: platformio.ini for the board (the official platform for the
 real board, mcutrain's offline platforms for the simulated stand-in and the native build), src/
-with the firmware template and the generated model, the core as a library in lib/, and the
+with the firmware application and the generated model, the core as a library in lib/, and the
 offline dev-platforms in platforms/."""
+
 from __future__ import annotations
 
 import json
@@ -12,34 +13,51 @@ from typing import Dict, List, Optional, Sequence
 from .boards import Board
 from .paths import firmware_dir
 
-COMMON_FLAGS = ["-ffp-contract=off", "-fno-math-errno", "-Iinclude"]
+# build_flags of every env: the float semantics of host/device parity, and the generated headers
+COMMON_BUILD_FLAGS = ["-ffp-contract=off", "-fno-math-errno", "-Iinclude"]
 
 
 def _ini_list(key: str, values: List[str]) -> str:
     return f"{key} =\n" + "".join(f"    {v}\n" for v in values)
 
 
-def sim_env(board: Board) -> Optional[Dict[str, str]]:
+def sim_env_options(board: Board) -> Optional[Dict[str, str]]:
     """Settings of the offline env that runs this board's firmware in its simulator (None: no simulator)."""
     kind = board.sim_kind
     if kind in (None, "native"):
         return None
     s = board.sim or {}
     if kind == "qemu-arm":
-        return {"platform": "symlink://${PROJECT_DIR}/platforms/qemu-arm", "custom_qemu_machine": s["machine"],
-                "custom_cpu_flags": s["cpu_flags"], "custom_ram_size": str(board.sim_ram),
-                "custom_flash_size": str(board.flash), "custom_min_stack": str(board.stack_margin),
-                "custom_opt_level": "O2", "build_flags": "-DMCT_PORT_QEMU_ARM -DMCT_ALLOW_QUIT"}
+        return {
+            "platform": "symlink://${PROJECT_DIR}/platforms/qemu-arm",
+            "custom_qemu_machine": s["machine"],
+            "custom_cpu_flags": s["cpu_flags"],
+            "custom_ram_size": str(board.sim_ram),
+            "custom_flash_size": str(board.flash),
+            "custom_min_stack": str(board.stack_margin),
+            "custom_opt_level": "O2",
+            "build_flags": "-DMCT_PORT_QEMU_ARM -DMCT_ALLOW_QUIT",
+        }
     if kind == "qemu-riscv32":
-        return {"platform": "symlink://${PROJECT_DIR}/platforms/qemu-riscv", "custom_qemu_machine": s["machine"],
-                "custom_cpu_flags": s.get("cpu_flags", "-march=rv32imc -mabi=ilp32"),
-                "custom_ram_size": str(board.sim_ram), "custom_flash_size": str(board.flash),
-                "custom_min_stack": str(board.stack_margin), "custom_opt_level": "O2",
-                "build_flags": "-DMCT_PORT_QEMU_RISCV -DMCT_ALLOW_QUIT"}
+        return {
+            "platform": "symlink://${PROJECT_DIR}/platforms/qemu-riscv",
+            "custom_qemu_machine": s["machine"],
+            "custom_cpu_flags": s.get("cpu_flags", "-march=rv32imc -mabi=ilp32"),
+            "custom_ram_size": str(board.sim_ram),
+            "custom_flash_size": str(board.flash),
+            "custom_min_stack": str(board.stack_margin),
+            "custom_opt_level": "O2",
+            "build_flags": "-DMCT_PORT_QEMU_RISCV -DMCT_ALLOW_QUIT",
+        }
     if kind == "simavr":
-        return {"platform": "symlink://${PROJECT_DIR}/platforms/simavr", "custom_mcu": s["mcu"],
-                "custom_f_cpu": str(s.get("freq", 16000000)), "custom_ram_size": str(board.sim_ram),
-                "custom_flash_size": str(board.flash), "build_flags": "-DMCT_PORT_SIMAVR -DMCT_ALLOW_QUIT"}
+        return {
+            "platform": "symlink://${PROJECT_DIR}/platforms/simavr",
+            "custom_mcu": s["mcu"],
+            "custom_f_cpu": str(s.get("freq", 16000000)),
+            "custom_ram_size": str(board.sim_ram),
+            "custom_flash_size": str(board.flash),
+            "build_flags": "-DMCT_PORT_SIMAVR -DMCT_ALLOW_QUIT",
+        }
     raise ValueError(f"board {board.name}: unknown simulator kind {kind!r}")
 
 
@@ -53,14 +71,15 @@ def sim_test_command(board: Board) -> Optional[List[str]]:
     build = "${platformio.build_dir}/" + env
     if kind in ("qemu-arm", "qemu-riscv32"):
         from .sim_qemu import QemuArmSimulator, QemuRiscvSimulator
-        sim = QemuArmSimulator() if kind == "qemu-arm" else QemuRiscvSimulator()
-        return [sim.qemu] + sim.machine_args(board) + [
-            "-display", "none", "-monitor", "none", "-serial", "stdio",
-            "-semihosting-config", "enable=on,target=native", "-kernel", f"{build}/firmware.elf"]
+
+        qemu = QemuArmSimulator() if kind == "qemu-arm" else QemuRiscvSimulator()
+        return qemu.command(board, f"{build}/firmware.elf", "stdio")
     if kind == "simavr":
-        s = board.sim or {}
-        return [f"{build}/avr_run", f"{build}/firmware.elf", f"mcu={s['mcu']}", f"freq={int(s.get('freq', 16000000))}",
-                "serial=stdio", "ram_floor=auto", f"report={build}/simavr_test_report.json"]
+        from .sim_avr import SimavrSimulator
+
+        return SimavrSimulator().command(
+            f"{build}/avr_run", f"{build}/firmware.elf", board, "stdio", f"{build}/simavr_test_report.json"
+        )
     return None
 
 
@@ -68,28 +87,49 @@ def platformio_ini(board: Board, source: str, model_flags: Sequence[str] = ()) -
     """platformio.ini: the board's env, its simulated stand-in (sim-NAME) and the native env; model_flags
     (which optimizer, loss, ops and activations the firmware compiles in) go to every env."""
     if board.name == "native":
-        about = ["; env:native builds the firmware as a program for this computer, offline, with mcutrain's",
-                 ";   own platform in platforms/."]
+        about = [
+            "; env:native builds the firmware as a program for this computer, offline, with mcutrain's",
+            ";   own platform in platforms/.",
+        ]
     else:
-        about = [f"; env:{board.name} builds for the real board with the official PlatformIO platform (installed",
-                 f";   once from the internet); env:sim-{board.name} (its simulated stand-in, where there is one)",
-                 ";   and env:native build offline with mcutrain's own platforms in platforms/."]
-    out = [f"; generated by mcutrain export from {source}: board {board.name} ({board.title})"] + about + ["",
-           "[platformio]", f"default_envs = {'native' if board.name == 'native' else board.name}", "",
-           "[env]", "test_framework = custom", "test_build_src = yes",
-           _ini_list("build_flags", COMMON_FLAGS + list(model_flags)).rstrip(), ""]
+        about = [
+            f"; env:{board.name} builds for the real board with the official PlatformIO platform (installed",
+            f";   once from the internet); env:sim-{board.name} (its simulated stand-in, where there is one)",
+            ";   and env:native build offline with mcutrain's own platforms in platforms/.",
+        ]
+    out = (
+        [f"; generated by mcutrain export from {source}: board {board.name} ({board.title})"]
+        + about
+        + [
+            "",
+            "[platformio]",
+            f"default_envs = {'native' if board.name == 'native' else board.name}",
+            "",
+            "[env]",
+            "test_framework = custom",
+            "test_build_src = yes",
+            _ini_list("build_flags", COMMON_BUILD_FLAGS + list(model_flags)).rstrip(),
+            "",
+        ]
+    )
     if board.name != "native":
         pio = board.platformio
         out += [f"[env:{board.name}]", f"platform = {pio['platform']}", f"board = {pio['board']}"]
         if pio.get("framework"):
             out.append(f"framework = {pio['framework']}")
         if pio.get("framework") != "arduino":
-            raise ValueError(f"board {board.name}: mcutrain's firmware runs on the Arduino framework "
-                             f"(framework = \"arduino\" in its board file)")
-        out += [_ini_list("build_flags", ["${env.build_flags}", "-DMCT_PORT_ARDUINO",
-                                          f"-DMCT_STORE_BYTES={board.storage}"]).rstrip(),
-                "monitor_speed = 115200", ""]
-        sim = sim_env(board)
+            raise ValueError(
+                f"board {board.name}: mcutrain's firmware runs on the Arduino framework "
+                f'(framework = "arduino" in its board file)'
+            )
+        out += [
+            _ini_list(
+                "build_flags", ["${env.build_flags}", "-DMCT_PORT_ARDUINO", f"-DMCT_STORE_BYTES={board.storage}"]
+            ).rstrip(),
+            "monitor_speed = 115200",
+            "",
+        ]
+        sim = sim_env_options(board)
         if sim:
             out.append(f"[env:sim-{board.name}]")
             flags = sim.pop("build_flags")
@@ -99,25 +139,40 @@ def platformio_ini(board: Board, source: str, model_flags: Sequence[str] = ()) -
             if test_cmd:
                 out.append(_ini_list("test_testing_command", test_cmd).rstrip())
             out.append("")
-    out += ["[env:native]", "platform = symlink://${PROJECT_DIR}/platforms/host",
-            _ini_list("build_flags", ["${env.build_flags}", "-DMCT_PORT_POSIX", "-DMCT_ALLOW_QUIT"]).rstrip(), ""]
+    out += [
+        "[env:native]",
+        "platform = symlink://${PROJECT_DIR}/platforms/host",
+        _ini_list("build_flags", ["${env.build_flags}", "-DMCT_PORT_POSIX", "-DMCT_ALLOW_QUIT"]).rstrip(),
+        "",
+    ]
     return "\n".join(out)
 
 
 def library_json() -> str:
     """lib/mcutrain_core/library.json: the core as a PlatformIO library (usable through lib_deps too)."""
-    from trainer import __version__
-    return json.dumps({
-        "name": "mcutrain_core", "version": __version__,
-        "description": "mcutrain's C core: layers, losses and optimizers for training small networks on the device",
-        "keywords": ["machine learning", "neural network", "training", "tinyml"],
-        "license": "MIT", "frameworks": "*", "platforms": "*",
-        "build": {"flags": ["-ffp-contract=off", "-fno-math-errno"], "includeDir": "src", "srcDir": "src"},
-    }, indent=2) + "\n"
+    from mcutrain import __version__
+
+    return (
+        json.dumps(
+            {
+                "name": "mcutrain_core",
+                "version": __version__,
+                "description": (
+                    "mcutrain's C core: layers, losses and optimizers for training small networks on the device"
+                ),
+                "keywords": ["machine learning", "neural network", "training", "tinyml"],
+                "license": "MIT",
+                "frameworks": "*",
+                "platforms": "*",
+                "build": {"flags": ["-ffp-contract=off", "-fno-math-errno"], "includeDir": "src", "srcDir": "src"},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
-def write_project(out: Path, board: Board, files: Dict[str, str], source: str,
-                  model_flags: Sequence[str] = ()) -> None:
+def write_project(out: Path, board: Board, files: Dict[str, str], source: str, model_flags: Sequence[str] = ()) -> None:
     """Lay out the project in out (which must be empty or new)."""
     fw = firmware_dir()
     out.mkdir(parents=True, exist_ok=True)
@@ -129,16 +184,14 @@ def write_project(out: Path, board: Board, files: Dict[str, str], source: str,
         if f.suffix in (".c", ".h"):
             shutil.copyfile(f, core_dst / f.name)
     (out / "lib" / "mcutrain_core" / "library.json").write_text(library_json())
-    for f in sorted((fw / "template").iterdir()):
+    for f in sorted((fw / "app").iterdir()):
         if f.suffix in (".c", ".h", ".cpp"):
             shutil.copyfile(f, out / "src" / f.name)
-    for f in sorted((fw / "template" / "ports").iterdir()):
+    for f in sorted((fw / "app" / "ports").iterdir()):
         shutil.copyfile(f, out / "src" / "ports" / f.name)
     # the on-target self-test of `pio test` (test/test_model/expected.h comes with the generated files)
-    shutil.copytree(fw / "template" / "test", out / "test",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copytree(fw / "platforms", out / "platforms",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(fw / "app" / "test", out / "test", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(fw / "platforms", out / "platforms", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name, text in files.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(text)

@@ -1,4 +1,5 @@
 """Framing of the device protocol (docs/protocol.md): encode requests, decode replies."""
+
 from __future__ import annotations
 
 import binascii
@@ -7,9 +8,12 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Callable
 
+from ..errors import McuTrainError
+
 
 class Cmd(IntEnum):
     """Commands."""
+
     INFO = 1
     PREDICT = 2
     TRAIN = 3
@@ -24,6 +28,7 @@ class Cmd(IntEnum):
 
 class Status(IntEnum):
     """Reply status codes."""
+
     OK = 0
     BAD_CRC = 1
     BAD_LENGTH = 2
@@ -61,13 +66,14 @@ def encode(cmd: int, payload: bytes = b"") -> bytes:
     return bytes([SYNC_REQUEST]) + body + struct.pack("<H", crc16(body))
 
 
-class ProtocolError(RuntimeError):
+class ProtocolError(McuTrainError, RuntimeError):
     """The device's answer cannot be read (garbled, truncated, or nothing at all)."""
 
 
 @dataclass
 class Reply:
     """A decoded reply frame."""
+
     cmd: int
     status: int
     data: bytes

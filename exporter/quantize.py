@@ -23,6 +23,7 @@ Modes (`build_device_model(quant=...)`):
 `evaluate` runs the device's layer table on the host through the same C kernels (DeviceModel.core())
 and compares it with the f32 network: loss, accuracy (one-hot targets) and the largest output change.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,22 +32,26 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from trainer.losses import Loss
-from trainer.modelfile import Checkpoint
-from trainer.program import LayerDesc, Op, Program
+from mcutrain.corefacts import WRITES_I8, LossKind, Op, Storage, layer_size_of
+from mcutrain.losses import Loss
+from mcutrain.modelfile import Checkpoint
+from mcutrain.program import LayerDesc, Program
+
+from ..errors import McuTrainError
 
 QUANT_MODES = ("f32", "int8", "int8-full")
-INT32_MAX = 2 ** 31 - 1
-# ops whose output is an int8 tensor in the arena (mct_i8_floats(n) floats per sample)
-I8_OUT_OPS = (Op.QUANT, Op.QDENSE, Op.QLUT)
-STORE_Q = 3          # enum mct_storage MCT_STORE_Q
+INT32_MAX = 2**31 - 1
+# ops whose output is an int8 tensor in the arena (mct_i8_floats(n) floats per sample), as the core lists them
+I8_OUT_OPS = WRITES_I8
+STORE_Q = Storage.Q
 
 
-class QuantError(ValueError):
+class QuantError(McuTrainError, ValueError):
     """Quantization that cannot be done (missing or unusable calibration data); the message says why."""
 
 
 # ----------------------------------------------------------------------------- weights
+
 
 def quantize_weights(w: np.ndarray, n_in: int, n_out: int) -> Tuple[np.ndarray, np.ndarray]:
     """Symmetric per-output-channel int8 weights of a Dense W [n_in][n_out]: (q int8 [n_in][n_out], scale f32
@@ -60,14 +65,16 @@ def quantize_weights(w: np.ndarray, n_in: int, n_out: int) -> Tuple[np.ndarray, 
 
 # ----------------------------------------------------------------------------- activations
 
+
 @dataclass(frozen=True)
 class QParams:
     """Asymmetric int8 quantization of a tensor: real = (q - zero_point) * scale."""
-    scale: float          # a float32 value
-    zero_point: int       # in [-128, 127]
+
+    scale: float  # a float32 value
+    zero_point: int  # in [-128, 127]
 
     @staticmethod
-    def from_range(lo: float, hi: float) -> "QParams":
+    def from_range(lo: float, hi: float) -> QParams:
         """Parameters covering [lo, hi] widened to include 0 (so 0 is exact), 255 steps."""
         lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
         if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -112,12 +119,12 @@ def requant_multiplier(real: float) -> Tuple[int, int]:
     above 2^30 saturates to (2^31 - 1, 1))."""
     if not real > 0 or not math.isfinite(real):
         return 0, 31
-    f, e = math.frexp(real)            # real = f * 2^e, f in [0.5, 1)
-    mult, shift = int(round(f * 2 ** 31)), 31 - e
-    if mult == 2 ** 31:
-        mult, shift = 2 ** 30, shift - 1
+    f, e = math.frexp(real)  # real = f * 2^e, f in [0.5, 1)
+    mult, shift = int(round(f * 2**31)), 31 - e
+    if mult == 2**31:
+        mult, shift = 2**30, shift - 1
     if shift > 62:
-        mult, shift = int(round(real * 2.0 ** 62)), 62
+        mult, shift = int(round(real * 2.0**62)), 62
     if shift < 1:
         mult, shift = INT32_MAX, 1
     return mult, shift
@@ -141,22 +148,28 @@ def dequant_blob(qp: QParams) -> bytes:
 @dataclass
 class QDenseConsts:
     """The integer constants of a QDENSE layer (see MCT_OP_QDENSE)."""
+
     zx: int
     zy: int
-    bias: np.ndarray      # int64 [n_out], within int32
-    mult: np.ndarray      # int64 [n_out]
-    shift: np.ndarray     # int64 [n_out]
-    w: np.ndarray         # int8 [n_out][n_in]
+    bias: np.ndarray  # int64 [n_out], within int32
+    mult: np.ndarray  # int64 [n_out]
+    shift: np.ndarray  # int64 [n_out]
+    w: np.ndarray  # int8 [n_out][n_in]
 
     def blob(self) -> bytes:
         """The layer's bytes in the const blob."""
-        return pad4(np.array([self.zx, self.zy], "<i4").tobytes() + self.bias.astype("<i4").tobytes() +
-                     self.mult.astype("<i4").tobytes() + self.shift.astype("<i4").tobytes() +
-                     np.ascontiguousarray(self.w, np.int8).tobytes())
+        return pad4(
+            np.array([self.zx, self.zy], "<i4").tobytes()
+            + self.bias.astype("<i4").tobytes()
+            + self.mult.astype("<i4").tobytes()
+            + self.shift.astype("<i4").tobytes()
+            + np.ascontiguousarray(self.w, np.int8).tobytes()
+        )
 
 
-def qdense_consts(w: np.ndarray, b: Optional[np.ndarray], n_in: int, n_out: int, qin: QParams,
-                  qout: QParams) -> QDenseConsts:
+def qdense_consts(
+    w: np.ndarray, b: Optional[np.ndarray], n_in: int, n_out: int, qin: QParams, qout: QParams
+) -> QDenseConsts:
     """Integer form of y = x W (+ b) between the input quantization qin and the output quantization qout."""
     q, sw = quantize_weights(w, n_in, n_out)
     sx, sy = float(qin.scale), float(qout.scale)
@@ -166,19 +179,36 @@ def qdense_consts(w: np.ndarray, b: Optional[np.ndarray], n_in: int, n_out: int,
         bias = np.rint(np.asarray(b, np.float64) / acc_scale)
         bias = np.clip(bias, -INT32_MAX, INT32_MAX).astype(np.int64)
     ms = [requant_multiplier(float(a) / sy) for a in acc_scale]
-    return QDenseConsts(qin.zero_point, qout.zero_point, bias, np.array([m for m, _ in ms], np.int64),
-                        np.array([s for _, s in ms], np.int64), np.ascontiguousarray(q.T))
+    return QDenseConsts(
+        qin.zero_point,
+        qout.zero_point,
+        bias,
+        np.array([m for m, _ in ms], np.int64),
+        np.array([s for _, s in ms], np.int64),
+        np.ascontiguousarray(q.T),
+    )
 
 
 def act_through_core(kind: int, alpha: float, x: np.ndarray) -> np.ndarray:
     """The C core's f32 activation `kind` (enum mct_act) of every value of x, through a one-layer program."""
-    from trainer.module import core_net
+    from mcutrain.module import core_net
+
     x = np.ascontiguousarray(np.asarray(x, np.float32).ravel())
     n = x.shape[0]
-    d = LayerDesc(op=Op.ACT, kind=int(kind), n_in=n, n_out=n, alpha=float(alpha), in_off=0, out_off=n,
-                  aux_off=2 * n, trainable=False, name="activation")
+    d = LayerDesc(
+        op=Op.ACT,
+        kind=int(kind),
+        n_in=n,
+        n_out=n,
+        alpha=float(alpha),
+        in_off=0,
+        out_off=n,
+        aux_off=2 * n,
+        trainable=False,
+        name="activation",
+    )
     prog = Program([d], n, n, 0, 2 * n, 0, n)
-    return core_net(prog).forward(np.zeros(1, np.float32), x[None, :])[0]
+    return core_net(prog).forward(np.zeros(0, np.float32), x[None, :])[0]
 
 
 def qlut_table(kind: int, alpha: float, qin: QParams, qout: QParams) -> np.ndarray:
@@ -188,22 +218,19 @@ def qlut_table(kind: int, alpha: float, qin: QParams, qout: QParams) -> np.ndarr
 
 
 def qop_const_bytes(d: LayerDesc) -> int:
-    """Bytes a full-integer op takes in the const blob (as mct_qop_const_bytes)."""
-    if d.op in (Op.QUANT, Op.DEQUANT):
-        return 8
-    if d.op == Op.QDENSE:
-        return 8 + 12 * d.n_out + (d.n_in * d.n_out + 3) // 4 * 4
-    if d.op == Op.QLUT:
-        return 256
-    return 0
+    """Bytes a layer takes in the const blob, as the core computes it (a full-integer op's constants; 0 for a
+    layer in RAM)."""
+    return layer_size_of(d).consts
 
 
 def arena_floats(d: LayerDesc) -> int:
-    """Floats per sample the layer's output takes in the arena (int8 tensors: a quarter, rounded up)."""
-    return (d.n_out + 3) // 4 if d.op in I8_OUT_OPS else d.n_out
+    """Floats per sample the layer's output takes in the arena, as the core computes it (int8 tensors:
+    mct_i8_floats)."""
+    return layer_size_of(d).out
 
 
 # ----------------------------------------------------------------------------- the frozen prefix
+
 
 def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
     """Maximal runs [a, b) of frozen Dense/Linear layers and elementwise activations before the first
@@ -212,7 +239,7 @@ def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
     runs: List[Tuple[int, int]] = []
     a = None
     for i in range(first + 1):
-        ok = i < first and layers[i].op in (Op.DENSE, Op.ACT) and layers[i].storage == 0
+        ok = i < first and layers[i].op in (Op.DENSE, Op.ACT) and layers[i].storage == Storage.RAM
         if ok and a is None:
             a = i
         elif not ok and a is not None:
@@ -224,11 +251,14 @@ def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
 
 def as_calibration(x: Any, n_in: int) -> np.ndarray:
     """Calibration inputs as a float32 batch (n, n_in); QuantError when missing, misshapen or not finite."""
-    from trainer.module import ShapeError, as_batch
+    from mcutrain.module import ShapeError, as_batch
+
     if x is None:
-        raise QuantError("--quant int8-full needs calibration inputs (sample inputs of the network, shape "
-                         f"(n, {n_in})) to choose the int8 ranges of the activations: pass calibration=... "
-                         "(a few hundred typical inputs), or export with --quant int8 or f32")
+        raise QuantError(
+            "--quant int8-full needs calibration inputs (sample inputs of the network, shape "
+            f"(n, {n_in})) to choose the int8 ranges of the activations: pass calibration=... "
+            "(a few hundred typical inputs), or export with --quant int8 or f32"
+        )
     try:
         xb, _ = as_batch(x, n_in, "calibration data")
     except ShapeError as e:
@@ -238,16 +268,19 @@ def as_calibration(x: Any, n_in: int) -> np.ndarray:
     return xb
 
 
-def calibrate(program: Program, params: np.ndarray, x: np.ndarray) -> List[Tuple[Tuple[float, float], Tuple[float, float]]]:
+def calibrate(
+    program: Program, params: np.ndarray, x: np.ndarray
+) -> List[Tuple[Tuple[float, float], Tuple[float, float]]]:
     """(min, max) of each layer's input and output over the calibration batch x, running `program` (an f32
     layer table) through the C core: one ((in_lo, in_hi), (out_lo, out_hi)) per layer."""
-    from trainer.module import core_net
+    from mcutrain.module import core_net
+
     nb = x.shape[0]
-    buf = np.concatenate([np.asarray(params, np.float32), np.zeros(1, np.float32)])
+    buf = np.ascontiguousarray(params, np.float32)
     _, arena = core_net(program).traced_forward(buf, np.ascontiguousarray(x, np.float32))
 
     def rng(off: int, n: int) -> Tuple[float, float]:
-        t = arena[off * nb: off * nb + n * nb]
+        t = arena[off * nb : off * nb + n * nb]
         if not np.all(np.isfinite(t)):
             raise QuantError("the f32 network produces NaN or infinite values on the calibration data")
         return float(t.min()), float(t.max())
@@ -255,17 +288,20 @@ def calibrate(program: Program, params: np.ndarray, x: np.ndarray) -> List[Tuple
     return [(rng(d.in_off, d.n_in), rng(d.out_off, d.n_out)) for d in program.layers]
 
 
-def full_integer_layers(layers: List[LayerDesc], host_params: np.ndarray, f32_program: Program,
-                        f32_params: np.ndarray, calibration: Any) -> Tuple[List[LayerDesc], Dict[int, bytes]]:
+def full_integer_layers(
+    layers: List[LayerDesc], host_params: np.ndarray, f32_program: Program, f32_params: np.ndarray, calibration: Any
+) -> Tuple[List[LayerDesc], Dict[int, bytes]]:
     """Replace each convertible run of `layers` (trainable flags set, p_off still into host_params) by
     QUANT -> QDENSE/QLUT ... -> DEQUANT; returns the new list and the const blob bytes of each new op,
     keyed by id(layer). f32_program/f32_params: the same layers as an f32 table (for calibration).
     Residual partners (k) are re-pointed at the new indices."""
     runs = convertible_runs(layers)
     if not runs:
-        raise QuantError("--quant int8-full converts frozen Dense/Linear layers before the first trainable layer, "
-                         "and there are none: freeze layers (--trainable none, or last:N with a smaller N), or "
-                         "export with --quant int8 or f32")
+        raise QuantError(
+            "--quant int8-full converts frozen Dense/Linear layers before the first trainable layer, "
+            "and there are none: freeze layers (--trainable none, or last:N with a smaller N), or "
+            "export with --quant int8 or f32"
+        )
     if len(f32_program.layers) != len(layers) or any(a.op != b.op for a, b in zip(f32_program.layers, layers)):
         raise AssertionError("internal: the f32 calibration table does not match the device layers")
     x = as_calibration(calibration, f32_program.n_in)
@@ -275,8 +311,9 @@ def full_integer_layers(layers: List[LayerDesc], host_params: np.ndarray, f32_pr
     blobs: Dict[int, bytes] = {}
 
     def q_op(op: Op, n_in: int, n_out: int, data: bytes, name: str, kind: int = 0, alpha: float = 0.0) -> None:
-        d = LayerDesc(op=op, kind=kind, n_in=n_in, n_out=n_out, alpha=alpha, trainable=False, storage=STORE_Q,
-                      name=name)
+        d = LayerDesc(
+            op=op, kind=kind, n_in=n_in, n_out=n_out, alpha=alpha, trainable=False, storage=int(Storage.Q), name=name
+        )
         out.append(d)
         blobs[id(d)] = data
 
@@ -295,17 +332,29 @@ def full_integer_layers(layers: List[LayerDesc], host_params: np.ndarray, f32_pr
             qnext = QParams.from_range(*ranges[j][1])
             if d.op == Op.DENSE:
                 io = d.n_in * d.n_out
-                w = host_params[d.p_off:d.p_off + io]
-                bias = host_params[d.p_off + io:d.p_off + io + d.n_out] if d.kind == 1 else None
+                w = host_params[d.p_off : d.p_off + io]
+                bias = host_params[d.p_off + io : d.p_off + io + d.n_out] if d.kind == 1 else None
                 c = qdense_consts(w, bias, d.n_in, d.n_out, qcur, qnext)
                 q_op(Op.QDENSE, d.n_in, d.n_out, c.blob(), f"{d.name} (int8)")
             else:
                 t = qlut_table(d.kind, d.alpha, qcur, qnext)
-                q_op(Op.QLUT, d.n_in, d.n_out, t.astype(np.int8).tobytes(), f"{d.name} (int8 table)",
-                     kind=d.kind, alpha=d.alpha)
+                q_op(
+                    Op.QLUT,
+                    d.n_in,
+                    d.n_out,
+                    t.astype(np.int8).tobytes(),
+                    f"{d.name} (int8 table)",
+                    kind=d.kind,
+                    alpha=d.alpha,
+                )
             qcur = qnext
-        q_op(Op.DEQUANT, layers[b - 1].n_out, layers[b - 1].n_out, dequant_blob(qcur),
-             f"dequantize output of {layers[b - 1].name}")
+        q_op(
+            Op.DEQUANT,
+            layers[b - 1].n_out,
+            layers[b - 1].n_out,
+            dequant_blob(qcur),
+            f"dequantize output of {layers[b - 1].name}",
+        )
         i = b
     pos = {id(d): n for n, d in enumerate(out)}
     for d in out:
@@ -316,18 +365,20 @@ def full_integer_layers(layers: List[LayerDesc], host_params: np.ndarray, f32_pr
 
 # ----------------------------------------------------------------------------- accuracy report
 
+
 @dataclass
 class QuantReport:
     """The device model against the f32 network on the user's evaluation data."""
+
     quant: str
     trainable: str
     samples: int
     loss: str
     f32_loss: float
     device_loss: float
-    f32_accuracy: Optional[float]      # None unless the targets are one-hot
+    f32_accuracy: Optional[float]  # None unless the targets are one-hot
     device_accuracy: Optional[float]
-    max_abs_diff: float                # largest |device output - f32 output|
+    max_abs_diff: float  # largest |device output - f32 output|
     mean_abs_diff: float
 
     @property
@@ -351,35 +402,44 @@ class QuantReport:
 
     def summary(self) -> str:
         """One paragraph for people."""
-        lines = [f"quantization {self.quant} (trainable {self.trainable}) on {self.samples} evaluation samples:",
-                 f"  {self.loss} loss  f32 {self.f32_loss:.6g}  device {self.device_loss:.6g}  "
-                 f"change {self.loss_change:+.3g}"]
+        lines = [
+            f"quantization {self.quant} (trainable {self.trainable}) on {self.samples} evaluation samples:",
+            f"  {self.loss} loss  f32 {self.f32_loss:.6g}  device {self.device_loss:.6g}  "
+            f"change {self.loss_change:+.3g}",
+        ]
         if self.f32_accuracy is not None and self.device_accuracy is not None:
-            lines.append(f"  accuracy  f32 {self.f32_accuracy:.2%}  device {self.device_accuracy:.2%}  "
-                         f"change {100 * (self.device_accuracy - self.f32_accuracy):+.2f} points")
+            lines.append(
+                f"  accuracy  f32 {self.f32_accuracy:.2%}  device {self.device_accuracy:.2%}  "
+                f"change {100 * (self.device_accuracy - self.f32_accuracy):+.2f} points"
+            )
         lines.append(f"  outputs differ by at most {self.max_abs_diff:.3g} (mean {self.mean_abs_diff:.3g})")
         return "\n".join(lines)
 
 
 def loss_of_model(kind: int, param: float) -> Loss:
     """The Loss object of a loss kind (enum mct_loss_kind) and parameter."""
-    from trainer import losses as losses_mod
+    from mcutrain import losses as losses_mod
+
+    if kind == LossKind.HUBER:
+        return losses_mod.huber(param)
     for candidate in (losses_mod.mse, losses_mod.logit_bce, losses_mod.cross_entropy, losses_mod.cosine):
         if candidate.kind == kind:
             return candidate
-    return losses_mod.huber(param)
+    raise ValueError(f"unknown loss kind {kind}: the core has {', '.join(f'{k.name}={int(k)}' for k in LossKind)}")
 
 
 def _one_hot(y: np.ndarray) -> bool:
     return bool(np.all((y == 0) | (y == 1)) and np.all(y.sum(axis=1) == 1))
 
 
-def evaluate(ck: Checkpoint, device_model: Any, x: Any, y: Any, loss: Optional[Loss] = None,
-             trainable: str = "") -> QuantReport:
+def evaluate(
+    ck: Checkpoint, device_model: Any, x: Any, y: Any, loss: Optional[Loss] = None, trainable: str = ""
+) -> QuantReport:
     """Compare the f32 network of ck with the device model run on the host through the same C kernels
     (DeviceModel.core().forward) on inputs x (n, n_in) and targets y (n, n_out): loss (the device model's
     unless given), accuracy for one-hot targets, and the largest output difference."""
-    from trainer.module import ShapeError, as_batch
+    from mcutrain.module import ShapeError, as_batch
+
     p = device_model.program
     try:
         xb, _ = as_batch(x, p.n_in, "evaluation inputs")
@@ -392,20 +452,46 @@ def evaluate(ck: Checkpoint, device_model: Any, x: Any, y: Any, loss: Optional[L
         raise QuantError("evaluation data has NaN or infinite values")
     loss = loss or loss_of_model(device_model.loss_kind, device_model.loss_param)
     y_ref = np.asarray(ck.net.forward(xb), np.float32)
-    params = np.concatenate([np.asarray(device_model.params, np.float32), np.zeros(1, np.float32)])
-    y_dev = device_model.core().forward(params, xb)
+    y_dev = device_model.core().forward(np.ascontiguousarray(device_model.params, np.float32), xb)
     acc_ref = acc_dev = None
     if _one_hot(yb):
         cls = yb.argmax(axis=1)
         acc_ref = float(np.mean(y_ref.argmax(axis=1) == cls))
         acc_dev = float(np.mean(y_dev.argmax(axis=1) == cls))
     diff = np.abs(y_dev.astype(np.float64) - y_ref.astype(np.float64))
-    return QuantReport(quant=device_model.quant, trainable=trainable, samples=int(xb.shape[0]), loss=str(loss),
-                       f32_loss=loss(y_ref, yb)[0], device_loss=loss(y_dev, yb)[0], f32_accuracy=acc_ref,
-                       device_accuracy=acc_dev, max_abs_diff=float(diff.max()), mean_abs_diff=float(diff.mean()))
+    return QuantReport(
+        quant=device_model.quant,
+        trainable=trainable,
+        samples=int(xb.shape[0]),
+        loss=str(loss),
+        f32_loss=loss(y_ref, yb)[0],
+        device_loss=loss(y_dev, yb)[0],
+        f32_accuracy=acc_ref,
+        device_accuracy=acc_dev,
+        max_abs_diff=float(diff.max()),
+        mean_abs_diff=float(diff.mean()),
+    )
 
 
-__all__ = ["QUANT_MODES", "QuantError", "quantize_weights", "QParams", "quantize_like_core", "requant_multiplier",
-           "qdense_consts", "QDenseConsts", "qlut_table", "act_through_core", "qop_const_bytes", "arena_floats",
-           "convertible_runs", "calibrate", "full_integer_layers", "QuantReport", "evaluate", "as_calibration",
-           "quant_blob", "dequant_blob"]
+__all__ = [
+    "QUANT_MODES",
+    "QuantError",
+    "quantize_weights",
+    "QParams",
+    "quantize_like_core",
+    "requant_multiplier",
+    "qdense_consts",
+    "QDenseConsts",
+    "qlut_table",
+    "act_through_core",
+    "qop_const_bytes",
+    "arena_floats",
+    "convertible_runs",
+    "calibrate",
+    "full_integer_layers",
+    "QuantReport",
+    "evaluate",
+    "as_calibration",
+    "quant_blob",
+    "dequant_blob",
+]

@@ -1,6 +1,6 @@
 """The on-target self-test of an exported project (`pio test -e ENV`): the expected bits it checks.
 
-test/test_model/test_main.c (copied from firmware/template/test/) runs on the target, natively or in the
+test/test_model/test_main.c (copied from firmware/app/test/) runs on the target, natively or in the
 board's simulator, and compares what the device computes with test/test_model/expected.h, generated here
 from the host's C core running the device's own layer table (DeviceModel.core()):
   - a few fixed inputs and the exact output bits of PREDICT from the exported parameters;
@@ -9,6 +9,7 @@ from the host's C core running the device's own layer table (DeviceModel.core())
     parameters and of the optimizer slots, and the bits of a few parameters the first step changes;
   - the model hash, so a stale expected.h is reported as such.
 Everything is deterministic (fixed inputs, same model, same bytes)."""
+
 from __future__ import annotations
 
 import zlib
@@ -16,15 +17,15 @@ from typing import List, Sequence
 
 import numpy as np
 
-from trainer import __version__
+from mcutrain import __version__
 
-from .cgen import DeviceModel
+from .device_model import DeviceModel
 from .twin import DeviceTwin
 
-N_PREDICT = 3          # PREDICT samples
-N_TRAIN = 2            # TRAIN steps, one after another (the second uses the optimizer state of the first)
-N_PROBES = 4           # parameters whose bits are compared after every step
-SEED = 0x6D637421      # the fixed inputs' generator ("mct!")
+N_PREDICT = 3  # PREDICT samples
+N_TRAIN = 2  # TRAIN steps, one after another (the second uses the optimizer state of the first)
+N_PROBES = 4  # parameters whose bits are compared after every step
+SEED = 0x6D637421  # the fixed inputs' generator ("mct!")
 
 
 def _bits(values: np.ndarray) -> List[int]:
@@ -35,20 +36,21 @@ def _bits(values: np.ndarray) -> List[int]:
 def _words(values: Sequence[int], per_line: int = 6, indent: str = "    ") -> str:
     """C initializer lines of 32-bit hex words."""
     vals = [f"0x{int(v) & 0xFFFFFFFF:08x}u" for v in values] or ["0x00000000u"]
-    return "\n".join(indent + ", ".join(vals[i:i + per_line]) + "," for i in range(0, len(vals), per_line))
+    return "\n".join(indent + ", ".join(vals[i : i + per_line]) + "," for i in range(0, len(vals), per_line))
 
 
 def _array(name: str, rows: Sequence[Sequence[int]], comment: str) -> str:
     """A 2-D const array of 32-bit words in MCT_CONST memory (flash; PROGMEM on AVR)."""
     width = max(1, max((len(r) for r in rows), default=1))
     body = "\n".join("    {\n" + _words(r, indent="        ") + "\n    }," for r in rows)
-    return (f"/* {comment} */\nstatic const uint32_t {name}[{len(rows)}][{width}] MCT_CONST = {{\n{body}\n}};\n")
+    return f"/* {comment} */\nstatic const uint32_t {name}[{len(rows)}][{width}] MCT_CONST = {{\n{body}\n}};\n"
 
 
 def _vector(name: str, values: Sequence[int], comment: str) -> str:
     """A 1-D const array of 32-bit words in MCT_CONST memory."""
-    return (f"/* {comment} */\nstatic const uint32_t {name}[{max(len(values), 1)}] MCT_CONST = {{\n"
-            f"{_words(values)}\n}};\n")
+    return (
+        f"/* {comment} */\nstatic const uint32_t {name}[{max(len(values), 1)}] MCT_CONST = {{\n{_words(values)}\n}};\n"
+    )
 
 
 def fixed_inputs(m: DeviceModel) -> np.ndarray:
@@ -90,7 +92,7 @@ def expected_h(m: DeviceModel) -> str:
     crc_s: List[int] = []
     after: List[np.ndarray] = []
     for s in range(N_TRAIN):
-        losses.append(twin.train(x[s], t[s]))      # the samples are finite: the device accepts them (status 0)
+        losses.append(twin.train(x[s], t[s]))  # the samples are finite: the device accepts them (status 0)
         steps.append(twin.step)
         crc_p.append(zlib.crc32(twin.params.tobytes()))
         crc_s.append(zlib.crc32(twin.state.tobytes()))
@@ -102,7 +104,7 @@ def expected_h(m: DeviceModel) -> str:
         " * What the on-target self-test (test_main.c, `pio test -e ENV`) must compute, bit for bit: the host's C\n"
         " * core ran the device's layer table (DeviceModel.core()) on these fixed samples. Floats are given\n"
         " * as their IEEE-754 bit patterns. */",
-        "#ifndef MCT_TEST_EXPECTED_H\n#define MCT_TEST_EXPECTED_H\n\n#include \"model.h\"\n",
+        '#ifndef MCT_TEST_EXPECTED_H\n#define MCT_TEST_EXPECTED_H\n\n#include "model.h"\n',
         f"#define MCT_TEST_N_PREDICT {N_PREDICT}\n#define MCT_TEST_N_TRAIN {N_TRAIN}\n"
         f"#define MCT_TEST_N_PROBES {len(probes)}\n",
         "/* the model these values belong to (mct_model_hash); in RAM like mct_model_hash: avr-gcc's link-time\n"
@@ -114,11 +116,13 @@ def expected_h(m: DeviceModel) -> str:
         _vector("mct_test_loss", _bits(np.array(losses, np.float32)), "loss per step"),
         _vector("mct_test_step", steps, "train state's step counter after each step"),
         _vector("mct_test_params_crc", crc_p, "CRC-32 (zlib) of the MCT_MODEL_N_PARAMS parameters after each step"),
-        _vector("mct_test_state_crc", crc_s,
-                "CRC-32 (zlib) of the MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS optimizer slots after each step"),
+        _vector(
+            "mct_test_state_crc",
+            crc_s,
+            "CRC-32 (zlib) of the MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS optimizer slots after each step",
+        ),
         _vector("mct_test_probe_index", probes, "parameters compared bit for bit after each step"),
-        _array("mct_test_probe", [_bits(a[probes]) if probes else [] for a in after],
-               "their bits after each step"),
+        _array("mct_test_probe", [_bits(a[probes]) if probes else [] for a in after], "their bits after each step"),
         "#endif /* MCT_TEST_EXPECTED_H */\n",
     ]
     return "\n".join(parts)

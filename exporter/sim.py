@@ -8,31 +8,45 @@ over a pty exactly as to a real board.
 
 Each simulator kind is a `Simulator` subclass registered in SIMULATORS by `kind` (boards/*.toml [sim]).
 """
+
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
+from ..errors import McuTrainError
 from . import pio
 from .boards import Board
 from .client import Device
 
 
-class SimError(RuntimeError):
+class SimError(McuTrainError, RuntimeError):
     """A simulation that cannot run (missing simulator or toolchain, no stand-in for the board, a crash);
     the message says what to install or change."""
 
 
+NATIVE_TIMEOUT = 10.0  # seconds the native program may take to offer its pty, and to answer
+EXIT_TIMEOUT = 10.0  # seconds a simulator (or the native program) may take to end after QUIT
+# how a simulator announces the pty of the firmware's serial line on its output: mcutrain's simavr harness
+# and the native program print "PTY /dev/pts/N", QEMU "char device redirected to /dev/pts/N (label ...)"
+PTY_ANNOUNCEMENT = re.compile(r"(?:^PTY |char device redirected to )(/dev/\S+)", re.M)
+
+
 APT_HINT = {
-    "qemu-system-arm": "qemu-system-arm", "qemu-system-riscv32": "qemu-system-misc",
+    "qemu-system-arm": "qemu-system-arm",
+    "qemu-system-riscv32": "qemu-system-misc",
     "arm-none-eabi-gcc": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
     "riscv64-unknown-elf-gcc": "gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf",
-    "avr-gcc": "gcc-avr avr-libc", "simavr": "simavr libsimavr-dev", "gcc": "gcc",
+    "avr-gcc": "gcc-avr avr-libc",
+    "simavr": "simavr libsimavr-dev",
+    "gcc": "gcc",
 }
 
 
@@ -45,18 +59,36 @@ def require_tools(*tools: str) -> None:
 
 
 def cache_dir() -> Path:
-    """Where built helper tools (QEMU plugin, simavr harness) are kept."""
+    """Where built host tools (QEMU plugin, simavr harness) are kept: $MCUTRAIN_CACHE, else
+    ~/.cache/mcutrain."""
     d = Path(os.environ.get("MCUTRAIN_CACHE") or Path.home() / ".cache" / "mcutrain")
     d.mkdir(parents=True, exist_ok=True)
     return d
 
 
+def build_host_tool(source: Path, name: str, cflags: Sequence[str], libs: Sequence[str] = (), suffix: str = "") -> Path:
+    """A host tool (a program, or a shared object with cflags -shared -fPIC) compiled with the host gcc from
+    one C file, once per version of the source and the flags: cache_dir()/NAME-DIGEST+SUFFIX. It is
+    compiled under a temporary name and renamed, so a parallel session never runs half a file. SimError
+    with gcc's messages when it does not compile."""
+    require_tools("gcc")
+    source = Path(source)
+    digest = hashlib.sha256(source.read_bytes() + "\0".join([*cflags, *libs]).encode()).hexdigest()[:12]
+    out = cache_dir() / f"{name}-{digest}{suffix}"
+    if not out.is_file():
+        tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+        run_checked(["gcc", *cflags, str(source), "-o", str(tmp), *libs])
+        os.replace(tmp, out)
+    return out
+
+
 @dataclass
 class SimSession:
     """A running simulated (or native) firmware and the device client connected to it."""
+
     device: Device
     board: Board
-    sim: "Simulator"
+    sim: Simulator
     env: str
     firmware: Path
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -72,9 +104,9 @@ class SimSession:
         """Stop the firmware if it still runs (through report(), whose errors, e.g. a stack overflow the
         simulator saw, are raised unless quiet)."""
         try:
-            process = getattr(self.device.link, "process", None) or self.device.process
+            process = self.device.process
             ended = process is not None and process.poll() is not None
-            if self._report is None and not ended:   # an ended simulator was reported when it ended
+            if self._report is None and not ended:  # an ended simulator was reported when it ended
                 try:
                     self.report()
                 except Exception:
@@ -83,7 +115,7 @@ class SimSession:
         finally:
             self.device.close()
 
-    def __enter__(self) -> "SimSession":
+    def __enter__(self) -> SimSession:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
@@ -93,6 +125,7 @@ class SimSession:
 
 class Simulator:
     """One kind of stand-in: how to build for it and how to run the firmware in it."""
+
     kind = ""
     tools: List[str] = []
 
@@ -109,8 +142,7 @@ class Simulator:
         another's)."""
         return Path(project) / f"mcutrain_store_{self.env_name(board)}.bin"
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
-               store: Optional[Path]) -> SimSession:
+    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
         """Start the firmware and connect a Device to it."""
         raise NotImplementedError
 
@@ -122,6 +154,7 @@ class Simulator:
 
 class NativeSimulator(Simulator):
     """The firmware built as a program for this computer (env:native), over a pty."""
+
     kind = "native"
     tools = ["gcc"]
 
@@ -131,18 +164,36 @@ class NativeSimulator(Simulator):
     def firmware_path(self, project: Path, board: Board) -> Path:
         return project / ".pio" / "build" / "native" / "program"
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
-               store: Optional[Path]) -> SimSession:
-        env = dict(os.environ, MCUTRAIN_STORE=str(store or self.store_path(project, board)))
-        dev = Device.spawn([str(firmware), "--pty"], env=env)
-        return SimSession(dev, board, self, "native", firmware)
+    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
+        """Start the program with --pty (saves go to `store`, default store_path) and connect a Device."""
+        store = Path(store or self.store_path(project, board))
+        log = Path(firmware).parent / "native.log"
+        cmd = [str(firmware), "--pty"]
+        dev = launch_process(
+            cmd,
+            log,
+            "the native firmware",
+            NATIVE_TIMEOUT,
+            lambda port, proc: ProcessLink(port, 115200, proc, log, NATIVE_TIMEOUT, "the native firmware"),
+            env=dict(os.environ, MCUTRAIN_STORE=str(store)),
+        )
+        extra = {"command": cmd, "log": log, "store": store, "port": dev.link.port}
+        return SimSession(dev, board, self, "native", firmware, extra)
 
     def report(self, session: SimSession) -> Dict[str, Any]:
         """QUIT the program; a host build measures no instructions, memory or stack, only its saves."""
-        _, _, saves = session.device.stats()
-        session.device.quit()
-        return {"board": session.board.name, "simulator": "native", "unit": None, "predict": None,
-                "train": None, "ram_static": None, "stack_peak": None, "flash": None, "saves": saves}
+        stats, _ = quit_process(session, "the native firmware", EXIT_TIMEOUT)
+        return {
+            "board": session.board.name,
+            "simulator": "native",
+            "unit": None,
+            "predict": None,
+            "train": None,
+            "ram_static": None,
+            "stack_peak": None,
+            "flash": None,
+            "saves": stats[2] if stats else None,
+        }
 
 
 SIMULATORS: Dict[str, Type[Simulator]] = {"native": NativeSimulator}
@@ -151,6 +202,7 @@ SIMULATORS: Dict[str, Type[Simulator]] = {"native": NativeSimulator}
 def _register_kinds() -> None:
     """Import the modules that register the QEMU and simavr kinds."""
     import importlib
+
     for name in ("sim_qemu", "sim_avr"):
         try:
             importlib.import_module(f"{__package__}.{name}")
@@ -162,15 +214,16 @@ def _register_kinds() -> None:
 class ProcessLink:
     """The serial line (a pty) to a simulator process. Reads and writes notice when the process has ended
     (a crash, a stack overflow, the firmware's exit) instead of waiting for the timeout, and raise the
-    SimError that ended() makes, which says why."""
+    SimError that why_ended() makes."""
 
-    def __init__(self, port: str, baud: int, process: subprocess.Popen, log: Path, timeout: float,
-                 what: str) -> None:
+    def __init__(self, port: str, baud: int, process: subprocess.Popen, log: Path, timeout: float, what: str) -> None:
         import serial  # pyserial
+
         try:
             self._serial = serial.Serial(port, baud, timeout=0.2)
         except (serial.SerialException, OSError) as e:
             raise SimError(f"cannot open {what}'s serial port {port}: {e}") from None
+        self.port = port
         self.process = process
         self.log = log
         self.timeout = timeout
@@ -180,14 +233,17 @@ class ProcessLink:
         """The end of the simulator's log."""
         return self.log.read_text(errors="replace").strip()[-1500:] if self.log.is_file() else ""
 
-    def ended(self) -> SimError:
-        """Why the process ended, as an error."""
-        return SimError(f"{self.what} ended (exit status {self.process.returncode}) while the host waited for "
-                        f"the firmware:\n{self.log_tail()}")
+    def why_ended(self) -> SimError:
+        """The error that says why the process ended (its status and the end of its log)."""
+        return SimError(
+            f"{self.what} ended (exit status {self.process.returncode}) while the host waited for "
+            f"the firmware:\n{self.log_tail()}"
+        )
 
-    def _gone(self) -> SimError:
-        self.process.wait(timeout=10)      # the pty went away: the process is ending
-        return self.ended()
+    def _why_pty_closed(self) -> SimError:
+        """why_ended(), once the process that closed the pty has ended."""
+        self.process.wait(timeout=10)  # the pty went away: the process is ending
+        return self.why_ended()
 
     def read(self, n: int) -> bytes:
         """Up to n bytes; fewer only after `timeout` seconds without them."""
@@ -196,11 +252,11 @@ class ProcessLink:
         while len(out) < n:
             try:
                 out += self._serial.read(n - len(out))
-            except OSError:       # pyserial's SerialException is an OSError
-                raise self._gone() from None
+            except OSError:  # pyserial's SerialException is an OSError
+                raise self._why_pty_closed() from None
             if len(out) < n:
                 if self.process.poll() is not None:
-                    raise self.ended()
+                    raise self.why_ended()
                 if time.monotonic() > deadline:
                     break
         return out
@@ -208,15 +264,83 @@ class ProcessLink:
     def write(self, data: bytes) -> int:
         """Send bytes to the firmware."""
         if self.process.poll() is not None:
-            raise self.ended()
+            raise self.why_ended()
         try:
             return self._serial.write(data)
         except OSError:
-            raise self._gone() from None
+            raise self._why_pty_closed() from None
 
     def close(self) -> None:
         """Close the pty."""
         self._serial.close()
+
+
+def launch_process(
+    cmd: Sequence[str],
+    log: Path,
+    what: str,
+    start_timeout: float,
+    make_link: Callable[[str, subprocess.Popen], ProcessLink],
+    cwd: Optional[Path] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> Device:
+    """Start a simulator (or the native program) that serves the firmware's serial line on a pty and
+    announces it on its output (PTY_ANNOUNCEMENT), and connect a Device to it through make_link(port,
+    process). The process's stdout and stderr go to log. SimError with the end of the log when the process
+    ends, or announces nothing within start_timeout seconds; the process is then stopped."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            list(cmd),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=None if cwd is None else str(cwd),
+            env=None if env is None else dict(env),
+        )
+    try:
+        return Device(make_link(_wait_for_pty(proc, log, what, start_timeout), proc), proc)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def _wait_for_pty(proc: subprocess.Popen, log: Path, what: str, timeout: float) -> str:
+    """The pty a starting process announces in its log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        m = PTY_ANNOUNCEMENT.search(text)
+        if m:
+            return m.group(1)
+        if proc.poll() is not None:
+            raise SimError(f"{what} did not start (exit status {proc.returncode}): {text.strip()[-1500:]}")
+        if time.monotonic() > deadline:
+            raise SimError(f"{what} offered no serial pty within {timeout:.0f} s: {text.strip()[-1500:]}")
+        time.sleep(0.01)
+
+
+def quit_process(session: SimSession, what: str, timeout: float) -> Tuple[Optional[Tuple[int, int, int]], int]:
+    """End a session's firmware: STATS (peak stack, stack available, saves), QUIT, and wait up to timeout
+    seconds for the process to end (killed after that: SimError). Returns (STATS, or None when the process
+    had already ended; its exit status)."""
+    dev, proc = session.device, session.device.process
+    assert proc is not None, "a simulated firmware has a process"
+    stats = None
+    if proc.poll() is None:
+        stats = dev.stats()
+        try:
+            dev.quit()
+        except SimError:
+            if proc.poll() is None:  # ended before its reply was read: that is what QUIT asks for
+                raise
+    try:
+        return stats, proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise SimError(f"{what} did not end after QUIT (killed); log: {session.extra.get('log')}") from None
 
 
 def simulator_for(board: Board) -> Simulator:
@@ -224,15 +348,18 @@ def simulator_for(board: Board) -> Simulator:
     _register_kinds()
     kind = board.sim_kind
     if kind is None:
-        raise SimError(f"no simulator stands in for {board.name} ({board.title}); build it with "
-                       f"`mcutrain build` and flash a real board, or pick another board (see `mcutrain boards`)")
+        raise SimError(
+            f"no simulator stands in for {board.name} ({board.title}); build it with "
+            f"`mcutrain build` and flash a real board, or pick another board (see `mcutrain boards`)"
+        )
     if kind not in SIMULATORS:
         raise SimError(f"simulator kind {kind!r} of board {board.name} is not available in this mcutrain")
     return SIMULATORS[kind]()
 
 
-def start(project: Path, board: Board, measure: bool = False, store: Optional[Path] = None,
-          build: bool = True) -> SimSession:
+def start(
+    project: Path, board: Board, measure: bool = False, store: Optional[Path] = None, build: bool = True
+) -> SimSession:
     """Build the project for the board's simulator (unless build=False) and start the firmware in it."""
     project = Path(project)
     if not (project / "platformio.ini").is_file():
@@ -245,6 +372,16 @@ def start(project: Path, board: Board, measure: bool = False, store: Optional[Pa
     if not fw.is_file():
         raise SimError(f"{fw} was not built: run `mcutrain build {project} --env {sim.env_name(board)}`")
     return sim.launch(fw, board, project, measure, store)
+
+
+def section_sizes(size_tool: str, elf: Path) -> Dict[str, int]:
+    """{section: bytes} of an ELF file, from `SIZE_TOOL -A -d` (arm-none-eabi-size, avr-size, ...)."""
+    sizes: Dict[str, int] = {}
+    for line in run_checked([size_tool, "-A", "-d", str(elf)]).stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
+            sizes[parts[0]] = int(parts[1])
+    return sizes
 
 
 def run_checked(cmd: List[str], **kw: Any) -> subprocess.CompletedProcess:

@@ -3,24 +3,34 @@ ESP32-C3 in qemu-system-riscv32 (virt, rv32imc).
 
 The firmware (env:sim-BOARD, built with platforms/qemu-arm or platforms/qemu-riscv) speaks the protocol
 over the machine's UART, which QEMU puts on a pty: the Device client talks to it as to a board. Exit and
-saves (to a host file) use semihosting. With measure=True, mcutrain's TCG plugin (firmware/sim/
+saves (to a host file) use semihosting. With measure=True, mcutrain's TCG plugin (firmware/host_tools/
 insn_plugin.c, built once into sim.cache_dir()) counts the instructions between the firmware's marker
 functions: one PREDICT's forward pass and one TRAIN step.
 """
+
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .boards import Board
-from .client import Device
 from .paths import firmware_dir
-from .sim import SIMULATORS, ProcessLink, SimError, SimSession, Simulator, cache_dir, require_tools, run_checked
+from .sim import (
+    EXIT_TIMEOUT,
+    SIMULATORS,
+    ProcessLink,
+    SimError,
+    SimSession,
+    Simulator,
+    build_host_tool,
+    launch_process,
+    quit_process,
+    require_tools,
+    run_checked,
+    section_sizes,
+)
 
 # measured regions: name -> (begin marker, end marker) of ports/port_qemu_common.h
 REGIONS = {
@@ -28,10 +38,8 @@ REGIONS = {
     "train": ("mct_mark_train_begin", "mct_mark_train_end"),
     "empty": ("mct_mark_empty_begin", "mct_mark_empty_end"),
 }
-PTY_RE = re.compile(r"char device redirected to (/dev/\S+)")
-START_TIMEOUT = 15.0       # seconds for QEMU to offer its pty
-REPLY_TIMEOUT = 30.0       # seconds the client waits for an answer
-EXIT_TIMEOUT = 10.0        # seconds QEMU may take to end after QUIT
+START_TIMEOUT = 15.0  # seconds for QEMU to offer its pty
+REPLY_TIMEOUT = 30.0  # seconds the client waits for an answer
 
 
 def _qemu_opt(value: str) -> str:
@@ -40,19 +48,17 @@ def _qemu_opt(value: str) -> str:
 
 
 def build_plugin() -> Path:
-    """The instruction-counting plugin, compiled once per source version into the cache folder."""
-    require_tools("gcc")
-    src = firmware_dir() / "sim" / "insn_plugin.c"
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    lib = cache_dir() / f"insn_plugin-{digest}.so"
-    if not lib.is_file():
-        tmp = lib.with_name(f"{lib.name}.{os.getpid()}.tmp")
-        run_checked(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", str(tmp), str(src)])
-        os.replace(tmp, lib)
-    return lib
+    """The instruction-counting TCG plugin (firmware/host_tools/insn_plugin.c), built once per version
+    into sim.cache_dir()."""
+    return build_host_tool(
+        firmware_dir() / "host_tools" / "insn_plugin.c",
+        "insn_plugin",
+        ["-shared", "-fPIC", "-O2", "-Wall"],
+        suffix=".so",
+    )
 
 
-def symbols(nm: str, elf: Path, names: List[str]) -> Dict[str, int]:
+def symbol_addresses(nm: str, elf: Path, names: List[str]) -> Dict[str, int]:
     """Addresses of the named symbols of an ELF file; SimError when one is missing."""
     out = run_checked([nm, str(elf)]).stdout
     found: Dict[str, int] = {}
@@ -62,27 +68,31 @@ def symbols(nm: str, elf: Path, names: List[str]) -> Dict[str, int]:
             found[parts[2]] = int(parts[0], 16)
     missing = [n for n in names if n not in found]
     if missing:
-        raise SimError(f"{elf} lacks the marker functions {', '.join(missing)}: was it built from an mcutrain "
-                       f"export with the QEMU port (env:sim-BOARD)?")
+        raise SimError(
+            f"{elf} lacks the marker functions {', '.join(missing)}: was it built from an mcutrain "
+            f"export with the QEMU port (env:sim-BOARD)?"
+        )
     return found
 
 
 def elf_sizes(size_tool: str, elf: Path) -> Dict[str, int]:
-    """Flash and static RAM of a firmware from `size -A`: flash = code and constants + the .data image;
-    RAM = .data + .bss (the stack reserve of the linker script not counted)."""
-    out = run_checked([size_tool, "-A", "-d", str(elf)]).stdout
-    sec: Dict[str, int] = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0].startswith(".") and parts[1].isdigit():
-            sec[parts[0]] = int(parts[1])
+    """{'text', 'data', 'bss', 'flash', 'ram_static'} bytes of a firmware: flash = code and constants + the
+    .data image; static RAM = .data + .bss (the stack reserve of the linker script not counted)."""
+    sec = section_sizes(size_tool, elf)
     ram_sections = (".data", ".bss")
-    skip = ram_sections + (".stack", ".comment") + tuple(s for s in sec if s.startswith((".debug", ".ARM.attributes",
-                                                                                      ".riscv.attributes")))
+    skip = (
+        ram_sections
+        + (".stack", ".comment")
+        + tuple(s for s in sec if s.startswith((".debug", ".ARM.attributes", ".riscv.attributes")))
+    )
     text = sum(v for k, v in sec.items() if k not in skip)
-    return {"text": text, "data": sec.get(".data", 0), "bss": sec.get(".bss", 0),
-            "flash": text + sec.get(".data", 0), "ram_static": sec.get(".data", 0) + sec.get(".bss", 0),
-            "stack_reserved": sec.get(".stack", 0)}
+    return {
+        "text": text,
+        "data": sec.get(".data", 0),
+        "bss": sec.get(".bss", 0),
+        "flash": text + sec.get(".data", 0),
+        "ram_static": sec.get(".data", 0) + sec.get(".bss", 0),
+    }
 
 
 def parse_plugin_output(text: str) -> Dict[str, Any]:
@@ -126,6 +136,7 @@ class QemuLink(ProcessLink):
 
 class QemuSimulator(Simulator):
     """Common part of the QEMU kinds."""
+
     qemu = ""
     nm = ""
     size_tool = ""
@@ -134,92 +145,104 @@ class QemuSimulator(Simulator):
         """QEMU's machine options for the board's stand-in."""
         raise NotImplementedError
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool,
-               store: Optional[Path]) -> SimSession:
+    def command(self, board: Board, firmware: str, serial: str, semihosting_args: str = "") -> List[str]:
+        """QEMU's command line for the firmware: the firmware's UART on `serial` (pty, stdio), no display or
+        monitor, semihosting (exit status, saves) with `semihosting_args` (",arg=..." items) appended."""
+        return (
+            [self.qemu]
+            + self.machine_args(board)
+            + [
+                "-display",
+                "none",
+                "-monitor",
+                "none",
+                "-serial",
+                serial,
+                "-semihosting-config",
+                "enable=on,target=native" + semihosting_args,
+                "-kernel",
+                firmware,
+            ]
+        )
+
+    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
+        """Start the firmware in QEMU with its UART on a pty and saves in `store` (default: store_path);
+        with measure, the TCG plugin counts the instructions of the marked regions."""
         require_tools(self.qemu)
         firmware = Path(firmware).resolve()
         store = Path(store or self.store_path(project, board)).resolve()
         store.parent.mkdir(parents=True, exist_ok=True)
         if len(store.name) > 200:
-            raise SimError(f"the store file name {store.name!r} is too long (at most 200 characters: the firmware "
-                           f"reads it from the semihosting command line into a 256-byte buffer)")
+            raise SimError(
+                f"the store file name {store.name!r} is too long (at most 200 characters: the firmware "
+                f"reads it from the semihosting command line into a 256-byte buffer)"
+            )
         run_dir = firmware.parent
         log = run_dir / "qemu.log"
         # QEMU runs in the store's folder; the firmware opens the store by its name (semihosting paths are
         # relative to QEMU's working folder), given on the semihosting command line
-        cmd = [self.qemu] + self.machine_args(board) + [
-            "-display", "none", "-monitor", "none", "-serial", "pty",
-            "-semihosting-config", "enable=on,target=native,arg=firmware,arg=store=" + _qemu_opt(store.name),
-            "-kernel", str(firmware)]
+        cmd = self.command(board, str(firmware), "pty", ",arg=firmware,arg=store=" + _qemu_opt(store.name))
         plugin_out: Optional[Path] = None
         if measure:
             plugin = build_plugin()
             names = [n for pair in REGIONS.values() for n in pair]
-            addr = symbols(self.nm, firmware, names)
+            addr = symbol_addresses(self.nm, firmware, names)
             plugin_out = run_dir / "insns.txt"
             plugin_out.unlink(missing_ok=True)
             args = [str(plugin), "out=" + str(plugin_out)] + [
-                f"region={name}:0x{addr[b]:x}:0x{addr[e]:x}" for name, (b, e) in REGIONS.items()]
+                f"region={name}:0x{addr[b]:x}:0x{addr[e]:x}" for name, (b, e) in REGIONS.items()
+            ]
             cmd += ["-plugin", ",".join(_qemu_opt(a) for a in args)]
-        with open(log, "wb") as logf:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                    cwd=str(store.parent))
-        try:
-            port = self._wait_for_pty(proc, log)
-            dev = Device(QemuLink(port, proc, log), proc)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        extra = {"command": cmd, "log": log, "plugin_out": plugin_out, "store": store, "port": port,
-                 "machine": (board.sim or {}).get("machine")}
+        dev = launch_process(
+            cmd, log, "QEMU", START_TIMEOUT, lambda port, proc: QemuLink(port, proc, log), cwd=store.parent
+        )
+        extra = {
+            "command": cmd,
+            "log": log,
+            "plugin_out": plugin_out,
+            "store": store,
+            "port": dev.link.port,
+            "machine": (board.sim or {}).get("machine"),
+        }
         return SimSession(dev, board, self, self.env_name(board), firmware, extra)
-
-    @staticmethod
-    def _wait_for_pty(proc: subprocess.Popen, log: Path) -> str:
-        """The pty QEMU announces on its output."""
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            text = log.read_text(errors="replace") if log.is_file() else ""
-            m = PTY_RE.search(text)
-            if m:
-                return m.group(1)
-            if proc.poll() is not None:
-                raise SimError(f"QEMU did not start (exit status {proc.returncode}): {text.strip()[-1500:]}")
-            time.sleep(0.01)
-        raise SimError(f"QEMU offered no serial pty within {START_TIMEOUT:.0f} s: {log.read_text(errors='replace')}")
 
     def report(self, session: SimSession) -> Dict[str, Any]:
         """QUIT the firmware and collect: instructions per PREDICT and per TRAIN step (when measured: region
         total / pairs; 'marker_overhead' is what one empty marker pair costs and is included in both),
         static RAM and flash of the ELF, peak stack (STATS)."""
-        dev, proc = session.device, session.device.process
-        assert proc is not None
-        stack_peak, stack_avail, saves = dev.stats()
-        try:
-            dev.quit()
-        except SimError:
-            if proc.poll() is None:       # QEMU ended before its reply was read: that is what QUIT asks for
-                raise
-        try:
-            code = proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise SimError(f"QEMU did not end after QUIT (killed); log: {session.extra['log']}") from None
+        stats, code = quit_process(session, "QEMU", EXIT_TIMEOUT)
+        if stats is None:  # QEMU ended before the report: say why
+            raise session.device.link.why_ended()
+        stack_peak, stack_avail, saves = stats
         if code != 0:
             raise SimError(f"QEMU ended with status {code}: {Path(session.extra['log']).read_text(errors='replace')}")
-        if stack_avail and stack_peak >= stack_avail:     # the M0 has no stack guard: the paint tells
-            raise SimError(f"stack overflow: the firmware used all {stack_avail} B of its stack (and maybe more); "
-                           f"give the board more RAM or the model less (see the memory plan)")
+        if stack_avail and stack_peak >= stack_avail:  # the M0 has no stack guard: the paint tells
+            raise SimError(
+                f"stack overflow: the firmware used all {stack_avail} B of its stack (and maybe more); "
+                f"give the board more RAM or the model less (see the memory plan)"
+            )
         sizes = elf_sizes(self.size_tool, session.firmware)
         rep: Dict[str, Any] = {
-            "board": session.board.name, "simulator": self.kind, "machine": session.extra.get("machine"),
-            "core": session.board.core, "unit": "instructions", "predict": None, "train": None,
-            "predict_calls": 0, "train_calls": 0, "marker_overhead": None, "insn_total": None,
-            "ram_static": sizes["ram_static"], "flash": sizes["flash"], "text": sizes["text"],
-            "data": sizes["data"], "bss": sizes["bss"], "stack_peak": stack_peak, "stack_available": stack_avail,
-            "saves": saves}
+            "board": session.board.name,
+            "simulator": self.kind,
+            "machine": session.extra.get("machine"),
+            "core": session.board.core,
+            "unit": "instructions",
+            "predict": None,
+            "train": None,
+            "predict_calls": 0,
+            "train_calls": 0,
+            "marker_overhead": None,
+            "insn_total": None,
+            "ram_static": sizes["ram_static"],
+            "flash": sizes["flash"],
+            "text": sizes["text"],
+            "data": sizes["data"],
+            "bss": sizes["bss"],
+            "stack_peak": stack_peak,
+            "stack_available": stack_avail,
+            "saves": saves,
+        }
         out = session.extra.get("plugin_out")
         if out is not None:
             if not Path(out).is_file():
@@ -241,6 +264,7 @@ class QemuSimulator(Simulator):
 
 class QemuArmSimulator(QemuSimulator):
     """Cortex-M boards in qemu-system-arm."""
+
     kind = "qemu-arm"
     qemu = "qemu-system-arm"
     nm = "arm-none-eabi-nm"
@@ -253,6 +277,7 @@ class QemuArmSimulator(QemuSimulator):
 
 class QemuRiscvSimulator(QemuSimulator):
     """The ESP32-C3 (rv32imc) in qemu-system-riscv32 -M virt."""
+
     kind = "qemu-riscv32"
     qemu = "qemu-system-riscv32"
     nm = "riscv64-unknown-elf-nm"

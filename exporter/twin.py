@@ -2,15 +2,16 @@
 flash, quantized layers included) run by the same C core, with the device's buffers (RAM parameters,
 optimizer slots, train state), predicting and training as the device does. After the same steps from
 the same export, its buffers equal what Device.pull() returns, bit for bit."""
+
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from trainer.optim import TRAIN_STATE_DTYPE
+from mcutrain.corefacts import TRAIN_STATE_DTYPE, Status, train_state_init
 
-from .cgen import DeviceModel
+from .device_model import DeviceModel
 
 
 class DeviceTwin:
@@ -20,12 +21,9 @@ class DeviceTwin:
         self.model = model
         self.core = model.core()
         n = model.program.n_params
-        self._params = np.concatenate([model.params, np.zeros(1, np.float32)])   # the core wants >= 1 float
-        self._state = np.zeros(max(model.opt_slots * n, 1), np.float32)
-        ts = np.zeros(1, TRAIN_STATE_DTYPE)
-        ts["b1t"] = 1.0
-        ts["b2t"] = 1.0
-        self._ts = ts.view(np.uint8)
+        self._params = np.array(model.params, np.float32, copy=True)
+        self._state = np.zeros(model.opt_slots * n, np.float32)
+        self._ts = train_state_init().view(np.uint8)
 
     @property
     def n_params(self) -> int:
@@ -35,16 +33,16 @@ class DeviceTwin:
     @property
     def params(self) -> np.ndarray:
         """The RAM parameters (a view: writes change the twin)."""
-        return self._params[:self.n_params]
+        return self._params
 
     @property
     def state(self) -> np.ndarray:
         """The optimizer slots, flat as the device's region 1 (a view)."""
-        return self._state[:self.model.opt_slots * self.n_params]
+        return self._state
 
     @property
     def train_state(self) -> np.ndarray:
-        """The 12 bytes of the train state (step, Adam powers), as the device's region 2."""
+        """The bytes of the train state (struct mct_train_state: step, Adam powers), as the device's region 2."""
         return self._ts
 
     @property
@@ -64,10 +62,11 @@ class DeviceTwin:
         m = self.model
         xs = np.ascontiguousarray(np.asarray(x, np.float32).reshape(1, m.program.n_in))
         ts = np.ascontiguousarray(np.asarray(t, np.float32).reshape(1, m.program.n_out))
-        rc, loss = self.core.train_fused(m.opt_cfg.view(np.uint8), self._ts, self._params, self._state,
-                                         m.loss_kind, m.loss_param, xs, ts)
-        if rc != 0:
-            raise ValueError(f"the device refuses this step (status {rc}: not finite)")
+        rc, loss = self.core.train_fused(
+            m.opt_cfg.view(np.uint8), self._ts, self._params, self._state, m.loss_kind, m.loss_param, xs, ts
+        )
+        if rc != Status.OK:
+            raise ValueError(f"the device refuses this step (status {Status(rc).name}: not finite)")
         return float(loss)
 
     def load(self, params: Any, state: Any = None, train_state: Any = None) -> None:

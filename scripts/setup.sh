@@ -26,4 +26,4 @@ fi
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --upgrade pip >/dev/null
 "$PY" -m pip install -q -e ".[test]"
-echo "mcutrain setup: done ($("$PY" -c 'import trainer; print("mcutrain", trainer.__version__)'))"
+echo "mcutrain setup: done ($("$PY" -c 'import mcutrain; print("mcutrain", mcutrain.__version__)'))"

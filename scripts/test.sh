@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 # each run gets its own PlatformIO core folder (tests set one per session too)
 export PLATFORMIO_CORE_DIR="${PLATFORMIO_CORE_DIR:-$PWD/.pio-core}"
+# lint and format first: a finding fails the run before the (longer) tests
+"$PY" -m ruff check .
+"$PY" -m ruff format --check .
 set +e
 "$PY" -m pytest -q "$@"
 rc=$?

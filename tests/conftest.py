@@ -1,4 +1,5 @@
 """Fixtures shared by the test modules."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -3,19 +3,24 @@ a device and its host twin in lockstep, and the model flags of an exported proje
 
 The tests import this module as `helpers` (tests/ has no __init__.py, so pytest's default import mode puts
 tests/ on sys.path)."""
+
 from __future__ import annotations
 
 import configparser
+import json
+import struct
+import zlib
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from trainer import Sequential
-from trainer import layers as L
-
+from mcutrain import Sequential
+from mcutrain import layers as L
+from mcutrain.modelfile import MAGIC
 
 # ---------------------------------------------------------------- bits
+
 
 def _f32(values: Any) -> np.ndarray:
     """values as a C-ordered float32 array. Python and NumPy scalars are converted; an array must already
@@ -44,14 +49,18 @@ def assert_same_bits(got: Any, want: Any, what: str) -> None:
     g, w = _f32(got).ravel(), _f32(want).ravel()
     assert g.shape == w.shape, f"{what}: {g.size} values, expected {w.size}"
     bad = np.flatnonzero(g.view(np.uint32) != w.view(np.uint32))
-    assert bad.size == 0, (f"{what}: {bad.size} of {g.size} differ; first at {bad[0]}: {g[bad[0]]!r} "
-                           f"({g.view(np.uint32)[bad[0]]:08x}) != {w[bad[0]]!r} ({w.view(np.uint32)[bad[0]]:08x})")
+    assert bad.size == 0, (
+        f"{what}: {bad.size} of {g.size} differ; first at {bad[0]}: {g[bad[0]]!r} "
+        f"({g.view(np.uint32)[bad[0]]:08x}) != {w[bad[0]]!r} ({w.view(np.uint32)[bad[0]]:08x})"
+    )
 
 
 # ---------------------------------------------------------------- data and networks
 
-def onehot_samples(rng: np.random.Generator, n: int, n_in: int, n_out: int,
-                   inputs: str = "normal") -> Tuple[np.ndarray, np.ndarray]:
+
+def onehot_samples(
+    rng: np.random.Generator, n: int, n_in: int, n_out: int, inputs: str = "normal"
+) -> Tuple[np.ndarray, np.ndarray]:
     """n float32 inputs (n, n_in) and one-hot float32 targets (n, n_out) of uniformly drawn classes; the
     inputs are drawn first. inputs='normal': standard normal; 'uniform': uniform in [-1, 1), drawn as
     float32."""
@@ -68,15 +77,15 @@ def onehot_samples(rng: np.random.Generator, n: int, n_in: int, n_out: int,
 def readme_net(*, seed: int, scale: float) -> Sequential:
     """The README network, Linear(20, 35), Sigmoid, Linear(35, 10), Softmax, with seeded parameters
     (rand_params(seed, scale))."""
-    return Sequential(L.Linear(20, 35), L.Sigmoid(), L.Linear(35, 10), L.Softmax()).rand_params(seed=seed,
-                                                                                               scale=scale)
+    return Sequential(L.Linear(20, 35), L.Sigmoid(), L.Linear(35, 10), L.Softmax()).rand_params(seed=seed, scale=scale)
 
 
 # ---------------------------------------------------------------- a device and its host twin
 
+
 def train_lockstep(device: Any, twin: Any, xs: np.ndarray, ts: np.ndarray) -> List[float]:
-    """TRAIN the device (an exporter.client.Device) and its host twin (exporter.twin.DeviceTwin) on the same
-    samples, one at a time: every step's loss must be the same bits and the device's step count must be
+    """TRAIN the device (an mcutrain.exporter.client.Device) and its host twin (mcutrain.exporter.twin.DeviceTwin)
+    on the same samples, one at a time: every step's loss must be the same bits and the device's step count must be
     the twin's, one more per sample. Returns the device's losses."""
     out: List[float] = []
     start = twin.step
@@ -100,6 +109,7 @@ def assert_device_equals_twin(device: Any, twin: Any) -> None:
 
 # ---------------------------------------------------------------- exported projects
 
+
 def model_flags(project: Path) -> List[str]:
     """The -DMCT_* model flags of an exported project's platformio.ini ([env] build_flags, which every env
     shares); there must be some."""
@@ -109,3 +119,23 @@ def model_flags(project: Path) -> List[str]:
     flags = [f for f in ini["env"].get("build_flags", "").split() if f.startswith("-DMCT_")]
     assert flags, f"{project / 'platformio.ini'} has no -DMCT_ model flags in [env] build_flags"
     return flags
+
+
+# ---------------------------------------------------------------- model files, crafted
+
+
+def with_crc(body: bytes) -> bytes:
+    """body plus its correct CRC-32 trailer (to craft model files that pass the checksum)."""
+    return body + struct.pack("<I", zlib.crc32(body) & 0xFFFFFFFF)
+
+
+def split(data: bytes) -> Tuple[int, Dict[str, Any], bytes]:
+    """(format version, header, payload) of a model file's bytes (the layout documented in modelfile.py)."""
+    version, hlen = struct.unpack_from("<II", data, 8)
+    return version, json.loads(data[16 : 16 + hlen]), data[16 + hlen : -4]
+
+
+def rebuild(version: int, header_bytes: bytes, payload: bytes) -> bytes:
+    """A model file with the given version and raw header (padded to 4 bytes) and a correct CRC."""
+    header_bytes += b" " * (-len(header_bytes) % 4)
+    return with_crc(MAGIC + struct.pack("<II", version, len(header_bytes)) + header_bytes + payload)

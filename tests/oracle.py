@@ -5,14 +5,15 @@ as an independent oracle: the C core's float32 results and gradients are compare
 Parameters follow the documented flat layout: a composition's parameters are its children's,
 concatenated in order; each layer's own slice is laid out as its docstring says.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from trainer import compose, layers
-from trainer.module import Module
+from mcutrain import compose, layers
+from mcutrain.module import Module
 
 Array = np.ndarray
 
@@ -34,6 +35,10 @@ def _gate(name: str, z: Array, alpha: float, beta: Optional[Array], kinks: Optio
         return np.where(z < 0, alpha * z, z)
     if name == "tanh":
         return np.tanh(z)
+    if name == "silu":
+        return z * sigmoid(z)
+    if name == "softplus":
+        return np.logaddexp(0.0, z)
     if name == "swish":
         assert beta is not None
         return z * sigmoid(beta * z)
@@ -64,7 +69,7 @@ def forward(m: Module, p: Array, x: Array, kinks: Optional[List[Array]] = None) 
         off = 0
         for c in m.modules:
             n = c.param_count()
-            x = forward(c, p[off:off + n], x, kinks)
+            x = forward(c, p[off : off + n], x, kinks)
             off += n
         return x
     if isinstance(m, compose.Residual):
@@ -90,16 +95,16 @@ def forward(m: Module, p: Array, x: Array, kinks: Optional[List[Array]] = None) 
         return p * x / r
     if isinstance(m, layers.DyT):
         n = m.n_in
-        return p[1:1 + n] * np.tanh(p[0] * x) + p[1 + n:]
+        return p[1 : 1 + n] * np.tanh(p[0] * x) + p[1 + n :]
     if isinstance(m, layers.Conv1d):
         f, o = m.filter_size, m.n_out
-        return sum(p[k] * x[:, k:k + o] for k in range(f))
+        return sum(p[k] * x[:, k : k + o] for k in range(f))
     if isinstance(m, layers.GLU):
         i, o = m.n_in, m.n_out
         io = i * o
-        wg, wv = p[:io].reshape(i, o), p[io:2 * io].reshape(i, o)
-        bg, bv = p[2 * io:2 * io + o], p[2 * io + o:2 * io + 2 * o]
-        beta = p[2 * io + 2 * o:] if m.gate == "swish" else None
+        wg, wv = p[:io].reshape(i, o), p[io : 2 * io].reshape(i, o)
+        bg, bv = p[2 * io : 2 * io + o], p[2 * io + o : 2 * io + 2 * o]
+        beta = p[2 * io + 2 * o :] if m.gate == "swish" else None
         return _gate(m.gate, x @ wg + bg, m.alpha, beta, kinks) * (x @ wv + bv)
     # ---- parameter-free layers
     if isinstance(m, layers.Relu):
@@ -118,8 +123,9 @@ def forward(m: Module, p: Array, x: Array, kinks: Optional[List[Array]] = None) 
 
 # ---------------------------------------------------------------- losses (per sample)
 
+
 def loss_per_sample(name: str, y: Array, t: Array, beta: float = 1.0) -> Array:
-    """Loss of each sample (nb,) for y, t (nb, n), float64, as documented for trainer.losses."""
+    """Loss of each sample (nb,) for y, t (nb, n), float64, as documented for mcutrain.losses."""
     y = np.asarray(y, np.float64)
     t = np.asarray(t, np.float64)
     n = y.shape[1]
@@ -143,6 +149,7 @@ def loss_per_sample(name: str, y: Array, t: Array, beta: float = 1.0) -> Array:
 
 
 # ---------------------------------------------------------------- finite differences
+
 
 def central_diff(f: Callable[[Array], float], v: Array, h: float = 1e-6) -> Array:
     """Central finite-difference gradient of scalar f at v (any shape), in float64."""

@@ -1,9 +1,10 @@
-"""The Arduino port (firmware/template/ports/port_arduino.cpp), used by every real board's env.
+"""The Arduino port (firmware/app/ports/port_arduino.cpp), used by every real board's env.
 
 The Arduino framework itself is downloaded by PlatformIO and cannot be used offline, so the port is
 compiled here with g++ against a minimal stand-in of the Arduino API (tests/arduino_stub: Serial on
 stdin/stdout, EEPROM in a file) and run on the host: the real firmware code (protocol, saves, the
 port's Serial and EEPROM use) answers the device client exactly as the host's twin of the device."""
+
 from __future__ import annotations
 
 import os
@@ -17,14 +18,14 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from exporter.client import Device
-from exporter.export import ExportResult, export_project
-from exporter.sim import require_tools
-from exporter.twin import DeviceTwin
-from trainer import Sequential, TrainParams, layers as L
-from trainer.modelfile import Checkpoint
-
 from helpers import assert_device_equals_twin, assert_same_bits, model_flags, onehot_samples, train_lockstep
+from mcutrain import Sequential, TrainParams
+from mcutrain import layers as L
+from mcutrain.exporter.client import Device
+from mcutrain.exporter.export import ExportResult, export_project
+from mcutrain.exporter.sim import require_tools
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain.modelfile import Checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 STUB = ROOT / "tests" / "arduino_stub"
@@ -65,8 +66,9 @@ class PipeLink:
 def exported(tmp_path_factory: pytest.TempPathFactory) -> ExportResult:
     net = Sequential(L.Linear(8, 12), L.Tanh(), L.Linear(12, 4), L.Softmax()).rand_params(seed=3)
     opt = net.new_momentum(TrainParams(lr=0.05), 0.8)
-    return export_project(Checkpoint(net, opt, {"loss": "cross_entropy"}), "nucleo_f401re",
-                          tmp_path_factory.mktemp("arduino") / "p")
+    return export_project(
+        Checkpoint(net, opt, {"loss": "cross_entropy"}), "nucleo_f401re", tmp_path_factory.mktemp("arduino") / "p"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +79,21 @@ def program(exported: ExportResult) -> Path:
     out = p / "arduino-host"
     out.mkdir()
     inc = [f"-I{p / 'src'}", f"-I{p / 'lib' / 'mcutrain_core' / 'src'}", f"-I{STUB}"]
-    flags = ["-O1", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra", "-Werror", "-DMCT_PORT_ARDUINO",
-             "-DARDUINO=10819", "-DMCT_STORE_BYTES=4096"] + model_flags(p) + inc
+    flags = (
+        [
+            "-O1",
+            "-ffp-contract=off",
+            "-fno-math-errno",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-DMCT_PORT_ARDUINO",
+            "-DARDUINO=10819",
+            "-DMCT_STORE_BYTES=4096",
+        ]
+        + model_flags(p)
+        + inc
+    )
     objs = []
     for src in sorted((p / "src").glob("*.c")) + sorted((p / "lib" / "mcutrain_core" / "src").glob("*.c")):
         obj = out / (src.stem + ".o")
@@ -97,8 +112,9 @@ def program(exported: ExportResult) -> Path:
 def start(exe: Path, eeprom: Path) -> Iterator[Device]:
     """The firmware with the Arduino port running on the host (its Serial on our pipes, its EEPROM in the
     file eeprom), a Device talking to it; ended on exit."""
-    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env=dict(os.environ, MCT_TEST_EEPROM=str(eeprom)))
+    proc = subprocess.Popen(
+        [str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, MCT_TEST_EEPROM=str(eeprom))
+    )
     dev = Device(PipeLink(proc), proc)
     try:
         yield dev
@@ -106,8 +122,7 @@ def start(exe: Path, eeprom: Path) -> Iterator[Device]:
         dev.close()
 
 
-def test_the_arduino_port_serves_the_protocol_and_saves(exported: ExportResult, program: Path,
-                                                        tmp_path: Path) -> None:
+def test_the_arduino_port_serves_the_protocol_and_saves(exported: ExportResult, program: Path, tmp_path: Path) -> None:
     """INFO, PREDICT and TRAIN over Serial give the host twin's bits; SAVE goes to EEPROM and the next
     boot loads it."""
     eeprom = tmp_path / "eeprom.bin"
@@ -133,12 +148,32 @@ def test_the_self_test_runs_on_the_arduino_framework(exported: ExportResult, tmp
     against the stand-in, it prints the runner's lines and every test passes."""
     p = exported.path
     inc = [f"-I{p / 'src'}", f"-I{p / 'lib' / 'mcutrain_core' / 'src'}", f"-I{STUB}", f"-I{p / 'test' / 'test_model'}"]
-    flags = ["-O1", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra", "-Werror", "-DMCT_PORT_ARDUINO",
-             "-DARDUINO=10819", "-DMCT_STORE_BYTES=4096", "-DPIO_UNIT_TESTING"] + model_flags(p) + inc
-    c_files = (sorted((p / "src").glob("*.c")) + sorted((p / "lib" / "mcutrain_core" / "src").glob("*.c"))
-               + [p / "test" / "test_model" / "test_main.c"])
-    cpp_files = [p / "src" / "ports" / "port_arduino.cpp", p / "test" / "test_model" / "arduino_glue.cpp",
-                 STUB / "arduino_main.cpp"]
+    flags = (
+        [
+            "-O1",
+            "-ffp-contract=off",
+            "-fno-math-errno",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-DMCT_PORT_ARDUINO",
+            "-DARDUINO=10819",
+            "-DMCT_STORE_BYTES=4096",
+            "-DPIO_UNIT_TESTING",
+        ]
+        + model_flags(p)
+        + inc
+    )
+    c_files = (
+        sorted((p / "src").glob("*.c"))
+        + sorted((p / "lib" / "mcutrain_core" / "src").glob("*.c"))
+        + [p / "test" / "test_model" / "test_main.c"]
+    )
+    cpp_files = [
+        p / "src" / "ports" / "port_arduino.cpp",
+        p / "test" / "test_model" / "arduino_glue.cpp",
+        STUB / "arduino_main.cpp",
+    ]
     objs = []
     for src in c_files + cpp_files:
         obj = tmp_path / f"{src.parent.name}_{src.stem}.o"

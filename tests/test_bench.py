@@ -1,5 +1,6 @@
 """bench/train_throughput.py: it runs (no timing is checked), and the plain NumPy step it measures mcutrain
 against is the same training step as mcutrain's train_batch."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -13,9 +14,9 @@ from typing import List
 import numpy as np
 import pytest
 
-from trainer import Sequential, TrainParams, losses, train_batch
-from trainer import layers as L
-from trainer.module import Module
+from mcutrain import Sequential, TrainParams, losses, train_batch
+from mcutrain import layers as L
+from mcutrain.module import Module
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "train_throughput.py"
@@ -34,8 +35,14 @@ def bench() -> ModuleType:
 def test_the_benchmark_runs_and_reports_both_networks(tmp_path: Path) -> None:
     """A short run exits 0 and reports samples/s for both networks (NumPy and mcutrain rows), also as JSON."""
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, str(BENCH), "--seconds", "0.05", "--json", str(out)], cwd=str(tmp_path),
-                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [sys.executable, str(BENCH), "--seconds", "0.05", "--json", str(out)],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "network A: 20-35-10 (sigmoid, softmax), batch 10" in r.stdout, r.stdout
     assert "network B: 64-128-128-10 (relu, relu, softmax), batch 32" in r.stdout, r.stdout
@@ -77,20 +84,21 @@ def test_numpy_step_is_mcutrains_step(bench: ModuleType) -> None:
     sizes, acts, batch = bench.NETS["A"]
     net = bench_net(bench, sizes, acts)
     opt = net.new_rmsprop_with_momentum(TrainParams(lr=bench.LR), bench.MOMENTUM, bench.BETA)
-    bench_step = bench.mcutrain_step(sizes, acts, 1)      # the benchmark's own mcutrain step, for comparison
+    bench_step = bench.mcutrain_step(sizes, acts, 1)  # the benchmark's own mcutrain step, for comparison
     numpy_net = bench.NumpyNet(sizes, acts)
     off = 0
     for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
-        numpy_net.W[i][...] = net.params[off:off + n_in * n_out].reshape(n_in, n_out)
+        numpy_net.W[i][...] = net.params[off : off + n_in * n_out].reshape(n_in, n_out)
         off += n_in * n_out
-        numpy_net.b[i][...] = net.params[off:off + n_out]
+        numpy_net.b[i][...] = net.params[off : off + n_out]
         off += n_out
     assert off == net.param_count()
     start = net.params.copy()
     for x, y in bench.make_data(sizes, batch, n_batches=3, seed=11):
         loss = train_batch(opt, net, losses.logit_bce, x, y)
-        assert np.float32(bench_step(x, y)).tobytes() == np.float32(loss).tobytes(), \
+        assert np.float32(bench_step(x, y)).tobytes() == np.float32(loss).tobytes(), (
             "the benchmark's mcutrain step is not the one built here"
+        )
         assert numpy_net.step(x, y) == pytest.approx(loss, rel=1e-6)
     numpy_params = np.concatenate([a.ravel() for pair in zip(numpy_net.W, numpy_net.b) for a in pair])
     assert numpy_params.dtype == np.float32

@@ -8,6 +8,7 @@ Each C test is reported as its own pytest item (test_c[build-name]); test_c_prog
 exit code, the summary line and that no sanitizer reported anything. Separately, every
 firmware/core/*.c must compile on its own with -std=c99 -Wall -Wextra -Werror -pedantic.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,6 +30,7 @@ def gcc_installed() -> None:
     """The C core tests need gcc: without it they fail (no skips) and say what to install."""
     if shutil.which("gcc") is None:
         pytest.fail("gcc is not installed: the C core tests need a C compiler (apt-get install gcc)")
+
 
 WARN = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 SANITIZE = ["-ffp-contract=off", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]

@@ -2,6 +2,7 @@
 installed entry point: every command, its --help, the errors users meet (with their exit codes and
 without tracebacks), resuming an interrupted run bit for bit, the end-to-end path on the native
 board, and the device commands against the native firmware over a pty."""
+
 from __future__ import annotations
 
 import csv
@@ -20,22 +21,38 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from exporter.sim_avr import read_pty_line
-from trainer.cli import main
-from trainer.modelfile import load_model
-
 from helpers import assert_same_bits, same_bits
+from mcutrain.cli import main
+from mcutrain.exporter.client import read_pty_line
+from mcutrain.modelfile import load_model
 
 NET = "linear:20x35,sigmoid,linear:35x10,softmax"
 SMALL = "linear:3x8,tanh,linear:8x3,softmax"
 EXIT_ERROR, EXIT_USAGE, EXIT_NO_FIT, EXIT_MISSING_TOOL, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
-COMMANDS = [[], ["train"], ["eval"], ["info"], ["plot"], ["boards"], ["export"], ["build"], ["flash"], ["sim"],
-            ["device"], ["device", "info"], ["device", "predict"], ["device", "train"], ["device", "pull"],
-            ["device", "push"], ["device", "save"]]
+COMMANDS = [
+    [],
+    ["train"],
+    ["eval"],
+    ["info"],
+    ["plot"],
+    ["boards"],
+    ["export"],
+    ["build"],
+    ["flash"],
+    ["sim"],
+    ["device"],
+    ["device", "info"],
+    ["device", "predict"],
+    ["device", "train"],
+    ["device", "pull"],
+    ["device", "push"],
+    ["device", "save"],
+]
 
 
 # ---------------------------------------------------------------- helpers
+
 
 def entry_point() -> str:
     """The installed `mcutrain` script of this Python (else the one on PATH)."""
@@ -56,10 +73,19 @@ def cli(*args: str) -> Result:
     return r
 
 
-def sub(*args: str, cwd: Path, env: Optional[Dict[str, str]] = None, timeout: float = 180) -> subprocess.CompletedProcess:
+def sub(
+    *args: str, cwd: Path, env: Optional[Dict[str, str]] = None, timeout: float = 180
+) -> subprocess.CompletedProcess:
     """Run the installed entry point in a subprocess (stdin closed)."""
-    return subprocess.run([entry_point(), *args], cwd=str(cwd), env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [entry_point(), *args],
+        cwd=str(cwd),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def assert_clean_error(code: int, expected_code: int, stderr: str, *words: str) -> None:
@@ -72,12 +98,12 @@ def assert_clean_error(code: int, expected_code: int, stderr: str, *words: str) 
 
 
 def modadd_all() -> tuple:
-    """Every (l, r) pair of addition mod 10: inputs (100, 20), integer labels (100,)."""
-    l, r = np.divmod(np.arange(100), 10)
+    """Every (left, right) pair of addition mod 10: inputs (100, 20), integer labels (100,)."""
+    left, r = np.divmod(np.arange(100), 10)
     x = np.zeros((100, 20), np.float32)
-    x[np.arange(100), l] = 1
+    x[np.arange(100), left] = 1
     x[np.arange(100), 10 + r] = 1
-    return x, (l + r) % 10
+    return x, (left + r) % 10
 
 
 def write_blobs_csv(path: Path, n: int = 300, features: int = 3, seed: int = 7) -> None:
@@ -92,6 +118,7 @@ def write_blobs_csv(path: Path, n: int = 300, features: int = 3, seed: int = 7) 
 
 
 # ---------------------------------------------------------------- fixtures
+
 
 @pytest.fixture(scope="module", autouse=True)
 def tool_dirs(pio_core: Path) -> Path:
@@ -132,8 +159,12 @@ class Firmware:
 
     def __init__(self, program: Path, store: Path) -> None:
         self.store = store
-        self.proc = subprocess.Popen([str(program), "--pty"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={**os.environ, "MCUTRAIN_STORE": str(store)})
+        self.proc = subprocess.Popen(
+            [str(program), "--pty"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "MCUTRAIN_STORE": str(store)},
+        )
         assert self.proc.stdout is not None
         port = read_pty_line(self.proc.stdout.fileno(), 60)
         if port is None:
@@ -175,7 +206,7 @@ def example_lines(help_text: str, top_level: bool) -> List[str]:
         text = line.strip()
         if (text.startswith(GROUP_EXAMPLE_HEADING) and text.endswith(":")) if top_level else text == EXAMPLE_HEADING:
             section = []
-            for body in lines[i + 1:]:
+            for body in lines[i + 1 :]:
                 if not body.strip():
                     break
                 section.append(body.strip())
@@ -211,6 +242,7 @@ def test_help_through_the_entry_point(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- train
 
+
 def test_train_without_arguments_trains_the_builtin_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     r = cli("train")
@@ -222,7 +254,7 @@ def test_train_without_arguments_trains_the_builtin_example(tmp_path: Path, monk
     assert ck.optimizer is not None and ck.optimizer.step == 3000
     again = cli("train")
     assert again.exit_code == EXIT_ERROR and "--force" in again.stderr
-    assert same_bits(load_model(tmp_path / "model.mct").net.params, ck.net.params)   # untouched
+    assert same_bits(load_model(tmp_path / "model.mct").net.params, ck.net.params)  # untouched
     assert cli("train", "--force", "--steps", "10").exit_code == 0
     assert load_model(tmp_path / "model.mct").optimizer.step == 10
 
@@ -231,9 +263,34 @@ def test_train_csv_with_epochs_validation_and_log(tmp_path: Path) -> None:
     data = tmp_path / "blobs.csv"
     write_blobs_csv(data)
     out, log = tmp_path / "b.mct", tmp_path / "b.jsonl"
-    r = cli("train", "--net", SMALL, "--data", str(data), "--classify", "--epochs", "30", "--batch", "16",
-            "--val", "0.2", "--lr", "0.05", "--opt", "momentum", "--l2", "1e-4", "--clip", "5", "--log", str(log),
-            "--log-every", "5", "-o", str(out))
+    r = cli(
+        "train",
+        "--net",
+        SMALL,
+        "--data",
+        str(data),
+        "--classify",
+        "--epochs",
+        "30",
+        "--batch",
+        "16",
+        "--val",
+        "0.2",
+        "--lr",
+        "0.05",
+        "--opt",
+        "momentum",
+        "--l2",
+        "1e-4",
+        "--clip",
+        "5",
+        "--log",
+        str(log),
+        "--log-every",
+        "5",
+        "-o",
+        str(out),
+    )
     assert r.exit_code == 0, r.output
     steps = 30 * -(-240 // 16)
     ck = load_model(out)
@@ -251,34 +308,53 @@ def test_train_csv_with_epochs_validation_and_log(tmp_path: Path) -> None:
     assert acc > 0.8
 
 
-def test_train_spec_files(tmp_path: Path) -> None:
+def test_train_net_files(tmp_path: Path) -> None:
     toml = tmp_path / "net.toml"
-    toml.write_text('layers = [\n {type = "Linear", n_in = 8, n_out = 12},\n {type = "Tanh"},\n'
-                    ' {type = "Linear", n_in = 12, n_out = 2},\n {type = "Softmax"},\n]\n')
-    r = cli("train", "--spec", str(toml), "--problem", "parity8", "--steps", "50", "-o", str(tmp_path / "p.mct"))
+    toml.write_text(
+        'layers = [\n {type = "Linear", n_in = 8, n_out = 12},\n {type = "Tanh"},\n'
+        ' {type = "Linear", n_in = 12, n_out = 2},\n {type = "Softmax"},\n]\n'
+    )
+    r = cli("train", "--net-file", str(toml), "--problem", "parity8", "--steps", "50", "-o", str(tmp_path / "p.mct"))
     assert r.exit_code == 0, r.output
     assert load_model(tmp_path / "p.mct").net.param_count() == 8 * 12 + 12 + 12 * 2 + 2
     js = tmp_path / "net.json"
     js.write_text(json.dumps({"layers": [{"type": "Linear", "n_in": 3, "n_out": 1}]}))
-    r = cli("train", "--spec", str(js), "--problem", "axplusb", "--steps", "20", "--loss", "huber:0.5",
-            "--opt", "rmsprop", "-o", str(tmp_path / "a.mct"))
+    r = cli(
+        "train",
+        "--net-file",
+        str(js),
+        "--problem",
+        "axplusb",
+        "--steps",
+        "20",
+        "--loss",
+        "huber:0.5",
+        "--opt",
+        "rmsprop",
+        "-o",
+        str(tmp_path / "a.mct"),
+    )
     assert r.exit_code == 0, r.output
     assert load_model(tmp_path / "a.mct").metadata["loss"] == "huber:0.5"
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--net", "linear:20x35,sigmoid,linear:36x10,softmax", "--problem", "modadd10"], ["35", "36"]),
-    (["--net", "linear:8x4,softmax", "--problem", "modadd10"], ["takes 8 inputs", "20"]),
-    (["--net", "linear:20x4,softmax", "--problem", "modadd10"], ["outputs 4", "10 targets"]),
-    (["--net", "linear:20x10", "--problem", "nosuch"], ["unknown problem"]),
-    (["--net", "linear:20x10", "--problem", "modadd10", "--loss", "nope"], ["unknown loss"]),
-    (["--net", "linear:20x10", "--problem", "modadd10", "--epochs", "2"], ["--epochs needs a data file"]),
-    (["--net", "linear:20x10", "--problem", "modadd10", "--lr", "-1"], ["lr must be"]),
-    (["--net", "bogus:3"], ["unknown layer"]),
-    (["--net", "linear:3x1", "--data", "missing.csv"], ["does not exist"]),
-])
-def test_train_errors_before_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: List[str],
-                                      words: List[str]) -> None:
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--net", "linear:20x35,sigmoid,linear:36x10,softmax", "--problem", "modadd10"], ["35", "36"]),
+        (["--net", "linear:8x4,softmax", "--problem", "modadd10"], ["takes 8 inputs", "20"]),
+        (["--net", "linear:20x4,softmax", "--problem", "modadd10"], ["outputs 4", "10 targets"]),
+        (["--net", "linear:20x10", "--problem", "nosuch"], ["unknown problem"]),
+        (["--net", "linear:20x10", "--problem", "modadd10", "--loss", "nope"], ["unknown loss"]),
+        (["--net", "linear:20x10", "--problem", "modadd10", "--epochs", "2"], ["--epochs needs a data file"]),
+        (["--net", "linear:20x10", "--problem", "modadd10", "--lr", "-1"], ["lr must be"]),
+        (["--net", "bogus:3"], ["unknown layer"]),
+        (["--net", "linear:3x1", "--data", "missing.csv"], ["does not exist"]),
+    ],
+)
+def test_train_errors_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: List[str], words: List[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     r = cli("train", *args)
     assert_clean_error(r.exit_code, EXIT_ERROR, r.stderr, *words)
@@ -295,7 +371,7 @@ def test_train_usage_errors_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_train_errors_through_the_entry_point(tmp_path: Path) -> None:
     toml = tmp_path / "bad.toml"
     toml.write_text('layers = [{type = "Linear", n_in = 20, n_out = 35}, {type = "Linear", n_in = 36, n_out = 10}]\n')
-    r = sub("train", "--spec", str(toml), "--problem", "modadd10", cwd=tmp_path)
+    r = sub("train", "--net-file", str(toml), "--problem", "modadd10", cwd=tmp_path)
     assert_clean_error(r.returncode, EXIT_ERROR, r.stderr, "35", "36")
     data = tmp_path / "wide.csv"
     write_blobs_csv(data, features=4)
@@ -308,6 +384,7 @@ def test_train_errors_through_the_entry_point(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- resume
 
+
 def _compare_checkpoints(a: Path, b: Path) -> None:
     ca, cb = load_model(a), load_model(b)
     assert_same_bits(ca.net.params, cb.net.params, "parameters")
@@ -319,8 +396,29 @@ def _compare_checkpoints(a: Path, b: Path) -> None:
 def test_resume_after_an_interruption_is_bit_identical(tmp_path: Path) -> None:
     data = tmp_path / "blobs.csv"
     write_blobs_csv(data)
-    common = ["--net", SMALL, "--data", str(data), "--classify", "--epochs", "7", "--batch", "24", "--val", "0.2",
-              "--opt", "adam", "--schedule", "cosine", "--warmup", "5", "--seed", "3", "--lr", "0.03"]
+    common = [
+        "--net",
+        SMALL,
+        "--data",
+        str(data),
+        "--classify",
+        "--epochs",
+        "7",
+        "--batch",
+        "24",
+        "--val",
+        "0.2",
+        "--opt",
+        "adam",
+        "--schedule",
+        "cosine",
+        "--warmup",
+        "5",
+        "--seed",
+        "3",
+        "--lr",
+        "0.03",
+    ]
     assert cli("train", *common, "-o", str(tmp_path / "a.mct"), "-q").exit_code == 0
     r = cli("train", *common, "-o", str(tmp_path / "b.mct"), "--stop-after", "37", "--log", str(tmp_path / "b.jsonl"))
     assert r.exit_code == EXIT_INTERRUPTED
@@ -330,8 +428,11 @@ def test_resume_after_an_interruption_is_bit_identical(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "note" not in r.stderr
     _compare_checkpoints(tmp_path / "a.mct", tmp_path / "b.mct")
-    steps = [rec["step"] for rec in map(json.loads, (tmp_path / "b.jsonl").read_text().splitlines())
-             if rec["event"] == "step"]
+    steps = [
+        rec["step"]
+        for rec in map(json.loads, (tmp_path / "b.jsonl").read_text().splitlines())
+        if rec["event"] == "step"
+    ]
     assert steps == sorted(steps) and steps[-1] == 7 * 10
     # a completed run has nothing left to do; a larger --steps continues it
     assert "nothing to do" in cli("train", "--resume", str(tmp_path / "b.mct")).stderr
@@ -355,16 +456,29 @@ def test_resume_rules(tmp_path: Path) -> None:
     assert r.exit_code == 0 and "--lr" in r.stderr and "not exactly" in r.stderr
     ck = load_model(tmp_path / "lower.mct")
     assert ck.optimizer.params.lr == pytest.approx(0.001) and ck.optimizer.step == 100
-    assert load_model(m).optimizer.step == 10          # the checkpoint itself was left alone
+    assert load_model(m).optimizer.step == 10  # the checkpoint itself was left alone
 
 
 def test_ctrl_c_saves_a_checkpoint_and_resume_matches(tmp_path: Path) -> None:
     """A real SIGINT to the entry point mid-run, then --resume: the same bits as a run never stopped."""
-    args = ["--net", "linear:8x16,tanh,linear:16x2,softmax", "--problem", "parity8", "--opt", "momentum",
-            "--batch", "8"]
-    proc = subprocess.Popen([entry_point(), "train", *args, "--steps", "100000000", "--checkpoint-every", "200",
-                             "-o", "run.mct"], cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True)
+    args = [
+        "--net",
+        "linear:8x16,tanh,linear:16x2,softmax",
+        "--problem",
+        "parity8",
+        "--opt",
+        "momentum",
+        "--batch",
+        "8",
+    ]
+    proc = subprocess.Popen(
+        [entry_point(), "train", *args, "--steps", "100000000", "--checkpoint-every", "200", "-o", "run.mct"],
+        cwd=str(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not (tmp_path / "run.mct").exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -387,6 +501,7 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_matches(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- eval, info, plot, boards
 
+
 def test_eval_reports_loss_accuracy_and_confusion(model: Path, tmp_path: Path) -> None:
     x, labels = modadd_all()
     np.savez(tmp_path / "all.npz", x=x, y=labels)
@@ -400,22 +515,33 @@ def test_eval_reports_loss_accuracy_and_confusion(model: Path, tmp_path: Path) -
     want = np.zeros((10, 10), int)
     np.add.at(want, (labels, y.argmax(axis=1)), 1)
     assert np.array_equal(np.array(res["confusion"]), want)
-    text = cli("eval", str(model)).stdout          # its own data: fresh samples of modadd10
+    text = cli("eval", str(model)).stdout  # its own data: fresh samples of modadd10
     assert "accuracy" in text and "confusion matrix" in text and "modadd10" in text
 
 
 def test_eval_quantized_through_the_c_kernels(model: Path, tmp_path: Path) -> None:
     """--quant evaluates the model the device would run: its accuracy is the one the device's own layer
     table gives (the exporter's device model run by the host twin), and close to the f32 network's."""
-    from exporter.device import build_device_model
-    from exporter.twin import DeviceTwin
+    from mcutrain.exporter.device import build_device_model
+    from mcutrain.exporter.twin import DeviceTwin
+
     ck = load_model(model)
     x, labels = modadd_all()
     np.savez(tmp_path / "all.npz", x=x, y=labels)
     f32 = json.loads(cli("eval", str(model), "--data", str(tmp_path / "all.npz"), "--classify", "--json").stdout)
     for quant in ("int8", "int8-full"):
-        r = cli("eval", str(model), "--data", str(tmp_path / "all.npz"), "--classify", "--quant", quant,
-                "--calibration", str(tmp_path / "all.npz"), "--json")
+        r = cli(
+            "eval",
+            str(model),
+            "--data",
+            str(tmp_path / "all.npz"),
+            "--classify",
+            "--quant",
+            quant,
+            "--calibration",
+            str(tmp_path / "all.npz"),
+            "--json",
+        )
         assert r.exit_code == 0, r.output
         res = json.loads(r.stdout)
         q = res["quantization"]
@@ -424,7 +550,7 @@ def test_eval_quantized_through_the_c_kernels(model: Path, tmp_path: Path) -> No
         m = build_device_model(ck, "none", quant, calibration=x if quant == "int8-full" else None)
         device_accuracy = float(np.mean(DeviceTwin(m).predict(x).argmax(axis=1) == labels))
         assert q["device_accuracy"] == device_accuracy and res["accuracy"] == device_accuracy
-        assert 0 < q["max_abs_diff"] < 0.5          # really quantized, and still close
+        assert 0 < q["max_abs_diff"] < 0.5  # really quantized, and still close
         assert res["accuracy"] >= f32["accuracy"] - 0.1
     r = sub("eval", str(model), "--problem", "modadd10", "--quant", "int8", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -445,6 +571,7 @@ def test_info_layer_table_and_memory_plan(model: Path, tmp_path: Path) -> None:
 
 def test_plot_log_and_weights(model: Path, workdir: Path, tmp_path: Path) -> None:
     import matplotlib.image as mpimg
+
     r = cli("plot", str(workdir / "model.jsonl"), "-o", str(tmp_path / "loss.png"))
     assert r.exit_code == 0, r.output
     r = sub("plot", str(model), "--weights", "-o", str(tmp_path / "w.png"), cwd=tmp_path)
@@ -452,7 +579,7 @@ def test_plot_log_and_weights(model: Path, workdir: Path, tmp_path: Path) -> Non
     for png in ("loss.png", "w.png"):
         img = mpimg.imread(tmp_path / png)
         assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 300
-        assert img[..., :3].std() > 0.05              # not a blank canvas
+        assert img[..., :3].std() > 0.05  # not a blank canvas
     r = cli("plot", str(model), "-o", str(tmp_path / "w.png"))
     assert r.exit_code == EXIT_ERROR and "--force" in r.stderr
     (tmp_path / "junk.txt").write_text("not a log\n")
@@ -461,7 +588,8 @@ def test_plot_log_and_weights(model: Path, workdir: Path, tmp_path: Path) -> Non
 
 
 def test_boards_table(tmp_path: Path) -> None:
-    from exporter.boards import all_boards
+    from mcutrain.exporter.boards import all_boards
+
     rows = json.loads(cli("boards", "--json").stdout)
     by_name = {r["name"]: r for r in rows}
     assert set(by_name) == {b.name for b in all_boards()}
@@ -474,6 +602,7 @@ def test_boards_table(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- export, build, flash, sim
 
+
 def test_export_writes_the_project_and_refuses_to_overwrite(model: Path, tmp_path: Path) -> None:
     out = tmp_path / "p"
     r = cli("export", str(model), "--board", "native", "-o", str(out))
@@ -484,8 +613,9 @@ def test_export_writes_the_project_and_refuses_to_overwrite(model: Path, tmp_pat
     r = cli("export", str(model), "--board", "native", "-o", str(out))
     assert_clean_error(r.exit_code, EXIT_ERROR, r.stderr, "--force")
     assert cli("export", str(model), "--board", "native", "-o", str(out), "--force").exit_code == 0
-    r = cli("export", str(model), "--board", "native", "--quant", "int8", "--trainable", "last:1", "-o",
-            str(tmp_path / "q"))
+    r = cli(
+        "export", str(model), "--board", "native", "--quant", "int8", "--trainable", "last:1", "-o", str(tmp_path / "q")
+    )
     assert r.exit_code == 0 and "quantization int8" in r.stdout
 
 
@@ -550,13 +680,17 @@ def test_missing_platformio(native_project: Path, tmp_path: Path) -> None:
     shadow = tmp_path / "shadow" / "platformio"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('platformio hidden by the test')\n")
-    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
-                           if not any((Path(d) / n).exists() for n in ("pio", "platformio")))
+    path = os.pathsep.join(
+        d
+        for d in os.environ["PATH"].split(os.pathsep)
+        if not any((Path(d) / n).exists() for n in ("pio", "platformio"))
+    )
     env = {**os.environ, "PYTHONPATH": str(shadow.parent), "PATH": path}
     for args in (["build", str(native_project)], ["flash", str(native_project)], ["sim", str(native_project)]):
         r = sub(*args, cwd=tmp_path, env=env)
-        assert_clean_error(r.returncode, EXIT_MISSING_TOOL, r.stderr, "PlatformIO is not installed",
-                           "pip install platformio")
+        assert_clean_error(
+            r.returncode, EXIT_MISSING_TOOL, r.stderr, "PlatformIO is not installed", "pip install platformio"
+        )
 
 
 def test_missing_simulator(native_project: Path, model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -565,8 +699,9 @@ def test_missing_simulator(native_project: Path, model: Path, tmp_path: Path, mo
     r = sub("sim", str(native_project), cwd=tmp_path, env={**os.environ, "PATH": str(empty)})
     assert_clean_error(r.returncode, EXIT_MISSING_TOOL, r.stderr, "gcc not found", "apt-get install")
     assert cli("export", str(model), "--board", "nucleo_f401re", "-o", str(tmp_path / "q")).exit_code == 0
-    no_qemu = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
-                              if not (Path(d) / "qemu-system-arm").exists())
+    no_qemu = os.pathsep.join(
+        d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "qemu-system-arm").exists()
+    )
     monkeypatch.setenv("PATH", no_qemu)
     r = cli("sim", str(tmp_path / "q"))
     assert_clean_error(r.exit_code, EXIT_MISSING_TOOL, r.stderr, "qemu-system-arm", "not found")
@@ -574,10 +709,12 @@ def test_missing_simulator(native_project: Path, model: Path, tmp_path: Path, mo
 
 def test_end_to_end_through_the_entry_point(tmp_path: Path) -> None:
     """train -> export (native) -> build -> sim: the device's predictions match the host's."""
-    steps = [["train", "--steps", "800", "-o", "m.mct", "--log", "m.jsonl"],
-             ["export", "m.mct", "--board", "native", "-o", "fw"],
-             ["build", "fw"],
-             ["sim", "fw", "--report", "report.json"]]
+    steps = [
+        ["train", "--steps", "800", "-o", "m.mct", "--log", "m.jsonl"],
+        ["export", "m.mct", "--board", "native", "-o", "fw"],
+        ["build", "fw"],
+        ["sim", "fw", "--report", "report.json"],
+    ]
     outputs = []
     for args in steps:
         r = sub(*args, cwd=tmp_path)
@@ -594,8 +731,7 @@ def test_sim_on_a_simulated_board(tmp_path: Path, board: str) -> None:
     the Uno (ATmega328P)."""
     small = ["--net", "linear:8x6,tanh,linear:6x2,softmax", "--problem", "parity8", "--steps", "200"]
     assert cli("train", *small, "-o", str(tmp_path / "s.mct")).exit_code == 0
-    assert cli("export", str(tmp_path / "s.mct"), "--board", board, "--sim", "-o",
-               str(tmp_path / "q")).exit_code == 0
+    assert cli("export", str(tmp_path / "s.mct"), "--board", board, "--sim", "-o", str(tmp_path / "q")).exit_code == 0
     r = sub("sim", "q", "--report", "q.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "match bit for bit" in r.stdout and "per PREDICT" in r.stdout
@@ -605,11 +741,13 @@ def test_sim_on_a_simulated_board(tmp_path: Path, board: str) -> None:
 
 # ---------------------------------------------------------------- device commands over a pty
 
+
 def _host_training(project: Path, x: np.ndarray, t: np.ndarray) -> tuple:
     """What the device's TRAIN does, sample after sample, on the host's C core (from the exported state)."""
-    from exporter.device import build_device_model
-    from exporter.twin import DeviceTwin
-    from trainer import losses
+    from mcutrain import losses
+    from mcutrain.exporter.device import build_device_model
+    from mcutrain.exporter.twin import DeviceTwin
+
     ck = load_model(project / "model.mct")
     m = build_device_model(ck, "all", "f32", losses.cross_entropy)
     twin = DeviceTwin(m)
@@ -652,8 +790,10 @@ def test_device_commands_in_process(firmware: Firmware, native_project: Path, mo
     want_params, want_state = _host_training(native_project, xs, ts)
     assert same_bits(pulled.net.params, want_params)
     assert same_bits(pulled.optimizer.state, want_state) and pulled.optimizer.step == 30
-    assert cli("device", "pull", "--port", port, "--project", proj, "-o",
-               str(tmp_path / "pulled.mct")).exit_code == EXIT_ERROR
+    assert (
+        cli("device", "pull", "--port", port, "--project", proj, "-o", str(tmp_path / "pulled.mct")).exit_code
+        == EXIT_ERROR
+    )
     # push another model's parameters: the device now predicts like that model
     other = tmp_path / "other.mct"
     assert cli("train", "--steps", "300", "--seed", "9", "-o", str(other), "-q").exit_code == 0
@@ -680,8 +820,9 @@ def test_device_errors(firmware: Firmware, model: Path, tmp_path: Path) -> None:
     assert_clean_error(r.exit_code, EXIT_ERROR, r.stderr, "cannot open")
 
 
-def test_device_commands_through_the_entry_point(firmware: Firmware, native_project: Path, model: Path,
-                                                 tmp_path: Path) -> None:
+def test_device_commands_through_the_entry_point(
+    firmware: Firmware, native_project: Path, model: Path, tmp_path: Path
+) -> None:
     port, proj = firmware.port, str(native_project)
     r = sub("device", "info", "--port", port, "--project", proj, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -703,4 +844,4 @@ def test_device_commands_through_the_entry_point(firmware: Firmware, native_proj
     r = sub("device", "save", "--port", port, cwd=tmp_path)
     assert r.returncode == 0 and "save #2" in r.stdout
     r = sub("device", "info", "--port", port, cwd=tmp_path)
-    assert re.search(r"training step\s+1,?500", r.stdout), r.stdout   # the pushed optimizer's step
+    assert re.search(r"training step\s+1,?500", r.stdout), r.stdout  # the pushed optimizer's step

@@ -3,36 +3,37 @@ numbers that wrapped round, malformed CSV files, resuming with only a data optio
 blamed the wrong thing), the training log's step cadence and its 'end' record, NaN/inf table cells,
 the loss mean of the core, calibration files with target columns, and the device commands that mixed
 up models or optimizer states (against the native firmware over a pty)."""
+
 from __future__ import annotations
 
 import csv
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterator, List, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from trainer import Sequential, TrainParams, losses, train_batch
-from trainer import layers as L
-from trainer.cli import main
-from trainer.cli_common import table
-from trainer.cli_data import load_inputs
-from trainer.datasets import DataError, load_csv
-from trainer.modelfile import load_model
-from trainer.optim import ConfigError
-from trainer.recorder import Recorder, read_log
+from mcutrain import Sequential, TrainParams, losses, train_batch
+from mcutrain import layers as L
+from mcutrain.cli import main
+from mcutrain.cli.common import table
+from mcutrain.datasets import DataError, load_csv
+from mcutrain.modelfile import load_model
+from mcutrain.optim import ConfigError
+from mcutrain.recorder import Recorder, read_log
+from mcutrain.sources import load_inputs
 
 EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
 SMALL = "linear:3x8,tanh,linear:8x3,softmax"
 
 
 # ---------------------------------------------------------------- helpers
+
 
 def cli(*args: str) -> Result:
     """Run the command line in this process; unexpected exceptions propagate."""
@@ -91,6 +92,7 @@ def modadd_samples(n: int, seed: int) -> tuple:
 
 # ---------------------------------------------------------------- CSV columns and malformed files
 
+
 def test_column_numbers_past_the_end_are_rejected_not_wrapped(tmp_path: Path) -> None:
     f = write_csv(tmp_path / "five.csv", [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
     with pytest.raises(DataError, match="target column 7 does not exist"):
@@ -140,6 +142,7 @@ def test_table_cells_with_nan_and_inf() -> None:
 
 # ---------------------------------------------------------------- losses
 
+
 def test_loss_mean_is_the_cores_float32_batch_mean() -> None:
     rng = np.random.default_rng(3)
     net = Sequential(L.Linear(5, 4), L.Softmax())
@@ -149,7 +152,7 @@ def test_loss_mean_is_the_cores_float32_batch_mean() -> None:
     y = net.forward(x)
     value, _ = losses.cross_entropy(y, t)
     total = np.float32(0)
-    for i in range(len(x)):   # each sample's loss from the core, summed in float32 in sample order
+    for i in range(len(x)):  # each sample's loss from the core, summed in float32 in sample order
         total = np.float32(total + np.float32(losses.cross_entropy(y[i], t[i])[0]))
     assert value == float(total / np.float32(len(x)))
     # and the very value a training step reports for the same batch
@@ -166,6 +169,7 @@ def test_unknown_loss_names_are_config_errors(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- resuming
+
 
 def test_resume_with_only_a_data_option(tmp_path: Path) -> None:
     data = tmp_path / "blobs.csv"
@@ -206,6 +210,7 @@ def test_resume_note_names_the_data_change_not_the_new_file(tmp_path: Path) -> N
 
 # ---------------------------------------------------------------- the training log
 
+
 def test_recorder_every_and_end(tmp_path: Path) -> None:
     log = tmp_path / "r.jsonl"
     rec = Recorder(log, every=3)
@@ -213,17 +218,29 @@ def test_recorder_every_and_end(tmp_path: Path) -> None:
     for step in range(1, 8):
         rec.step(step, 0.5, 0.1, force=step == 7)
     rec.end(step=7)
-    assert rec._f is None   # end() closes the file
+    assert rec._f is None  # end() closes the file
     events = [(r["event"], r.get("step")) for r in read_log(log)]
     assert events == [("start", None), ("step", 3), ("step", 6), ("step", 7), ("end", 7)]
 
 
 def test_training_log_cadence_and_end_record(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
-    base = ["--net", "linear:8x4,tanh,linear:4x2,softmax", "--problem", "parity8", "--steps", "30",
-            "--log-every", "7", "--eval-every", "10"]
-    assert cli("train", *base, "-o", str(tmp_path / "m.mct"), "--log", str(log), "--stop-after", "12").exit_code \
+    base = [
+        "--net",
+        "linear:8x4,tanh,linear:4x2,softmax",
+        "--problem",
+        "parity8",
+        "--steps",
+        "30",
+        "--log-every",
+        "7",
+        "--eval-every",
+        "10",
+    ]
+    assert (
+        cli("train", *base, "-o", str(tmp_path / "m.mct"), "--log", str(log), "--stop-after", "12").exit_code
         == EXIT_INTERRUPTED
+    )
     recs = read_log(log)
     assert recs[-1]["event"] == "end" and recs[-1]["step"] == 12 and recs[-1]["interrupted"] is True
     assert cli("train", "--resume", str(tmp_path / "m.mct"), "--log", str(log), "-q").exit_code == 0
@@ -239,30 +256,58 @@ def test_training_log_cadence_and_end_record(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- calibration files
 
+
 def test_calibration_csv_laid_out_like_the_training_data(tmp_path: Path) -> None:
     data = tmp_path / "blobs.csv"
     x = write_blobs(data, n=120)
     m = tmp_path / "m.mct"
-    assert cli("train", "--net", SMALL, "--data", str(data), "--classify", "--steps", "60", "-o", str(m),
-               "-q").exit_code == 0
+    assert (
+        cli("train", "--net", SMALL, "--data", str(data), "--classify", "--steps", "60", "-o", str(m), "-q").exit_code
+        == 0
+    )
     proj = tmp_path / "p"
-    r = cli("export", str(m), "--board", "native", "--quant", "int8-full", "--trainable", "last:1",
-            "--calibration", str(data), "-o", str(proj))
+    r = cli(
+        "export",
+        str(m),
+        "--board",
+        "native",
+        "--quant",
+        "int8-full",
+        "--trainable",
+        "last:1",
+        "--calibration",
+        str(data),
+        "-o",
+        str(proj),
+    )
     assert r.exit_code == 0, r.output
     with np.load(proj / "calibration.npz") as z:
-        assert same_bits(z["x"], x)          # the inputs, without the label column
+        assert same_bits(z["x"], x)  # the inputs, without the label column
     r = cli("eval", str(m), "--quant", "int8-full", "--trainable", "last:1", "--calibration", str(data), "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["quantization"]["quant"] == "int8-full"
     # a file that fits neither layout: the message does not point to --inputs, which export does not have
     wide = write_csv(tmp_path / "wide.csv", [[1, 2, 3, 4, 5]] * 4)
-    r = cli("export", str(m), "--board", "native", "--quant", "int8-full", "--trainable", "last:1",
-            "--calibration", str(wide), "-o", str(tmp_path / "q"))
+    r = cli(
+        "export",
+        str(m),
+        "--board",
+        "native",
+        "--quant",
+        "int8-full",
+        "--trainable",
+        "last:1",
+        "--calibration",
+        str(wide),
+        "-o",
+        str(tmp_path / "q"),
+    )
     assert_error(r, "wide.csv has 4 input values per sample, the model takes 3")
     assert "--inputs" not in r.stderr
 
 
 # ---------------------------------------------------------------- device commands over a pty
+
 
 @pytest.fixture(scope="module", autouse=True)
 def tool_dirs(pio_core: Path) -> Path:
@@ -290,8 +335,12 @@ class NativeDevice:
 
     def __init__(self, project: Path, store: Path) -> None:
         program = project / ".pio" / "build" / "native" / "program"
-        self.proc = subprocess.Popen([str(program), "--pty"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={**os.environ, "MCUTRAIN_STORE": str(store)})
+        self.proc = subprocess.Popen(
+            [str(program), "--pty"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "MCUTRAIN_STORE": str(store)},
+        )
         assert self.proc.stdout is not None
         m = re.match(r"PTY (\S+)", self.proc.stdout.readline().decode())
         assert m, "the native firmware did not offer a pty"
@@ -300,7 +349,8 @@ class NativeDevice:
 
     def regions(self) -> tuple:
         """(RAM parameters, optimizer slots, train state) as the device holds them now."""
-        from exporter.client import Device
+        from mcutrain.exporter.client import Device
+
         with Device.open(self.port) as dev:
             return dev.pull()
 
@@ -338,39 +388,42 @@ def test_pull_checks_the_model(device: NativeDevice, exported: Path, tmp_path: P
     assert_error(r, "not the one exported to")
 
 
-def test_optimizer_state_of_another_kind_is_neither_pulled_nor_pushed(device: NativeDevice, exported: Path,
-                                                                       tmp_path: Path) -> None:
+def test_optimizer_state_of_another_kind_is_neither_pulled_nor_pushed(
+    device: NativeDevice, exported: Path, tmp_path: Path
+) -> None:
     # rmsprop_momentum keeps two slots per parameter, as the device's Adam does
     other = train_model(tmp_path / "rmsm.mct", "--opt", "rmsprop_momentum")
     x, labels = modadd_samples(6, seed=1)
     write_csv(tmp_path / "train.csv", [[*row, lab] for row, lab in zip(x.astype(int), labels)])
-    assert cli("device", "train", "--port", device.port, "--data", str(tmp_path / "train.csv"), "--classify",
-               "-q").exit_code == 0
+    assert (
+        cli(
+            "device", "train", "--port", device.port, "--data", str(tmp_path / "train.csv"), "--classify", "-q"
+        ).exit_code
+        == 0
+    )
     params, state, ts = device.regions()
     out = tmp_path / "pulled.mct"
     r = cli("device", "pull", "--port", device.port, "--project", str(exported), "--model", str(other), "-o", str(out))
     assert r.exit_code == 0, r.output
     assert "optimizer state was not pulled" in r.stdout
     pulled, before = load_model(out), load_model(other)
-    assert same_bits(pulled.net.params, params)        # every parameter lives in RAM (trainable all)
+    assert same_bits(pulled.net.params, params)  # every parameter lives in RAM (trainable all)
     assert pulled.optimizer.kind == "rmsprop_momentum"
     assert same_bits(pulled.optimizer.state, before.optimizer.state)
     assert pulled.optimizer.step == before.optimizer.step
-    r = cli("device", "push", "--port", device.port, "--project", str(exported), "--model", str(other),
-            "--with-state")
+    r = cli("device", "push", "--port", device.port, "--project", str(exported), "--model", str(other), "--with-state")
     assert r.exit_code == 0, r.output
     assert "optimizer state was not sent" in r.stderr
     p2, s2, ts2 = device.regions()
-    assert same_bits(p2, before.net.params)             # the parameters were sent
-    assert same_bits(s2, state) and np.array_equal(ts2, ts)   # the device's Adam state was left alone
+    assert same_bits(p2, before.net.params)  # the parameters were sent
+    assert same_bits(s2, state) and np.array_equal(ts2, ts)  # the device's Adam state was left alone
 
 
 def test_device_train_width_messages(device: NativeDevice, tmp_path: Path) -> None:
     x, labels = modadd_samples(4, seed=2)
     f = write_csv(tmp_path / "labels.csv", [[*row, lab] for row, lab in zip(x.astype(int), labels)])
     r = cli("device", "train", "--port", device.port, "--data", str(f))
-    assert_error(r, "the device's model outputs 10 values", "use data that fits the exported model",
-                 "add --classify")
+    assert_error(r, "the device's model outputs 10 values", "use data that fits the exported model", "add --classify")
     r = cli("device", "train", "--port", device.port, "--problem", "parity8")
     assert_error(r, "the device's model takes 20 inputs but", "use data that fits the exported model")
 

@@ -1,5 +1,6 @@
-"""The IDX reader (MNIST's format: trainer.datasets.read_idx / load_idx) on files written here with
+"""The IDX reader (MNIST's format: mcutrain.datasets.read_idx / load_idx) on files written here with
 struct and NumPy, and the ModularAddition16 problem."""
+
 from __future__ import annotations
 
 import gzip
@@ -10,8 +11,8 @@ from typing import Tuple
 import numpy as np
 import pytest
 
-from trainer.datasets import DataError, load_idx, read_idx
-from trainer.problems import ModularAddition16, by_name
+from mcutrain.datasets import DataError, load_idx, read_idx
+from mcutrain.problems import ModularAddition16, by_name
 
 # IDX type codes (the third magic byte) and the big-endian dtypes they stand for
 UBYTE, SBYTE, INT32, FLOAT32 = 0x08, 0x09, 0x0C, 0x0D
@@ -41,6 +42,7 @@ def mnist_like(tmp_path: Path) -> Tuple[Path, Path, np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------- read_idx
 
+
 def test_read_idx_gives_the_values_and_shape(mnist_like: Tuple[Path, Path, np.ndarray, np.ndarray]) -> None:
     img_path, lab_path, images, labels = mnist_like
     got = read_idx(img_path)
@@ -49,11 +51,15 @@ def test_read_idx_gives_the_values_and_shape(mnist_like: Tuple[Path, Path, np.nd
     assert np.array_equal(read_idx(lab_path), labels)
 
 
-@pytest.mark.parametrize("type_code,values", [
-    (SBYTE, np.array([[-128, -1], [0, 127]], np.int8)),
-    (INT32, np.array([-2 ** 31, -1, 0, 1, 2 ** 31 - 1], np.int32)),
-    (FLOAT32, np.array([[[1.5, -0.25]], [[3e38, -1e-40]]], np.float32)),
-], ids=["int8", "int32", "float32"])
+@pytest.mark.parametrize(
+    "type_code,values",
+    [
+        (SBYTE, np.array([[-128, -1], [0, 127]], np.int8)),
+        (INT32, np.array([-(2**31), -1, 0, 1, 2**31 - 1], np.int32)),
+        (FLOAT32, np.array([[[1.5, -0.25]], [[3e38, -1e-40]]], np.float32)),
+    ],
+    ids=["int8", "int32", "float32"],
+)
 def test_read_idx_other_types_are_big_endian(tmp_path: Path, type_code: int, values: np.ndarray) -> None:
     p = tmp_path / "a.idx"
     p.write_bytes(idx_bytes(values, type_code))
@@ -70,8 +76,11 @@ def test_read_idx_unpacks_gz(tmp_path: Path, mnist_like: Tuple[Path, Path, np.nd
     assert np.array_equal(read_idx(gz), images)
 
 
-@pytest.mark.parametrize("head", [b"\x01\x00\x08\x01", b"\x00\x01\x08\x01", b"\x00\x00\x07\x01",
-                                  b"\x00\x00\x0a\x01", b"\x00\x00", b""], ids=lambda h: h.hex() or "empty")
+@pytest.mark.parametrize(
+    "head",
+    [b"\x01\x00\x08\x01", b"\x00\x01\x08\x01", b"\x00\x00\x07\x01", b"\x00\x00\x0a\x01", b"\x00\x00", b""],
+    ids=lambda h: h.hex() or "empty",
+)
 def test_read_idx_refuses_a_bad_magic_number(tmp_path: Path, head: bytes) -> None:
     p = tmp_path / "bad.idx"
     p.write_bytes(head + struct.pack(">I", 3) + b"\x01\x02\x03")
@@ -79,24 +88,26 @@ def test_read_idx_refuses_a_bad_magic_number(tmp_path: Path, head: bytes) -> Non
         read_idx(p)
 
 
-def test_read_idx_refuses_truncated_files(tmp_path: Path,
-                                          mnist_like: Tuple[Path, Path, np.ndarray, np.ndarray]) -> None:
-    raw = mnist_like[0].read_bytes()                # 4 + 3 * 4 header bytes, 84 data bytes
+def test_read_idx_refuses_truncated_files(
+    tmp_path: Path, mnist_like: Tuple[Path, Path, np.ndarray, np.ndarray]
+) -> None:
+    raw = mnist_like[0].read_bytes()  # 4 + 3 * 4 header bytes, 84 data bytes
     p = tmp_path / "cut.idx"
-    p.write_bytes(raw[:10])                         # inside the dimensions
+    p.write_bytes(raw[:10])  # inside the dimensions
     with pytest.raises(DataError, match=r"truncated \(header\)"):
         read_idx(p)
-    p.write_bytes(raw[:-1])                         # one data byte short
+    p.write_bytes(raw[:-1])  # one data byte short
     with pytest.raises(DataError, match=r"truncated: 83 data bytes for shape \(7, 3, 4\) need 84"):
         read_idx(p)
-    p.write_bytes(raw[:16])                         # the header only
+    p.write_bytes(raw[:16])  # the header only
     with pytest.raises(DataError, match="truncated: 0 data bytes"):
         read_idx(p)
-    with pytest.raises(DataError, match="cannot read"):
+    with pytest.raises(DataError, match="missing.idx does not exist"):
         read_idx(tmp_path / "missing.idx")
 
 
 # ---------------------------------------------------------------- load_idx
+
 
 def test_load_idx_scales_bytes_and_one_hot_encodes(mnist_like: Tuple[Path, Path, np.ndarray, np.ndarray]) -> None:
     """Byte images become float32 rows in [0, 1] (value / 255, flattened in C order); labels become
@@ -124,8 +135,9 @@ def test_load_idx_keeps_non_byte_values(tmp_path: Path) -> None:
     assert np.array_equal(ds.x, x) and np.array_equal(ds.y, np.array([[0, 1], [1, 0]], np.float32))
 
 
-def test_load_idx_refuses_mismatched_counts(tmp_path: Path,
-                                            mnist_like: Tuple[Path, Path, np.ndarray, np.ndarray]) -> None:
+def test_load_idx_refuses_mismatched_counts(
+    tmp_path: Path, mnist_like: Tuple[Path, Path, np.ndarray, np.ndarray]
+) -> None:
     img_path, _, _, labels = mnist_like
     (tmp_path / "six-labels.idx").write_bytes(idx_bytes(labels[:6], UBYTE))
     with pytest.raises(DataError, match="has 7 images but .* has 6 labels"):
@@ -133,6 +145,7 @@ def test_load_idx_refuses_mismatched_counts(tmp_path: Path,
 
 
 # ---------------------------------------------------------------- ModularAddition16
+
 
 def test_modular_addition16() -> None:
     """32 inputs (one-hot l, one-hot r) and 16 outputs (one-hot (l + r) mod 16), float32, seeded; every

@@ -1,6 +1,7 @@
 """The README's demo (scripts/demo.sh) without its set-up step: its three mcutrain commands (train the built-in
 example, export it for the Nucleo-F401RE, build and run it in QEMU) through the installed entry point, in a
 folder of their own, with the session's PlatformIO core folder (conftest.pio_core)."""
+
 from __future__ import annotations
 
 import json
@@ -15,13 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "scripts" / "demo.sh"
-OUT = "D"          # the demo's output folder ($out)
+OUT = "D"  # the demo's output folder ($out)
 
 
 def demo_commands(out: str) -> List[List[str]]:
     """The mcutrain command lines of scripts/demo.sh, with its output folder ($out) set to out."""
-    cmds = [shlex.split(line.replace('"$out', f'"{out}'))
-            for line in DEMO.read_text().splitlines() if line.startswith("mcutrain ")]
+    cmds = [
+        shlex.split(line.replace('"$out', f'"{out}'))
+        for line in DEMO.read_text().splitlines()
+        if line.startswith("mcutrain ")
+    ]
     assert cmds, f"{DEMO} runs no mcutrain command"
     return cmds
 
@@ -53,8 +57,14 @@ def test_demo_runs_and_the_device_matches_the_host(pio_core: Path, tmp_path: Pat
     (tmp_path / OUT).mkdir()
     outputs = []
     for cmd in demo_commands(OUT):
-        r = subprocess.run([entry_point(), *cmd[1:]], cwd=str(tmp_path), capture_output=True, text=True,
-                           timeout=600, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            [entry_point(), *cmd[1:]],
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
         assert r.returncode == 0, (cmd, r.stdout[-2000:], r.stderr[-3000:])
         outputs.append(r.stdout)
     train_out, export_out, sim_out = outputs
@@ -68,6 +78,6 @@ def test_demo_runs_and_the_device_matches_the_host(pio_core: Path, tmp_path: Pat
     assert rep["check"]["predict"]["ok"] and rep["check"]["predict"]["max_diff"] == 0.0
     assert rep["check"]["train"]["ok"] and rep["check"]["train"]["device_loss"] == rep["check"]["train"]["host_loss"]
     assert rep["predict_calls"] > 0 and rep["train_calls"] > 0
-    assert 0 < rep["predict"] < rep["train"]                  # instructions per PREDICT and per TRAIN
-    assert rep["ram_static"] > 4 * 1095 and rep["stack_peak"] > 0     # at least the 1,095 f32 parameters
+    assert 0 < rep["predict"] < rep["train"]  # instructions per PREDICT and per TRAIN
+    assert rep["ram_static"] > 4 * 1095 and rep["stack_peak"] > 0  # at least the 1,095 f32 parameters
     assert rep["flash"] >= rep["text"] > 0

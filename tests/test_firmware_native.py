@@ -8,6 +8,7 @@ and the sanitizer build are compiled here with gcc directly (every translation u
 lib/mcutrain_core/src/ with -std=c99 -Wall -Wextra -Werror -pedantic and the project's model flags from
 platformio.ini); the round-trip project is built with PlatformIO offline (`pio run -e native`).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,49 +22,51 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
+import layer_table
 import numpy as np
 import pytest
 
-from exporter import pio, sim
-from exporter.boards import Board, all_boards, get_board
-from exporter.client import Device, DeviceError
-from exporter.export import ExportResult, export_project
-from exporter.protocol import Cmd, ProtocolError, Reply, Status, crc16, encode, read_reply
-from exporter.twin import DeviceTwin
-from trainer import LR, Checkpoint, Residual, Sequential, TrainParams, losses, save_model, train_batch, train_step
-from trainer import layers as L
-from trainer.losses import Loss
-from trainer.module import Module
-from trainer.optim import TRAIN_STATE_DTYPE, Optimizer
-
 from helpers import assert_same_bits, model_flags, onehot_samples, same_bits
+from mcutrain import Checkpoint, Sequential, TrainParams, losses, save_model, train_batch, train_step
+from mcutrain import layers as L
+from mcutrain.exporter import pio, sim
+from mcutrain.exporter.boards import Board, all_boards, get_board
+from mcutrain.exporter.client import Device, DeviceError
+from mcutrain.exporter.export import ExportResult, export_project
+from mcutrain.exporter.protocol import Cmd, ProtocolError, Reply, Status, crc16, encode, read_reply
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain.losses import Loss
+from mcutrain.module import Module
+from mcutrain.optim import TRAIN_STATE_DTYPE, Optimizer
 
 OPTIMIZERS = ["sgd", "momentum", "rmsprop", "rmsprop_momentum", "adam"]
 STEPS = 100
 N_IN, N_OUT = 6, 4
 NET_SEED = 11
 # -std=c99 strictness of the issue plus -pedantic, the float flags of every generated env, the native port
-STRICT_FLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off", "-fno-math-errno",
-                "-DMCT_PORT_POSIX", "-DMCT_ALLOW_QUIT"]
+STRICT_FLAGS = [
+    "-std=c99",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-pedantic",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+    "-DMCT_PORT_POSIX",
+    "-DMCT_ALLOW_QUIT",
+]
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
-TRAIN_STATE_BYTES = TRAIN_STATE_DTYPE.itemsize          # u32 step and the two Adam powers
-SAVE_HEADER = 24                                       # docs/protocol.md: magic, seq, size, CRC-32, hash
+TRAIN_STATE_BYTES = TRAIN_STATE_DTYPE.itemsize  # u32 step and the two Adam powers
+SAVE_HEADER = 24  # docs/protocol.md: magic, seq, size, CRC-32, hash
 
 
 # ============================================================================ networks and optimizers
 
+
 def every_layer_net(seed: int = NET_SEED) -> Module:
-    """A 6 -> 4 network with every layer type: Linear, Dense, Bias1d, every activation, Softmax(T), Swish,
-    every GLU gate, Diag, ScalarScale, RMSNorm, DyT, Conv1d, a Residual around a nested Sequential and LR."""
-    return Sequential(
-        L.Linear(N_IN, 10), L.RMSNorm(10), L.Swish(10),
-        Residual(Sequential(L.Linear(10, 10), L.Tanh())),
-        L.GLU(10, 8, "sigmoid"), L.ReluGLU(8, 8), L.GLU(8, 8, "leaky_relu", alpha=0.3), L.TanhGLU(8, 8),
-        L.SwiGLU(8, 8), L.DyT(8),
-        LR(Sequential(L.Linear(8, 8), L.Sigmoid()), 2.0),
-        L.Diag(8), L.LeakyRelu(0.25), L.Conv1d(8, 6, 3), L.SiLU(), L.ScalarScale(6), L.Softplus(), L.Sine(),
-        L.Dense(6, 6), L.Cosine(), L.Bias1d(6), L.Relu(), L.Linear(6, N_OUT), L.Softmax(0.8),
-    ).rand_params(seed=seed)
+    """A 6 -> 4 network with every row of the layer table (tests/layer_table.py): every layer type, every
+    activation and GLU gate, Residual and LR."""
+    return layer_table.every_layer_net(N_IN, N_OUT, seed=seed)
 
 
 def make_optimizer(net: Module, kind: str) -> Tuple[Optimizer, Loss]:
@@ -73,8 +76,9 @@ def make_optimizer(net: Module, kind: str) -> Tuple[Optimizer, Loss]:
         tp = TrainParams(lr=0.05, schedule="linear", lr_final=0.005, decay_steps=60, l2=1e-3, scale_by_loss=True)
         return net.new_sgd(tp), losses.mse
     if kind == "momentum":
-        tp = TrainParams(lr=0.02, schedule="cosine", lr_final=1e-3, decay_steps=80, warmup_steps=10, l1=1e-4,
-                         l2=1e-3, clip=2.0)
+        tp = TrainParams(
+            lr=0.02, schedule="cosine", lr_final=1e-3, decay_steps=80, warmup_steps=10, l1=1e-4, l2=1e-3, clip=2.0
+        )
         return net.new_momentum(tp, 0.9), losses.huber(0.5)
     if kind == "rmsprop":
         return net.new_rmsprop(TrainParams(lr=5e-3, l1=1e-4, clip=1.0), 0.9), losses.cross_entropy
@@ -82,8 +86,9 @@ def make_optimizer(net: Module, kind: str) -> Tuple[Optimizer, Loss]:
         tp = TrainParams(lr=5e-3, schedule="cosine", lr_final=1e-4, decay_steps=100, warmup_steps=5)
         return net.new_rmsprop_with_momentum(tp, 0.8, 0.9), losses.logit_bce
     if kind == "adam":
-        tp = TrainParams(lr=1e-2, schedule="linear", lr_final=1e-3, decay_steps=150, warmup_steps=10, l1=1e-5,
-                         l2=1e-4, clip=5.0)
+        tp = TrainParams(
+            lr=1e-2, schedule="linear", lr_final=1e-3, decay_steps=150, warmup_steps=10, l1=1e-5, l2=1e-4, clip=5.0
+        )
         return net.new_adam(tp, 0.9, 0.999, 1e-8), losses.cosine
     raise ValueError(kind)
 
@@ -95,16 +100,21 @@ def samples(seed: int, n: int) -> Tuple[np.ndarray, np.ndarray]:
 
 # ============================================================================ small helpers
 
+
 def c_sources(project: Path) -> List[Path]:
     """The project's C translation units: src/*.c, src/ports/*.c, lib/mcutrain_core/src/*.c."""
-    return (sorted((project / "src").glob("*.c")) + sorted((project / "src" / "ports").glob("*.c"))
-            + sorted((project / "lib" / "mcutrain_core" / "src").glob("*.c")))
+    return (
+        sorted((project / "src").glob("*.c"))
+        + sorted((project / "src" / "ports").glob("*.c"))
+        + sorted((project / "lib" / "mcutrain_core" / "src").glob("*.c"))
+    )
 
 
 @dataclass
 class GccBuild:
     """A project compiled with gcc: the program and the translation units that failed the strict flags
     (their diagnostics), which were then compiled without -pedantic so the program could still be made."""
+
     program: Path
     strict_failures: Dict[str, str] = field(default_factory=dict)
 
@@ -118,8 +128,12 @@ def gcc_build_all(jobs: Sequence[Tuple[Path, Path, List[str]]]) -> List[GccBuild
     for j, (project, program, extra) in enumerate(jobs):
         objdir = program.parent / (program.name + ".obj")
         objdir.mkdir(parents=True, exist_ok=True)
-        flags = STRICT_FLAGS + model_flags(project) + [f"-I{project / d}" for d in
-                                                        ("include", "src", "lib/mcutrain_core/src")] + list(extra)
+        flags = (
+            STRICT_FLAGS
+            + model_flags(project)
+            + [f"-I{project / d}" for d in ("include", "src", "lib/mcutrain_core/src")]
+            + list(extra)
+        )
         for src in c_sources(project):
             rel = src.relative_to(project)
             tasks.append((j, src, objdir / (str(rel).replace("/", "__") + ".o"), flags))
@@ -130,15 +144,18 @@ def gcc_build_all(jobs: Sequence[Tuple[Path, Path, List[str]]]) -> List[GccBuild
         if r.returncode == 0 and not r.stderr.strip():
             return j, obj, None
         strict_msg = (r.stderr or r.stdout).strip() or f"exit {r.returncode}"
-        r2 = subprocess.run(["gcc", *[f for f in flags if f != "-pedantic"], "-c", str(src), "-o", str(obj)],
-                            capture_output=True, text=True)
+        r2 = subprocess.run(
+            ["gcc", *[f for f in flags if f != "-pedantic"], "-c", str(src), "-o", str(obj)],
+            capture_output=True,
+            text=True,
+        )
         assert r2.returncode == 0, f"gcc failed on {src}:\n{r2.stderr}"
         return j, obj, f"{src.relative_to(jobs[j][0])}: {strict_msg}"
 
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         results = list(pool.map(compile_one, tasks))
     out = []
-    for j, (project, program, extra) in enumerate(jobs):
+    for j, (_project, program, extra) in enumerate(jobs):
         objs = [str(o) for jj, o, _ in results if jj == j]
         fails = {msg.split(":", 1)[0]: msg for jj, _, msg in results if jj == j and msg}
         link = [f for f in extra if f.startswith("-fsanitize") or f == "-g"]
@@ -177,10 +194,11 @@ def frame(cmd: int, payload: bytes = b"", bad_crc: bool = False) -> bytes:
     """A request frame; bad_crc flips two bits of its CRC."""
     body = struct.pack("<BH", cmd & 0xFF, len(payload)) + payload
     crc = crc16(body) ^ (0x8001 if bad_crc else 0)
-    return b"\xA5" + body + struct.pack("<H", crc)
+    return b"\xa5" + body + struct.pack("<H", crc)
 
 
 # ============================================================================ fixtures
+
 
 @pytest.fixture(scope="module", autouse=True)
 def tool_dirs(pio_core: Path) -> Path:
@@ -193,6 +211,7 @@ def tool_dirs(pio_core: Path) -> Path:
 @dataclass
 class Project:
     """An exported every-layer project and its gcc-built program."""
+
     kind: str
     result: ExportResult
     loss: Loss
@@ -202,6 +221,7 @@ class Project:
 @dataclass
 class Builds:
     """The gcc builds of the module: one project per optimizer and a sanitizer build of the adam one."""
+
     projects: Dict[str, Project]
     asan: GccBuild
 
@@ -227,6 +247,7 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
 class RoundTrip:
     """The every-layer network pre-trained on the host (adam, train_batch), exported with its optimizer and
     built with PlatformIO; the host's parameters, optimizer slots and train state after the pre-training."""
+
     result: ExportResult
     params: np.ndarray
     state: np.ndarray
@@ -266,6 +287,7 @@ def roundtrip(tmp_path_factory: pytest.TempPathFactory) -> RoundTrip:
 
 # ============================================================================ 1. strict C
 
+
 def test_generated_c_compiles_strictly_and_runs(builds: Builds, tmp_path: Path) -> None:
     """Every translation unit of every project (one per optimizer, all layer types, its model flags from
     platformio.ini) compiles with -std=c99 -Wall -Wextra -Werror -pedantic without a diagnostic, and the
@@ -279,18 +301,25 @@ def test_generated_c_compiles_strictly_and_runs(builds: Builds, tmp_path: Path) 
         x = samples(1, 3)[0]
         with firmware(p.build.program, tmp_path / f"{kind}.bin") as dev:
             info = dev.info()
-            assert (info.hash, info.n_in, info.n_out, info.n_params, info.step) == \
-                (p.result.hash, N_IN, N_OUT, m.program.n_params, 0)
+            assert (info.hash, info.n_in, info.n_out, info.n_params, info.step) == (
+                p.result.hash,
+                N_IN,
+                N_OUT,
+                m.program.n_params,
+                0,
+            )
             assert_same_bits(dev.predict(x), twin.predict(x), f"{kind}: PREDICT")
             rc, err = quit_and_stderr(dev)
             assert rc == 0 and not err.strip()
     units = sorted({unit for f in failures.values() for unit in f})
     first = next((msg for f in failures.values() for msg in f.values()), "")
-    assert not failures, (f"{units} fail -std=c99 -Wall -Wextra -Werror -pedantic in the projects of "
-                          f"{sorted(failures)}; e.g.\n{first}")
+    assert not failures, (
+        f"{units} fail -std=c99 -Wall -Wextra -Werror -pedantic in the projects of {sorted(failures)}; e.g.\n{first}"
+    )
 
 
 # ============================================================================ 2. parity for every optimizer
+
 
 @pytest.mark.parametrize("kind", OPTIMIZERS)
 def test_native_predict_and_train_equal_the_host_bit_for_bit(builds: Builds, kind: str, tmp_path: Path) -> None:
@@ -304,7 +333,7 @@ def test_native_predict_and_train_equal_the_host_bit_for_bit(builds: Builds, kin
     host_opt, host_loss = make_optimizer(host_net, kind)
     assert same_bits(m.from_host_params(host_net.params), m.params)
     x_eval = samples(2, 8)[0]
-    x_eval[7] *= np.float32(1e-39)                    # subnormal inputs
+    x_eval[7] *= np.float32(1e-39)  # subnormal inputs
     xs, ts = samples(3, STEPS)
     with firmware(p.build.program, tmp_path / "store.bin") as dev:
         info = dev.info()
@@ -332,6 +361,7 @@ def test_native_predict_and_train_equal_the_host_bit_for_bit(builds: Builds, kin
 
 # ============================================================================ 3. round trip
 
+
 def test_round_trip_host_device_host_equals_host_only(roundtrip: RoundTrip, tmp_path: Path) -> None:
     """Host trains (train_batch), exports; the device continues 50 TRAIN steps from the host's optimizer
     state; the host pulls params, optimizer state and train state back into its network and optimizer and
@@ -339,7 +369,7 @@ def test_round_trip_host_device_host_equals_host_only(roundtrip: RoundTrip, tmp_
     rt = roundtrip
     m = rt.result.model
     xs, ts = samples(7, 100)
-    ref_net, ref_opt = rt.host()                   # never leaves the host
+    ref_net, ref_opt = rt.host()  # never leaves the host
     assert ref_opt.step == PRETRAIN_STEPS
     for k in range(100):
         train_step(ref_opt, ref_net, rt.loss, xs[k], ts[k])
@@ -372,6 +402,7 @@ def test_round_trip_host_device_host_equals_host_only(roundtrip: RoundTrip, tmp_
 
 
 # ============================================================================ 4. protocol robustness (ASan/UBSan)
+
 
 @contextmanager
 def sanitized(builds: Builds, store: Path) -> Iterator[Device]:
@@ -410,6 +441,7 @@ def resync_then_info(dev: Device, timeout: float = 5.0) -> bool:
 @dataclass
 class Snapshot:
     """Everything a bad frame must not change."""
+
     params: np.ndarray
     state: np.ndarray
     ts: bytes
@@ -458,16 +490,30 @@ def test_malformed_frames_get_errors_and_change_nothing(builds: Builds, tmp_path
         good_train = np.zeros(N_IN + N_OUT, "<f4").tobytes()
         cases: List[Tuple[str, bytes, Tuple[int, ...]]] = []
         # bad CRC on every command, with payloads that would be valid
-        valid = {Cmd.INFO: b"", Cmd.PREDICT: x[0].astype("<f4").tobytes(), Cmd.TRAIN: good_train,
-                 Cmd.READ: struct.pack("<BIH", 0, 0, 4), Cmd.WRITE: struct.pack("<BI", 0, 0) + b"\0" * 8,
-                 Cmd.SAVE: b"", Cmd.LOAD: b"", Cmd.STATS: b"", Cmd.RESET: b"", Cmd.QUIT: b""}
+        valid = {
+            Cmd.INFO: b"",
+            Cmd.PREDICT: x[0].astype("<f4").tobytes(),
+            Cmd.TRAIN: good_train,
+            Cmd.READ: struct.pack("<BIH", 0, 0, 4),
+            Cmd.WRITE: struct.pack("<BI", 0, 0) + b"\0" * 8,
+            Cmd.SAVE: b"",
+            Cmd.LOAD: b"",
+            Cmd.STATS: b"",
+            Cmd.RESET: b"",
+            Cmd.QUIT: b"",
+        }
         for cmd, payload in valid.items():
             cases.append((f"bad CRC {cmd.name}", frame(cmd, payload, bad_crc=True), (Status.BAD_CRC,)))
         cases.append(("bad CRC, unknown command", frame(0x42, b"xyz", bad_crc=True), (Status.BAD_CRC,)))
         # wrong lengths for PREDICT and TRAIN, oversize payloads
         for k in (0, 1, 4 * N_IN - 1, 4 * N_IN + 1, 4 * N_IN + 4, 4 * (N_IN + N_OUT), mp, mp + 10):
-            cases.append((f"PREDICT of {k} bytes", frame(Cmd.PREDICT, bytes((7 * i) & 0xFF for i in range(k))),
-                          (Status.BAD_LENGTH,)))
+            cases.append(
+                (
+                    f"PREDICT of {k} bytes",
+                    frame(Cmd.PREDICT, bytes((7 * i) & 0xFF for i in range(k))),
+                    (Status.BAD_LENGTH,),
+                )
+            )
         for k in (0, 4 * N_IN, 4 * (N_IN + N_OUT) - 1, 4 * (N_IN + N_OUT) + 1, 4 * (N_IN + N_OUT) + 4, mp + 10):
             cases.append((f"TRAIN of {k} bytes", frame(Cmd.TRAIN, bytes(k)), (Status.BAD_LENGTH,)))
         for cmd in (Cmd.INFO, Cmd.READ, Cmd.WRITE, Cmd.SAVE, Cmd.LOAD, Cmd.STATS, Cmd.RESET, Cmd.QUIT):
@@ -476,25 +522,62 @@ def test_malformed_frames_get_errors_and_change_nothing(builds: Builds, tmp_path
         for cmd in (0x00, 0x0A, 0x10, 0x5A, 0x7E, 0x80, 0x81, 0x83, 0xA5, 0xFF):
             cases.append((f"unknown command {cmd:#x}", frame(cmd, b"\x01\x02"), (Status.UNKNOWN,)))
         # READ out of range
-        for region, off, count in [(3, 0, 1), (255, 0, 1), (0, n, 1), (0, n + 1, 0), (0, n - 1, 2),
-                                   (0, 0, max_floats + 1), (0, 0xFFFFFFFF, 1), (0, 0xFFFFFFF0, 0x20),
-                                   (1, sizes[1], 1), (1, sizes[1] - 1, 2), (2, 3, 1), (2, 0, 4), (2, 2, 2),
-                                   (0, 0, 0xFFFF)]:
-            cases.append((f"READ region {region} offset {off} count {count}",
-                          frame(Cmd.READ, struct.pack("<BIH", region, off, count)), (Status.BAD_ARG,)))
+        for region, off, count in [
+            (3, 0, 1),
+            (255, 0, 1),
+            (0, n, 1),
+            (0, n + 1, 0),
+            (0, n - 1, 2),
+            (0, 0, max_floats + 1),
+            (0, 0xFFFFFFFF, 1),
+            (0, 0xFFFFFFF0, 0x20),
+            (1, sizes[1], 1),
+            (1, sizes[1] - 1, 2),
+            (2, 3, 1),
+            (2, 0, 4),
+            (2, 2, 2),
+            (0, 0, 0xFFFF),
+        ]:
+            cases.append(
+                (
+                    f"READ region {region} offset {off} count {count}",
+                    frame(Cmd.READ, struct.pack("<BIH", region, off, count)),
+                    (Status.BAD_ARG,),
+                )
+            )
         for k in (0, 6, 8):
-            cases.append((f"READ payload of {k} bytes", frame(Cmd.READ, bytes(k)),
-                          (Status.BAD_ARG, Status.BAD_LENGTH)))
+            cases.append((f"READ payload of {k} bytes", frame(Cmd.READ, bytes(k)), (Status.BAD_ARG, Status.BAD_LENGTH)))
         # WRITE out of range (values 1e30 would show if anything were written)
         big = np.float32(1e30).tobytes()
-        for region, off, count in [(3, 0, 1), (200, 0, 1), (0, n, 1), (0, n + 5, 1), (0, n - 1, 2),
-                                   (0, 0xFFFFFFFF, 1), (0, 0xFFFFFFFE, 4), (1, sizes[1], 1),
-                                   (1, sizes[1] - 2, 3), (2, 3, 1), (2, 1, 3), (2, 0, 4)]:
-            cases.append((f"WRITE region {region} offset {off} count {count}",
-                          frame(Cmd.WRITE, struct.pack("<BI", region, off) + big * count), (Status.BAD_ARG,)))
+        for region, off, count in [
+            (3, 0, 1),
+            (200, 0, 1),
+            (0, n, 1),
+            (0, n + 5, 1),
+            (0, n - 1, 2),
+            (0, 0xFFFFFFFF, 1),
+            (0, 0xFFFFFFFE, 4),
+            (1, sizes[1], 1),
+            (1, sizes[1] - 2, 3),
+            (2, 3, 1),
+            (2, 1, 3),
+            (2, 0, 4),
+        ]:
+            cases.append(
+                (
+                    f"WRITE region {region} offset {off} count {count}",
+                    frame(Cmd.WRITE, struct.pack("<BI", region, off) + big * count),
+                    (Status.BAD_ARG,),
+                )
+            )
         for k in (0, 4, 6, 8, 11):
-            cases.append((f"WRITE payload of {k} bytes", frame(Cmd.WRITE, (b"\0" * 5 + big * 2)[:k]),
-                          (Status.BAD_ARG, Status.BAD_LENGTH)))
+            cases.append(
+                (
+                    f"WRITE payload of {k} bytes",
+                    frame(Cmd.WRITE, (b"\0" * 5 + big * 2)[:k]),
+                    (Status.BAD_ARG, Status.BAD_LENGTH),
+                )
+            )
         longest = max(mp, 4 * (N_IN + N_OUT))
         for name, raw, allowed in cases:
             r = exchange(dev, raw)
@@ -545,11 +628,14 @@ def test_truncated_frames_are_completed_by_the_resync_procedure(builds: Builds, 
         trained_device(dev)
         before = snapshot(dev, x)
         target = np.eye(N_OUT, dtype=np.float32)[1]
-        full = [frame(Cmd.PREDICT, x[0].astype("<f4").tobytes()),
-                frame(Cmd.TRAIN, np.concatenate([x[0], target]).astype("<f4").tobytes()),
-                frame(Cmd.WRITE, struct.pack("<BI", 0, 0) + np.float32(1e30).tobytes() * ((info.max_payload - 5) // 4)),
-                frame(Cmd.RESET), frame(Cmd.READ, struct.pack("<BIH", 0, 0, 3))]
-        assert len(full[2]) == info.max_payload + 6                # the longest frame there is
+        full = [
+            frame(Cmd.PREDICT, x[0].astype("<f4").tobytes()),
+            frame(Cmd.TRAIN, np.concatenate([x[0], target]).astype("<f4").tobytes()),
+            frame(Cmd.WRITE, struct.pack("<BI", 0, 0) + np.float32(1e30).tobytes() * ((info.max_payload - 5) // 4)),
+            frame(Cmd.RESET),
+            frame(Cmd.READ, struct.pack("<BIH", 0, 0, 3)),
+        ]
+        assert len(full[2]) == info.max_payload + 6  # the longest frame there is
         for raw in full:
             assert raw[-1] != 0, "a zero CRC byte would make the completed frame valid: pick other values"
             for cut in sorted({1, 2, 3, 4, 5, len(raw) // 2, len(raw) - 2, len(raw) - 1}):
@@ -573,7 +659,7 @@ def test_noise_between_frames_is_skipped(builds: Builds, tmp_path: Path) -> None
             noise = rng.integers(0, 256, int(rng.integers(1, 600)), dtype=np.uint8)
             noise = noise[noise != 0xA5].tobytes()
             dev.link.write(noise)
-            if k % 10 == 0:          # nothing comes back for noise
+            if k % 10 == 0:  # nothing comes back for noise
                 dev.link.timeout = 0.2
                 assert dev.link.read(1) == b""
                 dev.link.timeout = old
@@ -588,8 +674,10 @@ def test_a_lost_byte_is_recovered_by_the_resync_procedure(builds: Builds, tmp_pa
     p = builds.projects["adam"]
     x = samples(6, 2)[0]
     xin = np.array([1.2345, -0.5, 2.0, 0.1, -3.25, 0.75], np.float32)
-    frames = {"PREDICT": frame(Cmd.PREDICT, xin.tobytes()),
-              "WRITE": frame(Cmd.WRITE, struct.pack("<BI", 5, 0) + xin[:2].tobytes())}   # region 5: rejected
+    frames = {
+        "PREDICT": frame(Cmd.PREDICT, xin.tobytes()),
+        "WRITE": frame(Cmd.WRITE, struct.pack("<BI", 5, 0) + xin[:2].tobytes()),
+    }  # region 5: rejected
     stuck = []
     with sanitized(builds, tmp_path / "store.bin") as dev:
         info = dev.info()
@@ -597,19 +685,22 @@ def test_a_lost_byte_is_recovered_by_the_resync_procedure(builds: Builds, tmp_pa
         before = snapshot(dev, x)
         for name, raw in frames.items():
             for i in range(len(raw)):
-                dev.link.write(raw[:i] + raw[i + 1:])
+                dev.link.write(raw[:i] + raw[i + 1 :])
                 if not resync_then_info(dev):
                     stuck.append(f"{name} without byte {i}")
                     # get the device back: complete any length it may wait for, then resync again
                     dev.link.write(bytes(0x10000 + 2))
                     assert resync_then_info(dev)
         assert_unchanged(dev, before, x, p.result.hash)
-    assert not stuck, (f"after these lost bytes the documented resync ({info.max_payload + 6} zero bytes) did "
-                       f"not bring the device back (it waited for a longer payload): {stuck}")
+    assert not stuck, (
+        f"after these lost bytes the documented resync ({info.max_payload + 6} zero bytes) did "
+        f"not bring the device back (it waited for a longer payload): {stuck}"
+    )
 
 
-def fuzz_frames(rng: np.random.Generator, n: int, n_params: int, slots: int, max_payload: int
-                ) -> Iterator[Tuple[bytes, Callable[[Reply], bool]]]:
+def fuzz_frames(
+    rng: np.random.Generator, n: int, n_params: int, slots: int, max_payload: int
+) -> Iterator[Tuple[bytes, Callable[[Reply], bool]]]:
     """n random frames (random command or a known one, random length up to max_payload + 10, random or
     structured payload, valid or invalid CRC) with a check of the reply each must get (from
     docs/protocol.md). Valid-CRC frames that would change the state (TRAIN of the right length, WRITE, SAVE,
@@ -629,26 +720,27 @@ def fuzz_frames(rng: np.random.Generator, n: int, n_params: int, slots: int, max
             payload = rng.integers(0, 256, int(rng.integers(0, max_payload + 11)), np.uint8).tobytes()
         k = len(payload)
         good = bool(rng.random() < 0.5)
-        changes = (cmd in (Cmd.WRITE, Cmd.SAVE, Cmd.LOAD, Cmd.RESET, Cmd.QUIT)
-                   or (cmd == Cmd.TRAIN and k == 4 * (N_IN + N_OUT)))
+        changes = cmd in (Cmd.WRITE, Cmd.SAVE, Cmd.LOAD, Cmd.RESET, Cmd.QUIT) or (
+            cmd == Cmd.TRAIN and k == 4 * (N_IN + N_OUT)
+        )
         if changes:
             good = False
         raw = frame(cmd, payload, bad_crc=not good)
         echo = cmd & 0x7F
 
-        def check(r: Reply, cmd: int = cmd, k: int = k, good: bool = good, payload: bytes = payload,
-                  echo: int = echo) -> bool:
+        def check(
+            r: Reply, cmd: int = cmd, k: int = k, good: bool = good, payload: bytes = payload, echo: int = echo
+        ) -> bool:
             if r.cmd != echo:
                 return False
-            if k > max(max_payload, 4 * (N_IN + N_OUT)):   # longer than any frame: answered from the header
+            if k > max(max_payload, 4 * (N_IN + N_OUT)):  # longer than any frame: answered from the header
                 return r.status == Status.BAD_LENGTH and r.data == b""
             if not good:
                 return r.status == Status.BAD_CRC and r.data == b""
             if cmd not in known:
                 return r.status == Status.UNKNOWN
             if cmd == Cmd.PREDICT:
-                return (r.status, len(r.data)) == ((Status.OK, 4 * N_OUT) if k == 4 * N_IN else
-                                                   (Status.BAD_LENGTH, 0))
+                return (r.status, len(r.data)) == ((Status.OK, 4 * N_OUT) if k == 4 * N_IN else (Status.BAD_LENGTH, 0))
             if cmd == Cmd.TRAIN or k > max_payload:
                 return r.status == Status.BAD_LENGTH
             if cmd == Cmd.READ:
@@ -681,7 +773,7 @@ def test_fuzzed_frames_never_crash_or_change_the_model(builds: Builds, tmp_path:
             r = exchange(dev, raw)
             if not check(r):
                 wrong.append((i, raw[:8].hex(), len(raw) - 6, r.status, len(r.data)))
-            if len(raw) - 6 > longest:       # answered from its header: resync past the rest of it
+            if len(raw) - 6 > longest:  # answered from its header: resync past the rest of it
                 dev.resync()
         assert not wrong, f"{len(wrong)} fuzz frames got an unexpected reply, e.g. {wrong[:5]}"
         assert_unchanged(dev, before, x, p.result.hash)
@@ -689,6 +781,7 @@ def test_fuzzed_frames_never_crash_or_change_the_model(builds: Builds, tmp_path:
 
 
 # ============================================================================ 5. saves
+
 
 def save_blob_bytes(info: Any) -> int:
     """Bytes of a save's data (docs/protocol.md: params, optimizer slots, train state)."""
@@ -766,8 +859,18 @@ def test_power_cut_during_a_save_loses_nothing(roundtrip: RoundTrip, tmp_path: P
     blob = save_blob_bytes(info)
     assert base.stat().st_size == 2 * (SAVE_HEADER + blob)
     n = info.n_params
-    cuts = [0, 1, 2 * n, 4 * n + 3, 4 * n * (1 + info.slots) + 5, blob - 1,      # in the data
-            blob, blob + 1, blob + 6, blob + 13]                                  # in the header
+    cuts = [
+        0,
+        1,
+        2 * n,
+        4 * n + 3,
+        4 * n * (1 + info.slots) + 5,
+        blob - 1,  # in the data
+        blob,
+        blob + 1,
+        blob + 6,
+        blob + 13,
+    ]  # in the header
     # baseline: two saves (the cut hits the older slot, #1) or one save (the cut hits the empty slot)
     cases = [(c, 1, 2) for c in cuts] + [(c, 0, 1) for c in (0, blob // 2, blob + 5)]
     for cut, prev_index, prev_seq in cases:
@@ -804,6 +907,7 @@ def test_power_cut_during_a_save_loses_nothing(roundtrip: RoundTrip, tmp_path: P
 
 # ============================================================================ 6. export determinism
 
+
 def tree(root: Path) -> Dict[str, int]:
     """Every file under root (relative path -> size)."""
     return {str(f.relative_to(root)): f.stat().st_size for f in sorted(root.rglob("*")) if f.is_file()}
@@ -817,8 +921,12 @@ def test_export_is_deterministic(tmp_path: Path) -> None:
     net = every_layer_net()
     opt, loss = make_optimizer(net, "momentum")
     a = export_project(Checkpoint(net, opt), "nucleo_f401re", tmp_path / "a", loss=loss)
-    b = export_project(Checkpoint(every_layer_net(), make_optimizer(every_layer_net(), "momentum")[0]),
-                       "nucleo_f401re", tmp_path / "b", loss=loss)
+    b = export_project(
+        Checkpoint(every_layer_net(), make_optimizer(every_layer_net(), "momentum")[0]),
+        "nucleo_f401re",
+        tmp_path / "b",
+        loss=loss,
+    )
     save_model(tmp_path / "m.mct", net, opt)
     c = export_project(tmp_path / "m.mct", "nucleo_f401re", tmp_path / "c", loss=loss)
     d = export_project(tmp_path / "m.mct", "nucleo_f401re", tmp_path / "d", loss=loss)
@@ -836,9 +944,11 @@ def test_export_is_deterministic(tmp_path: Path) -> None:
     assert json.loads((a.path / "mcutrain.json").read_text())["hash"] == a.hash
     others = [
         export_project(Checkpoint(every_layer_net(seed=12), opt), "nucleo_f401re", tmp_path / "e", loss=loss),
-        export_project(Checkpoint(net, net.new_momentum(TrainParams(lr=0.03), 0.9)), "nucleo_f401re",
-                       tmp_path / "f", loss=loss),
-        export_project(Checkpoint(net, opt), "nucleo_f401re", tmp_path / "g", loss=losses.mse)]
+        export_project(
+            Checkpoint(net, net.new_momentum(TrainParams(lr=0.03), 0.9)), "nucleo_f401re", tmp_path / "f", loss=loss
+        ),
+        export_project(Checkpoint(net, opt), "nucleo_f401re", tmp_path / "g", loss=losses.mse),
+    ]
     hashes = {a.hash} | {o.hash for o in others}
     assert len(hashes) == 4
     for o in others:
@@ -846,6 +956,7 @@ def test_export_is_deterministic(tmp_path: Path) -> None:
 
 
 # ============================================================================ 7. pio project config
+
 
 def small_net() -> Module:
     """A model small enough to train on every board (also in the Uno's 2 KB)."""
@@ -857,8 +968,9 @@ def test_pio_project_config_accepts_every_board(tmp_path: Path) -> None:
     it lists the board's env (official platform), sim-BOARD where a simulator stands in, and native, each
     with -ffp-contract=off and the model flags."""
     boards: List[Board] = all_boards()
-    assert {"uno", "native", "nano33ble", "bluepill", "nucleo_f401re", "pico", "teensy41", "esp32dev",
-            "esp32c3"} <= {b.name for b in boards}
+    assert {"uno", "native", "nano33ble", "bluepill", "nucleo_f401re", "pico", "teensy41", "esp32dev", "esp32c3"} <= {
+        b.name for b in boards
+    }
     net = small_net()
     ck = Checkpoint(net, net.new_momentum(TrainParams(lr=0.05), 0.9))
     for board in boards:
@@ -885,11 +997,15 @@ def test_pio_project_config_accepts_every_board(tmp_path: Path) -> None:
 
 # ============================================================================ 8. only the ops the model uses
 
+
 def defined_functions(program: Path) -> Set[str]:
     """The names of the functions defined in a program (`nm --defined-only`, text symbols)."""
     r = subprocess.run(["nm", "--defined-only", str(program)], capture_output=True, text=True, check=True)
-    return {parts[2] for parts in (line.split() for line in r.stdout.splitlines())
-            if len(parts) == 3 and parts[1] in ("T", "t")}
+    return {
+        parts[2]
+        for parts in (line.split() for line in r.stdout.splitlines())
+        if len(parts) == 3 and parts[1] in ("T", "t")
+    }
 
 
 def test_firmware_links_only_the_ops_the_model_uses(roundtrip: RoundTrip, tmp_path: Path) -> None:
@@ -899,8 +1015,12 @@ def test_firmware_links_only_the_ops_the_model_uses(roundtrip: RoundTrip, tmp_pa
     if shutil.which("nm") is None:
         pytest.fail("nm is not installed: apt-get install binutils")
     net = small_net()
-    r = export_project(Checkpoint(net, net.new_momentum(TrainParams(lr=0.05), 0.9)), "native", tmp_path / "p",
-                       loss=losses.cross_entropy)
+    r = export_project(
+        Checkpoint(net, net.new_momentum(TrainParams(lr=0.05), 0.9)),
+        "native",
+        tmp_path / "p",
+        loss=losses.cross_entropy,
+    )
     assert {d.op.name for d in r.model.program.layers}.isdisjoint({"GLU", "RMSNORM"})
     pio.build(r.path, "native")
     small = defined_functions(r.path / ".pio" / "build" / "native" / "program")

@@ -17,21 +17,43 @@ Tolerances (relative to the largest magnitude in the expected array, see assert_
 Inputs are redrawn until every ReLU / leaky-ReLU argument (layers and GLU gates) is at least KINK_MARGIN
 away from 0, which the finite differences (perturbations ~ h * max|x| ~ 1e-5) cannot cross.
 """
+
 from __future__ import annotations
 
 from typing import Callable, List, Tuple
 
+import layer_table
 import numpy as np
 import pytest
 
-from trainer import LR, Residual, Sequential, losses
-from trainer.layers import (
-    DyT, GLU, GLULeakyRelu, ReluGLU, SwiGLU, TanhGLU, Bias1d, Conv1d, Cosine, Dense, Diag, LeakyRelu, Linear,
-    Relu, RMSNorm, ScalarScale, Sigmoid, SiLU, Sine, Softmax, Softplus, Swish, Tanh, LAYER_TYPES)
-from trainer.module import Module
-
 import oracle
 from helpers import assert_same_bits
+from mcutrain import LR, Residual, Sequential, losses
+from mcutrain.layers import (
+    GLU,
+    Bias1d,
+    Conv1d,
+    Cosine,
+    Dense,
+    Diag,
+    DyT,
+    LeakyRelu,
+    Linear,
+    Relu,
+    ReluGLU,
+    RMSNorm,
+    ScalarScale,
+    Sigmoid,
+    SiLU,
+    Sine,
+    Softmax,
+    Softplus,
+    SwiGLU,
+    Swish,
+    Tanh,
+    TanhGLU,
+)
+from mcutrain.module import Module
 
 FWD_RTOL = 1e-5
 GRAD_RTOL = 2e-5
@@ -43,63 +65,52 @@ F32, F64 = np.float32, np.float64
 
 
 def full_network() -> Sequential:
-    """A network using every layer type (every GLU gate, nested Residual / LR) at least once."""
+    """A deep network of many layer types with nested Residual / LR (the table's every_layer_net is the one
+    that holds every row; this one is checked with GRAD_RTOL_NET)."""
     return Sequential(
-        Linear(5, 8), Tanh(),
-        GLU(8, 8, "sigmoid"), RMSNorm(8), ReluGLU(8, 8), GLU(8, 8, "leaky_relu", alpha=0.3),
-        TanhGLU(8, 8), SwiGLU(8, 8),
+        Linear(5, 8),
+        Tanh(),
+        GLU(8, 8, "sigmoid"),
+        RMSNorm(8),
+        ReluGLU(8, 8),
+        GLU(8, 8, "leaky_relu", alpha=0.3),
+        TanhGLU(8, 8),
+        SwiGLU(8, 8),
         Residual(Sequential(Dense(8, 8), LeakyRelu(), Bias1d(8))),
         LR(Sequential(Diag(8), Swish(), LR(ScalarScale(), 2.0)), 3.0),
-        RMSNorm(8, eps=1e-3), DyT(8), Conv1d(8, 6, 3),
-        Sine(), Relu(), Cosine(), SiLU(), Softplus(), Sigmoid(),
-        Residual(LR(Linear(6, 6), 5.0)), Softmax(2.5))
+        RMSNorm(8, eps=1e-3),
+        DyT(8),
+        Conv1d(8, 6, 3),
+        Sine(),
+        Relu(),
+        Cosine(),
+        SiLU(),
+        Softplus(),
+        Sigmoid(),
+        Residual(LR(Linear(6, 6), 5.0)),
+        Softmax(2.5),
+    )
 
 
-CASES: List[Tuple[str, Callable[[], Module]]] = [
-    ("Dense", lambda: Dense(4, 3)),
+# every row of the layer table, then variants that exercise tiling and settings, and compositions
+CASES: List[Tuple[str, Callable[[], Module]]] = list(layer_table.ROWS) + [
     ("Dense-tiled", lambda: Dense(18, 20)),
-    ("Linear", lambda: Linear(4, 3)),
     ("Linear-tiled", lambda: Linear(6, 17)),
-    ("Bias1d", lambda: Bias1d(4)),
-    ("Relu", lambda: Relu(4)),
-    ("LeakyRelu", lambda: LeakyRelu(n=4)),
-    ("LeakyRelu-0.2", lambda: LeakyRelu(0.2, 4)),
-    ("Sigmoid", lambda: Sigmoid(4)),
-    ("Tanh", lambda: Tanh(4)),
-    ("SiLU", lambda: SiLU(4)),
-    ("Softplus", lambda: Softplus(4)),
-    ("Sine", lambda: Sine(4)),
-    ("Cosine", lambda: Cosine(4)),
+    ("LeakyRelu-default", lambda: LeakyRelu(n=4)),
     ("Softmax-T1", lambda: Softmax(1.0, 5)),
-    ("Softmax-T2.5", lambda: Softmax(2.5, 5)),
-    ("Swish", lambda: Swish(4)),
-    ("GLU-sigmoid", lambda: GLU(4, 3, "sigmoid")),
-    ("GLU-relu", lambda: GLU(4, 3, "relu")),
-    ("GLU-leaky_relu", lambda: GLU(4, 3, "leaky_relu")),
-    ("GLU-leaky_relu-0.1", lambda: GLU(4, 3, "leaky_relu", alpha=0.1)),
-    ("GLU-tanh", lambda: GLU(4, 3, "tanh")),
-    ("GLU-swish", lambda: GLU(4, 3, "swish")),
-    ("SwiGLU", lambda: SwiGLU(3, 4)),
-    ("GLULeakyRelu", lambda: GLULeakyRelu(3, 4)),
-    ("TanhGLU", lambda: TanhGLU(3, 4)),
-    ("ReluGLU", lambda: ReluGLU(3, 4)),
-    ("Diag", lambda: Diag(4)),
-    ("ScalarScale", lambda: ScalarScale(4)),
-    ("RMSNorm", lambda: RMSNorm(4)),
+    ("GLU-leaky_relu-default", lambda: GLU(4, 3, "leaky_relu")),
     ("RMSNorm-eps0.5", lambda: RMSNorm(4, eps=0.5)),
-    ("DyT", lambda: DyT(4)),
-    ("Conv1d", lambda: Conv1d(7, 5, 3)),
     ("Conv1d-F1", lambda: Conv1d(3, 3, 1)),
     ("Conv1d-F=I", lambda: Conv1d(4, 1, 4)),
-    ("Residual(Linear)", lambda: Residual(Linear(4, 4))),
     ("Residual(Tanh)", lambda: Residual(Tanh(4))),
-    ("LR(Linear)", lambda: LR(Linear(4, 3), 10.0)),
     ("Residual(Sequential)", lambda: Residual(Sequential(Linear(4, 6), Tanh(), Dense(6, 4), Bias1d()))),
     ("LR(Sequential)", lambda: LR(Sequential(Linear(4, 5), Swish(), Dense(5, 3)), 4.0)),
     ("Residual(Residual)", lambda: Residual(Residual(Diag(4)), Relu())),
     ("LR(LR(Residual))", lambda: LR(LR(Residual(Sequential(Linear(4, 4), SiLU())), 2.0), 3.0)),
-    ("Sequential-in-both", lambda: Sequential(Residual(Sequential(Linear(3, 3), Sigmoid())),
-                                              LR(Sequential(DyT(3), Linear(3, 2)), 2.0))),
+    (
+        "Sequential-in-both",
+        lambda: Sequential(Residual(Sequential(Linear(3, 3), Sigmoid())), LR(Sequential(DyT(3), Linear(3, 2)), 2.0)),
+    ),
     ("full-network", full_network),
 ]
 IDS = [c[0] for c in CASES]
@@ -152,6 +163,7 @@ def fd_grads(m: Module, x: np.ndarray, g: np.ndarray) -> Tuple[np.ndarray, np.nd
 
 # ---------------------------------------------------------------- layers
 
+
 @pytest.mark.parametrize("factory", [c[1] for c in CASES], ids=IDS)
 def test_forward_matches_oracle(factory: Callable[[], Module]) -> None:
     m, x, _ = build(factory)
@@ -185,8 +197,8 @@ def test_backprop_matches_finite_differences(factory: Callable[[], Module]) -> N
     # that sum is compared within FWD_RTOL
     total = np.zeros(m.param_count(), F64)
     for s in range(NB):
-        _, t1 = m.traced_forward(x[s:s + 1])
-        gi1, g1 = m.backprop(t1, g[s:s + 1])
+        _, t1 = m.traced_forward(x[s : s + 1])
+        gi1, g1 = m.backprop(t1, g[s : s + 1])
         assert_same_bits(gi1[0], gin[s], f"{m.describe()} input gradient of sample {s}")
         total += g1.values
     assert_close(total, grads.values, FWD_RTOL, f"{m.describe()} sum of per-sample parameter gradients")
@@ -206,17 +218,6 @@ def test_single_sample_gives_1d_gradients(factory: Callable[[], Module]) -> None
     np.testing.assert_array_equal(grads.mean(), grads.values)
 
 
-def test_full_network_uses_every_layer_type() -> None:
-    net = full_network()
-    kinds = {type(layer) for layer in net.layers()}
-    missing = {c for c in LAYER_TYPES.values() if c.__base__ is not GLU} - kinds
-    assert not missing, f"full network lacks {sorted(c.__name__ for c in missing)}"
-    gates = {layer.gate for layer in net.layers() if isinstance(layer, GLU)}
-    assert gates == {"sigmoid", "relu", "leaky_relu", "tanh", "swish"}
-    tree = repr(net)
-    assert "Residual(" in tree and "LR(" in tree and "Residual(LR(" in tree
-
-
 def test_lr_wrapper_does_not_change_gradients() -> None:
     """LR only divides the learning rate: forward and backprop equal those of the bare module."""
     inner, _, _ = build(lambda: Sequential(Linear(4, 5), Swish(), Dense(5, 3)))
@@ -234,13 +235,15 @@ def test_lr_wrapper_does_not_change_gradients() -> None:
 
 # ---------------------------------------------------------------- losses
 
+
 def loss_data(name: str, rng: np.random.Generator, beta: float) -> Tuple[np.ndarray, np.ndarray]:
     """(y, t) float32 (NB, 6) in the domain of the loss, clear of its kinks."""
     shape = (NB, 6)
     if name == "huber":
         t = rng.normal(0.0, 1.0, shape)
-        mag = np.where(rng.random(shape) < 0.5, rng.uniform(0.05, beta - 0.05, shape),
-                       rng.uniform(beta + 0.05, 3 * beta, shape))
+        mag = np.where(
+            rng.random(shape) < 0.5, rng.uniform(0.05, beta - 0.05, shape), rng.uniform(beta + 0.05, 3 * beta, shape)
+        )
         mag[:, 0], mag[:, 1] = 0.5 * beta, 2.0 * beta  # both regimes in every sample
         y = t + rng.choice([-1.0, 1.0], shape) * mag
     elif name == "logit_bce":
@@ -259,9 +262,14 @@ def loss_data(name: str, rng: np.random.Generator, beta: float) -> Tuple[np.ndar
     return y32, t32
 
 
-LOSSES = [("mse", losses.mse, 1.0), ("huber-0.7", losses.huber(0.7), 0.7), ("huber-2", losses.huber(2.0), 2.0),
-          ("logit_bce", losses.logit_bce, 1.0), ("cross_entropy", losses.cross_entropy, 1.0),
-          ("cosine", losses.cosine, 1.0)]
+LOSSES = [
+    ("mse", losses.mse, 1.0),
+    ("huber-0.7", losses.huber(0.7), 0.7),
+    ("huber-2", losses.huber(2.0), 2.0),
+    ("logit_bce", losses.logit_bce, 1.0),
+    ("cross_entropy", losses.cross_entropy, 1.0),
+    ("cosine", losses.cosine, 1.0),
+]
 
 
 @pytest.mark.parametrize("loss,beta", [(lo, b) for _, lo, b in LOSSES], ids=[n for n, _, _ in LOSSES])

@@ -4,13 +4,14 @@ The header documents: exp, log, tanh, sin and cos within 1.5 ulp; log1p and sin/
 within 2.5 ulp (sin/cos: absolute error near their zeros; accurate for |x| <= 8192); sqrt correctly
 rounded (on this host mct_sqrtf is the FPU's square root instruction, correctly rounded by IEEE 754, so
 only the integer-only mct_sqrtf_soft of FPU-less targets is checked bit for bit against IEEE sqrt). exp is
-0 below -86 and +inf above 88.5. The functions are reached through trainer._core.math_eval(name, float32
+0 below -86 and +inf above 88.5. The functions are reached through mcutrain._core.math_eval(name, float32
 array), which runs the same C inline functions as the core.
 
 The error of a result y at an input x is |y - f(x)| measured in units of the float32 spacing at the exact
 value f(x) (computed in float64): 2^(floor(log2 |f(x)|) - 23), and 2^-149 in the subnormal range. That
 is "the ulp of the true result", not of y, so a result that rounds across a power of two is not flattered.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -18,20 +19,20 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from trainer import _core
+from mcutrain import _core
 
 Ref = Callable[[np.ndarray], np.ndarray]
 
 FLT_TRUE_MIN = 2.0**-149
-SMALL_TRIG = np.pi      # "small" sin/cos arguments: one period around 0 (1.5 ulp)
-TRIG_LIMIT = 8192.0     # the header's range of accurate sin/cos (2.5 ulp)
+SMALL_TRIG = np.pi  # "small" sin/cos arguments: one period around 0 (1.5 ulp)
+TRIG_LIMIT = 8192.0  # the header's range of accurate sin/cos (2.5 ulp)
 
 
 def ulp32(ref: np.ndarray) -> np.ndarray:
     """Spacing of float32 numbers at each exact value in ref (float64): 2^(floor(log2|r|) - 23),
     never below the subnormal spacing 2^-149."""
     r = np.abs(np.asarray(ref, dtype=np.float64))
-    _, e = np.frexp(r)                      # r = m * 2^e with m in [0.5, 1)
+    _, e = np.frexp(r)  # r = m * 2^e with m in [0.5, 1)
     u = np.ldexp(1.0, e - 24)
     return np.where(r >= 2.0**-126, u, FLT_TRUE_MIN)
 
@@ -87,66 +88,78 @@ def assert_max_ulp(name: str, x: np.ndarray, ref: Ref, bound: float) -> float:
     """Assert that every error on x is within bound ulps; returns the largest error."""
     e = ulp_errors(name, x, ref)
     i = int(np.argmax(e))
-    assert e[i] <= bound, f"{name}({x[i]!r}) is {e[i]:.3f} ulp off (bound {bound}); " \
-                          f"{int((e > bound).sum())} of {e.size} inputs exceed it"
+    assert e[i] <= bound, (
+        f"{name}({x[i]!r}) is {e[i]:.3f} ulp off (bound {bound}); {int((e > bound).sum())} of {e.size} inputs exceed it"
+    )
     return float(e[i])
 
 
 # ---- accuracy on dense grids ----
 
+
 def test_exp_accuracy() -> None:
     """exp within 1.5 ulp over its whole documented finite range [-86, 88.5]."""
-    x = np.concatenate([
-        linear_grid(-86.0, 88.5, 1_500_000),
-        both_signs(binade_grid(2.0**-40, 86.0, 600_000)),
-        binade_grid(86.0, 88.5, 100_000),
-        linear_grid(-1.0, 1.0, 200_000),
-        np.float32([-86.0, 88.5, 0.0, 1.0, -1.0]),
-    ])
+    x = np.concatenate(
+        [
+            linear_grid(-86.0, 88.5, 1_500_000),
+            both_signs(binade_grid(2.0**-40, 86.0, 600_000)),
+            binade_grid(86.0, 88.5, 100_000),
+            linear_grid(-1.0, 1.0, 200_000),
+            np.float32([-86.0, 88.5, 0.0, 1.0, -1.0]),
+        ]
+    )
     assert_max_ulp("exp", x, np.exp, 1.5)
 
 
 def test_log_accuracy() -> None:
     """log within 1.5 ulp for every positive finite float, subnormals included, densest near 1."""
-    x = np.concatenate([
-        binade_grid(FLT_TRUE_MIN, 3.4028235e38, 1_500_000),
-        linear_grid(0.5, 2.0, 500_000),
-        every_float(1.0 - 2.0**-12, 1.0 + 2.0**-12),
-        np.float32([FLT_TRUE_MIN, 2.0**-126, 3.4028235e38, 2.0, 0.5]),
-    ])
+    x = np.concatenate(
+        [
+            binade_grid(FLT_TRUE_MIN, 3.4028235e38, 1_500_000),
+            linear_grid(0.5, 2.0, 500_000),
+            every_float(1.0 - 2.0**-12, 1.0 + 2.0**-12),
+            np.float32([FLT_TRUE_MIN, 2.0**-126, 3.4028235e38, 2.0, 0.5]),
+        ]
+    )
     assert_max_ulp("log", x, np.log, 1.5)
 
 
 def test_log1p_accuracy() -> None:
     """log1p within 2.5 ulp on (-1, inf): tiny arguments, near -1, and large arguments."""
-    x = np.concatenate([
-        both_signs(binade_grid(2.0**-140, 0.999, 1_000_000)),
-        binade_grid(1.0, 3.4e38, 500_000),
-        linear_grid(-0.99999994, 10.0, 800_000),
-        every_float(0.0625 - 2.0**-12, 0.0625 + 2.0**-12),
-    ])
+    x = np.concatenate(
+        [
+            both_signs(binade_grid(2.0**-140, 0.999, 1_000_000)),
+            binade_grid(1.0, 3.4e38, 500_000),
+            linear_grid(-0.99999994, 10.0, 800_000),
+            every_float(0.0625 - 2.0**-12, 0.0625 + 2.0**-12),
+        ]
+    )
     x = x[x > -1.0]
     assert_max_ulp("log1p", x, np.log1p, 2.5)
 
 
 def test_tanh_accuracy() -> None:
     """tanh within 1.5 ulp on all reals: tiny, around the 0.625 switch of formula, and saturated."""
-    x = np.concatenate([
-        linear_grid(-12.0, 12.0, 1_500_000),
-        both_signs(binade_grid(2.0**-140, 1e30, 800_000)),
-        both_signs(every_float(0.625 - 2.0**-10, 0.625 + 2.0**-10)),
-    ])
+    x = np.concatenate(
+        [
+            linear_grid(-12.0, 12.0, 1_500_000),
+            both_signs(binade_grid(2.0**-140, 1e30, 800_000)),
+            both_signs(every_float(0.625 - 2.0**-10, 0.625 + 2.0**-10)),
+        ]
+    )
     assert_max_ulp("tanh", x, np.tanh, 1.5)
 
 
 @pytest.mark.parametrize("name,ref", [("sin", np.sin), ("cos", np.cos)])
 def test_trig_small_argument_accuracy(name: str, ref: Ref) -> None:
     """sin and cos within 1.5 ulp for |x| <= pi (one period around 0, zeros included)."""
-    x = np.concatenate([
-        linear_grid(-SMALL_TRIG, SMALL_TRIG, 1_500_000),
-        both_signs(binade_grid(2.0**-140, SMALL_TRIG, 800_000)),
-        near_zeros(0.0 if name == "sin" else 0.5, SMALL_TRIG),
-    ])
+    x = np.concatenate(
+        [
+            linear_grid(-SMALL_TRIG, SMALL_TRIG, 1_500_000),
+            both_signs(binade_grid(2.0**-140, SMALL_TRIG, 800_000)),
+            near_zeros(0.0 if name == "sin" else 0.5, SMALL_TRIG),
+        ]
+    )
     x = x[np.abs(x) <= SMALL_TRIG]
     assert_max_ulp(name, x, ref, 1.5)
 
@@ -156,11 +169,13 @@ def test_trig_large_argument_accuracy(name: str, ref: Ref) -> None:
     """sin and cos within 2.5 ulp for pi < |x| <= 8192, except that near their zeros the error is
     absolute: at most 2.5 ulp plus |x| * 2^-53 (what a pi/2 carried to double precision in the
     argument reduction leaves), far below the float32 spacing of x itself."""
-    x = np.concatenate([
-        both_signs(linear_grid(SMALL_TRIG, TRIG_LIMIT, 1_500_000)),
-        both_signs(binade_grid(SMALL_TRIG, TRIG_LIMIT, 500_000)),
-        both_signs(every_float(TRIG_LIMIT - 2.0**-8, TRIG_LIMIT)),
-    ])
+    x = np.concatenate(
+        [
+            both_signs(linear_grid(SMALL_TRIG, TRIG_LIMIT, 1_500_000)),
+            both_signs(binade_grid(SMALL_TRIG, TRIG_LIMIT, 500_000)),
+            both_signs(every_float(TRIG_LIMIT - 2.0**-8, TRIG_LIMIT)),
+        ]
+    )
     x = x[np.abs(x) > SMALL_TRIG]
     e = ulp_errors(name, x, ref)
     r = ref(x.astype(np.float64))
@@ -176,18 +191,21 @@ def test_trig_large_argument_accuracy(name: str, ref: Ref) -> None:
     bad = err > allowed
     assert not bad.any(), (
         f"{name}: {int(bad.sum())} inputs near zeros exceed 2.5 ulp + |x| 2^-53, e.g. "
-        f"x={z[bad][0]!r}: error {err[bad][0]:.3g}, allowed {allowed[bad][0]:.3g}")
+        f"x={z[bad][0]!r}: error {err[bad][0]:.3g}, allowed {allowed[bad][0]:.3g}"
+    )
 
 
 def test_sqrt_soft_bit_exact() -> None:
     """The integer-only mct_sqrtf_soft equals IEEE float32 sqrt bit for bit: every subnormal, every
     float in [1, 4) (both exponent parities), and a dense sweep of all positive floats."""
-    x = np.concatenate([
-        every_float(0.0, 2.0**-126),                          # 0, all subnormals, FLT_MIN
-        every_float(1.0, 4.0),
-        binade_grid(2.0**-126, 3.4028235e38, 2_000_000),
-        np.float32([np.inf, 3.4028235e38, 1.0 - 2.0**-24, 2.0 - 2.0**-23]),
-    ])
+    x = np.concatenate(
+        [
+            every_float(0.0, 2.0**-126),  # 0, all subnormals, FLT_MIN
+            every_float(1.0, 4.0),
+            binade_grid(2.0**-126, 3.4028235e38, 2_000_000),
+            np.float32([np.inf, 3.4028235e38, 1.0 - 2.0**-24, 2.0 - 2.0**-23]),
+        ]
+    )
     got = _core.math_eval("sqrt_soft", x)
     want = np.sqrt(x)
     diff = got.view(np.uint32) != want.view(np.uint32)
@@ -206,6 +224,7 @@ def test_sqrt_special_values(name: str) -> None:
 
 
 # ---- special values ----
+
 
 def f32(*v: float) -> np.ndarray:
     """A float32 array of the given values."""

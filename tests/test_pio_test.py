@@ -8,6 +8,7 @@ one expected value in expected.h has one bit flipped, naming the value. The expe
 checked against the host trainer's Python API (not the C core view the exporter used to make them).
 
 Needs PlatformIO and the toolchains and simulators of TOOLCHAINS.md (no skips)."""
+
 from __future__ import annotations
 
 import re
@@ -21,15 +22,14 @@ from typing import Dict, List, Tuple
 import numpy as np
 import pytest
 
-from exporter import pio
-from exporter.export import ExportResult, export_project
-from trainer import Checkpoint, Residual, Sequential, TrainParams, losses
-from trainer import layers as L
-from trainer.module import Module
-from trainer.optim import Optimizer
-from trainer.train import train_step
-
 from helpers import bits
+from mcutrain import Checkpoint, Residual, Sequential, TrainParams, losses
+from mcutrain import layers as L
+from mcutrain.exporter import pio
+from mcutrain.exporter.export import ExportResult, export_project
+from mcutrain.module import Module
+from mcutrain.optim import Optimizer
+from mcutrain.train import train_step
 
 TEST_NAMES = ["test_model_hash", "test_net_check", "test_predict", "test_train_step"]
 LOSS = losses.cross_entropy
@@ -40,6 +40,7 @@ PIO_TIMEOUT = 300.0
 class Case:
     """One exported project: its board, the env `pio test` runs, what trains on the device, the optimizer,
     and which expected.h array gets a bit flipped (its first value) and so which test must then fail."""
+
     board: str
     env: str
     trainable: str
@@ -60,8 +61,9 @@ CASES = [
 
 def small_net() -> Module:
     """Linear, RMSNorm, SiLU, a residual block with Tanh, Softmax: small enough for the Uno's flash and RAM."""
-    return Sequential(L.Linear(6, 10), L.RMSNorm(10), L.SiLU(), Residual(L.Linear(10, 10), L.Tanh()),
-                      L.Linear(10, 3), L.Softmax()).rand_params(seed=29)
+    return Sequential(
+        L.Linear(6, 10), L.RMSNorm(10), L.SiLU(), Residual(L.Linear(10, 10), L.Tanh()), L.Linear(10, 3), L.Softmax()
+    ).rand_params(seed=29)
 
 
 def optimizer(net: Module, kind: str) -> Optimizer:
@@ -102,7 +104,7 @@ def flip_first_bit(path: Path, array: str) -> Tuple[int, int]:
     assert m
     old = int(m.group(1), 16)
     new = old ^ 1
-    path.write_text(text[:m.start()] + f"0x{new:08x}u" + text[m.end():])
+    path.write_text(text[: m.start()] + f"0x{new:08x}u" + text[m.end() :])
     return old, new
 
 
@@ -110,6 +112,7 @@ def flip_first_bit(path: Path, array: str) -> Tuple[int, int]:
 @dataclass
 class Run:
     """A project, its pristine expected.h, `pio test` on it, and `pio test` after one flipped bit."""
+
     case: Case
     result: ExportResult
     expected_h: str
@@ -125,8 +128,9 @@ class Run:
 
 def pio_test(project: Path, env: str, core: Path, *extra: str) -> subprocess.CompletedProcess:
     """`pio test -e ENV` in project with its own PlatformIO core folder."""
-    return pio.run(["test", "-e", env, *extra], project, timeout=PIO_TIMEOUT,
-                   extra_env={"PLATFORMIO_CORE_DIR": str(core)})
+    return pio.run(
+        ["test", "-e", env, *extra], project, timeout=PIO_TIMEOUT, extra_env={"PLATFORMIO_CORE_DIR": str(core)}
+    )
 
 
 def core_dir(base: Path, name: str) -> Path:
@@ -141,7 +145,9 @@ def core_dir(base: Path, name: str) -> Path:
 
 def run_case(case: Case, base: Path) -> Run:
     """Export, `pio test`, flip a bit of expected.h, `pio test` again."""
-    r = export_project(checkpoint(case.optimizer), case.board, base / case.board, loss=LOSS, trainable=case.trainable, sim=True)
+    r = export_project(
+        checkpoint(case.optimizer), case.board, base / case.board, loss=LOSS, trainable=case.trainable, sim=True
+    )
     core = core_dir(base, case.board)
     expected = r.path / "test" / "test_model" / "expected.h"
     pristine = expected.read_text()
@@ -251,9 +257,14 @@ def test_a_run_that_ends_before_tests_done_is_an_error(runs: Dict[str, Run], own
     run = runs["native"]
     (run.path / "test" / "test_model" / "expected.h").write_text(run.expected_h)
     ini = run.path / "platformio.ini"
-    ini.write_text(ini.read_text().replace(
-        "[env:native]\n", "[env:native]\ntest_testing_command =\n    sh\n    -c\n"
-        "    ${platformio.build_dir}/native/program | head -n 2\n", 1))
+    ini.write_text(
+        ini.read_text().replace(
+            "[env:native]\n",
+            "[env:native]\ntest_testing_command =\n    sh\n    -c\n"
+            "    ${platformio.build_dir}/native/program | head -n 2\n",
+            1,
+        )
+    )
     r = pio_test(run.path, "native", core_dir(own_core, "native"))
     text = output(r)
     assert r.returncode == 1, text[-3000:]

@@ -6,6 +6,7 @@ rounding for QUANT. Exports of the README network (ModularAddition10) are checke
 native firmware, built with PlatformIO offline, predicts and trains exactly as the host's C core runs
 the same layer table. Run with -s to see the accuracy reports.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,26 +17,35 @@ from typing import List, Sequence, Tuple
 import numpy as np
 import pytest
 
-from exporter.boards import get_board
-from exporter.device import DeviceSpecError, build_device_model
-from exporter.export import ExportError, export_project
-from exporter.memplan import AVR_OP_CODE, plan
-from exporter.quantize import (QDenseConsts, QParams, dequant_blob, evaluate, qdense_consts, qlut_table, quant_blob,
-                               quantize_weights, requant_multiplier)
-from exporter.twin import DeviceTwin
-from trainer import TrainParams, losses, train_batch
-from trainer.modelfile import Checkpoint
-from trainer.module import core_net
-from trainer.problems import ModularAddition10
-from trainer.program import Act, LayerDesc, Op, Program
-
 from helpers import assert_device_equals_twin, assert_same_bits, readme_net, train_lockstep
+from mcutrain import TrainParams, losses, train_batch
+from mcutrain.exporter.boards import get_board
+from mcutrain.exporter.device import DeviceSpecError, build_device_model
+from mcutrain.exporter.export import ExportError, export_project
+from mcutrain.exporter.memplan import AVR_OP_CODE, plan
+from mcutrain.exporter.quantize import (
+    QDenseConsts,
+    QParams,
+    dequant_blob,
+    evaluate,
+    qdense_consts,
+    qlut_table,
+    quant_blob,
+    quantize_weights,
+    requant_multiplier,
+)
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain.modelfile import Checkpoint
+from mcutrain.module import core_net
+from mcutrain.problems import ModularAddition10
+from mcutrain.program import Act, LayerDesc, Op, Program
 
-INT32_MAX = 2 ** 31 - 1
+INT32_MAX = 2**31 - 1
 I8_OUT = (Op.QUANT, Op.QDENSE, Op.QLUT)
 
 
 # ----------------------------------------------------------------------------- helpers
+
 
 def i8_floats(n: int) -> int:
     """Arena floats per sample of an int8 tensor of n values (documented: ceil(n / 4))."""
@@ -50,8 +60,18 @@ def q_program(ops: Sequence[Tuple[Op, int, int, bytes]], kind: int = 0) -> Progr
     top, cur = ops[0][1], 0
     for op, n_in, n_out, data in ops:
         assert len(data) % 4 == 0
-        d = LayerDesc(op=op, kind=kind if op == Op.QLUT else 0, n_in=n_in, n_out=n_out, p_off=len(blob),
-                      in_off=cur, out_off=top, aux_off=0, trainable=False, storage=3)
+        d = LayerDesc(
+            op=op,
+            kind=kind if op == Op.QLUT else 0,
+            n_in=n_in,
+            n_out=n_out,
+            p_off=len(blob),
+            in_off=cur,
+            out_off=top,
+            aux_off=0,
+            trainable=False,
+            storage=3,
+        )
         blob += data
         top += i8_floats(n_out) if op in I8_OUT else n_out
         cur = d.out_off
@@ -67,8 +87,8 @@ def run(prog: Program, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 def arena_i8(arena: np.ndarray, d: LayerDesc, nb: int) -> np.ndarray:
     """The int8 output tensor (nb, n_out) of layer d, read from the arena at the documented layout."""
     stride = 4 * i8_floats(d.n_out)
-    raw = arena[d.out_off * nb: d.out_off * nb + i8_floats(d.n_out) * nb].view(np.int8)
-    return raw.reshape(nb, stride)[:, :d.n_out]
+    raw = arena[d.out_off * nb : d.out_off * nb + i8_floats(d.n_out) * nb].view(np.int8)
+    return raw.reshape(nb, stride)[:, : d.n_out]
 
 
 def quant_ref(x: np.ndarray, inv_scale: float, zp: int) -> np.ndarray:
@@ -128,7 +148,8 @@ def eval_data() -> Tuple[np.ndarray, np.ndarray]:
 def native_tools(pio_core: Path) -> Path:
     """PlatformIO and gcc, which the native firmware needs (a missing one fails with what to install), and
     the session's own PlatformIO core folder (conftest.pio_core)."""
-    from exporter.pio import PioError, pio_command
+    from mcutrain.exporter.pio import PioError, pio_command
+
     try:
         pio_command()
     except PioError as e:
@@ -139,6 +160,7 @@ def native_tools(pio_core: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- weights and constants
+
 
 def test_weight_quantization_is_symmetric_per_output_channel() -> None:
     """Each output column gets its own scale max|w| / 127; codes are in [-127, 127], the largest weight of
@@ -171,11 +193,11 @@ def test_requant_multiplier_is_accurate() -> None:
     for real in np.geomspace(1e-9, 1e8, 400):
         m, s = requant_multiplier(float(real))
         assert 1 <= s <= 62
-        assert 2 ** 30 <= m < 2 ** 31
-        assert abs(m / 2.0 ** s - real) <= real * 2.0 ** -30
-    m, s = requant_multiplier(2.0 ** -40)
-    assert s == 62 and m == 2 ** 22
-    assert requant_multiplier(2.0 ** 31) == (INT32_MAX, 1)
+        assert 2**30 <= m < 2**31
+        assert abs(m / 2.0**s - real) <= real * 2.0**-30
+    m, s = requant_multiplier(2.0**-40)
+    assert s == 62 and m == 2**22
+    assert requant_multiplier(2.0**31) == (INT32_MAX, 1)
     assert requant_multiplier(0.0)[0] == 0
 
 
@@ -191,6 +213,7 @@ def test_activation_ranges_include_zero() -> None:
 
 
 # ----------------------------------------------------------------------------- the C kernels
+
 
 def test_quant_and_dequant_match_rederivation() -> None:
     """QUANT then DEQUANT through the C core equal the documented formulas for random scales and zero
@@ -219,13 +242,18 @@ def random_qdense(rng: np.random.Generator, n_in: int, n_out: int) -> QDenseCons
     +-2^31-1, multipliers up to 2^31-1 and shifts outside [1, 62] (clamped by the kernel)."""
     bias = rng.integers(-3000, 3000, n_out)
     bias[:2] = [INT32_MAX, -INT32_MAX]
-    mult = rng.integers(2 ** 30, 2 ** 31, n_out)
+    mult = rng.integers(2**30, 2**31, n_out)
     shift = rng.integers(34, 42, n_out)
     shift[2:5] = [0, 63, 62]
     mult[5] = INT32_MAX
-    return QDenseConsts(int(rng.integers(-128, 128)), int(rng.integers(-128, 128)), bias.astype(np.int64),
-                        mult.astype(np.int64), shift.astype(np.int64),
-                        rng.integers(-128, 128, (n_out, n_in)).astype(np.int8))
+    return QDenseConsts(
+        int(rng.integers(-128, 128)),
+        int(rng.integers(-128, 128)),
+        bias.astype(np.int64),
+        mult.astype(np.int64),
+        shift.astype(np.int64),
+        rng.integers(-128, 128, (n_out, n_in)).astype(np.int8),
+    )
 
 
 def test_qdense_equals_integer_rederivation() -> None:
@@ -238,11 +266,16 @@ def test_qdense_equals_integer_rederivation() -> None:
         w = rng.normal(0, 0.5, n_in * n_out).astype(np.float32)
         b = rng.normal(0, 0.5, n_out).astype(np.float32)
         cases = [qdense_consts(w, b, n_in, n_out, qin, qout), qdense_consts(w, None, n_in, n_out, qin, qout)]
-        if n_out >= 9:      # six limit columns, the rest ordinary
+        if n_out >= 9:  # six limit columns, the rest ordinary
             cases.append(random_qdense(rng, n_in, n_out))
         for c in cases:
-            prog = q_program([(Op.QUANT, n_in, n_in, quant_blob(qin)), (Op.QDENSE, n_in, n_out, c.blob()),
-                              (Op.DEQUANT, n_out, n_out, dequant_blob(QParams(qout.scale, c.zy)))])
+            prog = q_program(
+                [
+                    (Op.QUANT, n_in, n_in, quant_blob(qin)),
+                    (Op.QDENSE, n_in, n_out, c.blob()),
+                    (Op.DEQUANT, n_out, n_out, dequant_blob(QParams(qout.scale, c.zy))),
+                ]
+            )
             x = rng.uniform(-2.5, 3.5, (nb, n_in)).astype(np.float32)
             y, arena = run(prog, x)
             xq = arena_i8(arena, prog.layers[0], nb)
@@ -251,7 +284,7 @@ def test_qdense_equals_integer_rederivation() -> None:
             got = arena_i8(arena, prog.layers[1], nb)
             assert np.array_equal(got, want), (n_in, n_out)
             assert np.array_equal(y, (want - max(-128, min(127, c.zy))).astype(np.float32) * np.float32(qout.scale))
-            assert len(np.unique(want)) > 3      # not everything saturated
+            assert len(np.unique(want)) > 3  # not everything saturated
 
 
 def test_qdense_constants_approximate_the_float_layer() -> None:
@@ -272,13 +305,26 @@ def test_qdense_constants_approximate_the_float_layer() -> None:
     assert np.abs(got - ref)[inside].max() <= 1.5 * float(qout.scale)
 
 
-ACTS = [(Act.RELU, 0.0), (Act.LEAKY_RELU, 0.5), (Act.LEAKY_RELU, 0.1), (Act.SIGMOID, 0.0), (Act.TANH, 0.0),
-        (Act.SILU, 0.0), (Act.SOFTPLUS, 0.0), (Act.SINE, 0.0), (Act.COSINE, 0.0)]
+ACTS = [
+    (Act.RELU, 0.0),
+    (Act.LEAKY_RELU, 0.5),
+    (Act.LEAKY_RELU, 0.1),
+    (Act.SIGMOID, 0.0),
+    (Act.TANH, 0.0),
+    (Act.SILU, 0.0),
+    (Act.SOFTPLUS, 0.0),
+    (Act.SINE, 0.0),
+    (Act.COSINE, 0.0),
+]
 NUMPY_ACT = {
-    Act.RELU: lambda x, a: np.maximum(x, 0.0), Act.LEAKY_RELU: lambda x, a: np.where(x < 0, a * x, x),
-    Act.SIGMOID: lambda x, a: 1 / (1 + np.exp(-x)), Act.TANH: lambda x, a: np.tanh(x),
-    Act.SILU: lambda x, a: x / (1 + np.exp(-x)), Act.SOFTPLUS: lambda x, a: np.log1p(np.exp(x)),
-    Act.SINE: lambda x, a: np.sin(x), Act.COSINE: lambda x, a: np.cos(x),
+    Act.RELU: lambda x, a: np.maximum(x, 0.0),
+    Act.LEAKY_RELU: lambda x, a: np.where(x < 0, a * x, x),
+    Act.SIGMOID: lambda x, a: 1 / (1 + np.exp(-x)),
+    Act.TANH: lambda x, a: np.tanh(x),
+    Act.SILU: lambda x, a: x / (1 + np.exp(-x)),
+    Act.SOFTPLUS: lambda x, a: np.log1p(np.exp(x)),
+    Act.SINE: lambda x, a: np.sin(x),
+    Act.COSINE: lambda x, a: np.cos(x),
 }
 
 
@@ -299,27 +345,33 @@ def test_qlut_tables(kind: Act, alpha: float) -> None:
     ref = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + qout.zero_point, -128, 127)
     diff = np.abs(table.astype(np.int64) - ref)
     assert diff.max() <= 1
-    if kind not in (Act.RELU, Act.LEAKY_RELU):     # smooth: ties are rare
+    if kind not in (Act.RELU, Act.LEAKY_RELU):  # smooth: ties are rare
         assert (diff == 0).mean() >= 0.97
     else:
         # piecewise linear: f32 arithmetic as documented (alpha * x, then x * inv_scale) gives every code
         y32 = np.where(xin < 0, np.float32(alpha) * xin, xin) if kind == Act.LEAKY_RELU else np.maximum(xin, 0)
         assert np.array_equal(table, quant_ref(y32, float(qout.inv_scale), qout.zero_point))
-    assert len(np.unique(table)) > 20      # the table really spans the output range
-    prog = q_program([(Op.QUANT, 256, 256, quant_blob(qin)), (Op.QLUT, 256, 256, table.tobytes()),
-                      (Op.DEQUANT, 256, 256, dequant_blob(qout))], kind=int(kind))
+    assert len(np.unique(table)) > 20  # the table really spans the output range
+    prog = q_program(
+        [
+            (Op.QUANT, 256, 256, quant_blob(qin)),
+            (Op.QLUT, 256, 256, table.tobytes()),
+            (Op.DEQUANT, 256, 256, dequant_blob(qout)),
+        ],
+        kind=int(kind),
+    )
     y, arena = run(prog, xin[None, :])
     assert np.array_equal(arena_i8(arena, prog.layers[0], 1)[0], codes)
     assert np.array_equal(arena_i8(arena, prog.layers[1], 1)[0], table)
-    assert np.array_equal(y[0], (table.astype(np.int64) - qout.zero_point).astype(np.float32)
-                          * np.float32(qout.scale))
+    assert np.array_equal(y[0], (table.astype(np.int64) - qout.zero_point).astype(np.float32) * np.float32(qout.scale))
 
 
 # ----------------------------------------------------------------------------- device models
 
+
 def ops(m: object) -> List[str]:
     """Op names of a device model's layer table."""
-    return [d.op.name for d in m.program.layers]   # type: ignore[attr-defined]
+    return [d.op.name for d in m.program.layers]  # type: ignore[attr-defined]
 
 
 def test_int8_full_device_model(trained: Checkpoint, calibration: np.ndarray) -> None:
@@ -333,8 +385,10 @@ def test_int8_full_device_model(trained: Checkpoint, calibration: np.ndarray) ->
     assert all(not d.trainable for d in m.program.layers) and m.program.n_params == 0
     assert [d.storage for d in m.program.layers[:5]] == [3] * 5
     first = m.program.layers[0]
-    inv, zp = np.frombuffer(m.program.cdata[first.p_off:first.p_off + 8], "<f4")[0], \
-        int(np.frombuffer(m.program.cdata[first.p_off + 4:first.p_off + 8], "<i4")[0])
+    inv, zp = (
+        np.frombuffer(m.program.cdata[first.p_off : first.p_off + 8], "<f4")[0],
+        int(np.frombuffer(m.program.cdata[first.p_off + 4 : first.p_off + 8], "<i4")[0]),
+    )
     assert zp == -128 and inv == np.float32(1 / np.float32(1 / 255))
     # DEQUANT: the range of Linear(35, 10)'s outputs (before Softmax), recomputed in float64
     net = trained.net
@@ -342,7 +396,7 @@ def test_int8_full_device_model(trained: Checkpoint, calibration: np.ndarray) ->
     h = 1 / (1 + np.exp(-(calibration @ p[:700].reshape(20, 35) + p[700:735])))
     z = h @ p[735:1085].reshape(35, 10) + p[1085:1095]
     last = m.program.layers[4]
-    scale = float(np.frombuffer(m.program.cdata[last.p_off:last.p_off + 4], "<f4")[0])
+    scale = float(np.frombuffer(m.program.cdata[last.p_off : last.p_off + 4], "<f4")[0])
     assert scale == pytest.approx((max(z.max(), 0) - min(z.min(), 0)) / 255, rel=1e-5)
 
     m1 = build_device_model(trained, "last:1", "int8-full", calibration=calibration)
@@ -364,21 +418,30 @@ def test_int8_full_needs_calibration(trained: Checkpoint, tmp_path: Path) -> Non
         export_project(trained, "native", out, quant="int8-full", trainable="none")
     assert not out.exists()
     with pytest.raises(ExportError, match="calibration data"):
-        export_project(trained, "native", out, quant="int8-full", trainable="none",
-                       calibration=np.zeros((5, 7), np.float32))
+        export_project(
+            trained, "native", out, quant="int8-full", trainable="none", calibration=np.zeros((5, 7), np.float32)
+        )
     with pytest.raises(ExportError, match="NaN"):
-        export_project(trained, "native", out, quant="int8-full", trainable="none",
-                       calibration=np.full((5, 20), np.nan, np.float32))
+        export_project(
+            trained,
+            "native",
+            out,
+            quant="int8-full",
+            trainable="none",
+            calibration=np.full((5, 20), np.nan, np.float32),
+        )
     with pytest.raises(ExportError, match="no frozen|there are none"):
-        export_project(trained, "native", out, quant="int8-full", trainable="all",
-                       calibration=np.zeros((5, 20), np.float32))
+        export_project(
+            trained, "native", out, quant="int8-full", trainable="all", calibration=np.zeros((5, 20), np.float32)
+        )
     with pytest.raises(ExportError, match="must be one of"):
         export_project(trained, "native", out, quant="int4", trainable="none")
     assert not out.exists()
 
 
-def test_accuracy_report_on_modadd10(trained: Checkpoint, calibration: np.ndarray,
-                                     eval_data: Tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
+def test_accuracy_report_on_modadd10(
+    trained: Checkpoint, calibration: np.ndarray, eval_data: Tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
     """Every quant mode reports loss, accuracy and output change against the f32 network on the user's
     evaluation data; f32 changes nothing, int8 weights and full-integer int8 change the accuracy of the
     trained README network by at most half a point; the report is in the result and in mcutrain.json."""
@@ -389,8 +452,15 @@ def test_accuracy_report_on_modadd10(trained: Checkpoint, calibration: np.ndarra
     assert f32_acc >= 0.95
     print()
     for quant, trainable in [("f32", "none"), ("int8", "none"), ("int8-full", "none"), ("int8-full", "last:1")]:
-        r = export_project(trained, "native", tmp_path / f"{quant}-{trainable[:4]}", quant=quant,
-                           trainable=trainable, calibration=calibration, eval_data=eval_data)
+        r = export_project(
+            trained,
+            "native",
+            tmp_path / f"{quant}-{trainable[:4]}",
+            quant=quant,
+            trainable=trainable,
+            calibration=calibration,
+            eval_data=eval_data,
+        )
         rep = r.quant_report
         assert rep is not None
         print(rep.summary())
@@ -416,8 +486,9 @@ def test_accuracy_report_on_modadd10(trained: Checkpoint, calibration: np.ndarra
     assert r.quant_report is None and json.loads((r.path / "mcutrain.json").read_text())["quant_report"] is None
 
 
-def test_accuracy_report_of_a_less_certain_network(calibration: np.ndarray,
-                                                   eval_data: Tuple[np.ndarray, np.ndarray]) -> None:
+def test_accuracy_report_of_a_less_certain_network(
+    calibration: np.ndarray, eval_data: Tuple[np.ndarray, np.ndarray]
+) -> None:
     """After only 150 README steps (about 70 % accuracy, outputs far from saturation) full-integer int8
     visibly changes the outputs, while loss and accuracy stay close to the f32 network's."""
     net = readme_net(seed=456645, scale=1.0)
@@ -454,11 +525,16 @@ def test_memory_plan_shows_int8_savings(trained: Checkpoint, calibration: np.nda
     assert rows["full-integer layers (flash)"][1] == 8 + (8 + 12 * 35 + 700) + 256 + (8 + 12 * 10 + 352) + 8
     assert rows["full-integer layers (flash)"][1] == len(m.program.cdata)
     flash32 = {n: f for n, _, f in f32.rows}
-    assert rows["full-integer layers (flash)"][1] < flash32["frozen layers (flash)"]   # the constants shrink
+    assert rows["full-integer layers (flash)"][1] < flash32["frozen layers (flash)"]  # the constants shrink
     # the rest of the flash difference: a longer layer table (QUANT/DEQUANT) and the integer kernels' code
-    assert full.flash - f32.flash == (rows["full-integer layers (flash)"][1] + rows["frozen layers (flash)"][1]
-                                      - flash32["frozen layers (flash)"] + rows["layer table"][1]
-                                      - flash32["layer table"] + AVR_OP_CODE[Op.QDENSE])
+    assert full.flash - f32.flash == (
+        rows["full-integer layers (flash)"][1]
+        + rows["frozen layers (flash)"][1]
+        - flash32["frozen layers (flash)"]
+        + rows["layer table"][1]
+        - flash32["layer table"]
+        + AVR_OP_CODE[Op.QDENSE]
+    )
     assert full.ram_saved == f32.ram - full.ram > 0 and full.flash_saved == f32.flash - full.flash
     assert full.ram_saved == 4 * (m32.program.arena - m.program.arena) + 4 * (m32.scratch - m.scratch)
     table = full.table()
@@ -468,29 +544,33 @@ def test_memory_plan_shows_int8_savings(trained: Checkpoint, calibration: np.nda
 
 # ----------------------------------------------------------------------------- native firmware
 
+
 @pytest.mark.parametrize("trainable", ["none", "last:1"])
-def test_native_firmware_int8_full_equals_host(trained: Checkpoint, calibration: np.ndarray,
-                                               native_tools: Path, tmp_path: Path, trainable: str) -> None:
+def test_native_firmware_int8_full_equals_host(
+    trained: Checkpoint, calibration: np.ndarray, native_tools: Path, tmp_path: Path, trainable: str
+) -> None:
     """The native firmware of an int8-full export (built with PlatformIO offline) predicts exactly what the
     host's C core computes with the same layer table; with the last layer trainable it also trains on the
     device exactly as core.train_fused does on the host (losses, parameters, optimizer state)."""
-    from exporter import sim
-    r = export_project(trained, "native", tmp_path / "p", quant="int8-full", trainable=trainable,
-                       calibration=calibration)
+    from mcutrain.exporter import sim
+
+    r = export_project(
+        trained, "native", tmp_path / "p", quant="int8-full", trainable=trainable, calibration=calibration
+    )
     m = r.model
     twin = DeviceTwin(m)
     x, y = ModularAddition10(seed=31).sample_batch(25)
-    x[3] = 0.5            # inputs off the calibration grid too
+    x[3] = 0.5  # inputs off the calibration grid too
     x[4] = -0.25
     with sim.start(r.path, get_board("native")) as s:
         d = s.device
         assert d.info().hash == r.hash
         want = twin.predict(x)
         assert_same_bits(d.predict(x), want, "PREDICT")
-        assert not np.array_equal(want, trained.net.forward(x))     # it really is the quantized model
+        assert not np.array_equal(want, trained.net.forward(x))  # it really is the quantized model
         if trainable == "none":
             return
         train_lockstep(d, twin, x, y)
-        assert not np.array_equal(twin.params, m.params)            # training moved the trainable layer
+        assert not np.array_equal(twin.params, m.params)  # training moved the trainable layer
         assert_device_equals_twin(d, twin)
         assert_same_bits(d.predict(x), twin.predict(x), "PREDICT after training")

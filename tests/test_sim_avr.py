@@ -1,5 +1,5 @@
 """Exported firmware on the simulated Arduino Uno: an ATmega328P in simavr, driven by mcutrain's harness
-(firmware/sim/avr_run.c) through exporter.sim_avr, built offline by platforms/simavr (avr-gcc, -Os).
+(firmware/host_tools/avr_run.c) through mcutrain.exporter.sim_avr, built offline by platforms/simavr (avr-gcc, -Os).
 
 The device must compute exactly what the host's C core computes for its layer table (DeviceModel.core()):
 the same outputs and, after training on the device, the same parameters, bit for bit. The Uno has 2 KB
@@ -8,6 +8,7 @@ measures exact cycles per call, the peak stack, and catches stack overflows.
 
 Needs gcc-avr, avr-libc, simavr, libsimavr-dev and PlatformIO; a missing tool fails with the SimError
 that names the package to install (no skips)."""
+
 from __future__ import annotations
 
 import json
@@ -24,22 +25,21 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from exporter import pio, sim
-from exporter.boards import get_board
-from exporter.cgen import DeviceModel, model_c, model_h
-from exporter.client import Device
-from exporter.device import build_device_model
-from exporter.export import export_project
-from exporter.memplan import MemoryPlan, MemoryPlanError, plan
-from exporter.project import write_project
-from exporter.sim import SimError
-from exporter.sim_avr import build_harness, read_pty_line
-from exporter.twin import DeviceTwin
-from trainer import Checkpoint, Sequential, TrainParams
-from trainer import layers as L
-from trainer.module import Module
-
 from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, readme_net, train_lockstep
+from mcutrain import Checkpoint, Sequential, TrainParams
+from mcutrain import layers as L
+from mcutrain.exporter import pio, sim
+from mcutrain.exporter.boards import get_board
+from mcutrain.exporter.cgen import DeviceModel, model_c, model_h
+from mcutrain.exporter.client import Device, read_pty_line
+from mcutrain.exporter.device import build_device_model
+from mcutrain.exporter.export import export_project
+from mcutrain.exporter.memplan import MemoryPlan, MemoryPlanError, plan
+from mcutrain.exporter.project import write_project
+from mcutrain.exporter.sim import SimError
+from mcutrain.exporter.sim_avr import build_harness
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain.module import Module
 
 ROOT = Path(__file__).resolve().parent.parent
 UNO = get_board("uno")
@@ -70,17 +70,22 @@ def wide_net() -> Module:
 
 
 NETS: Dict[str, Tuple[Callable[[], Module], str]] = {
-    "readme": (lambda: readme_net(seed=7, scale=1.0), "cross_entropy"), "relu": (relu_net, "cross_entropy"), "small": (small_net, "mse"),
-    "wide": (wide_net, "cross_entropy")}
+    "readme": (lambda: readme_net(seed=7, scale=1.0), "cross_entropy"),
+    "relu": (relu_net, "cross_entropy"),
+    "small": (small_net, "mse"),
+    "wide": (wide_net, "cross_entropy"),
+}
 
 
 def checkpoint(net: str, optimizer: str) -> Checkpoint:
     """A checkpoint of a network with its optimizer and loss."""
     make, loss = NETS[net]
     m = make()
-    opts = {"sgd": lambda: None,
-            "momentum": lambda: m.new_momentum(TrainParams(lr=0.05).and_l2(1e-3), 0.9),
-            "adam": lambda: m.new_adam(TrainParams(lr=0.01), 0.9, 0.999, 1e-8)}
+    opts = {
+        "sgd": lambda: None,
+        "momentum": lambda: m.new_momentum(TrainParams(lr=0.05).and_l2(1e-3), 0.9),
+        "adam": lambda: m.new_adam(TrainParams(lr=0.01), 0.9, 0.999, 1e-8),
+    }
     return Checkpoint(m, opts[optimizer](), {"loss": loss})
 
 
@@ -88,6 +93,7 @@ def checkpoint(net: str, optimizer: str) -> Checkpoint:
 class Config:
     """One export for the uno: network, optimizer, weights of the frozen layers, what trains; checked =
     False leaves the memory plan check out."""
+
     net: str
     optimizer: str
     quant: str = "f32"
@@ -105,8 +111,8 @@ README_MOMENTUM = Config("readme", "momentum", "f32")
 RELU_SGD = Config("relu", "sgd", "f32")
 RELU_MOMENTUM = Config("relu", "momentum", "f32")
 RELU_INT8 = Config("relu", "sgd", "int8")
-SMALL_F32 = Config("small", "momentum", "f32", "last:1")        # a frozen f32 Linear in flash, a whole one trains
-WIDE_ADAM = Config("wide", "adam", "int8", checked=False)         # the plan refuses it (see the test)
+SMALL_F32 = Config("small", "momentum", "f32", "last:1")  # a frozen f32 Linear in flash, a whole one trains
+WIDE_ADAM = Config("wide", "adam", "int8", checked=False)  # the plan refuses it (see the test)
 ALL = [README_SGD, README_MOMENTUM, RELU_SGD, RELU_MOMENTUM, RELU_INT8, SMALL_F32, WIDE_ADAM]
 
 
@@ -114,6 +120,7 @@ ALL = [README_SGD, README_MOMENTUM, RELU_SGD, RELU_MOMENTUM, RELU_INT8, SMALL_F3
 class Built:
     """An exported project, its device model and plan, and why there is no firmware if there is none (the
     plan refused the export, or the build failed)."""
+
     path: Path
     model: DeviceModel
     plan: MemoryPlan
@@ -126,8 +133,9 @@ def export_unchecked(ck: Checkpoint, out: Path, trainable: str, quant: str) -> B
     """export_project without the memory plan check: what a plan that let an oversized model through
     would produce (the same device model, generated files and project layout)."""
     m = build_device_model(ck, trainable, quant, board=UNO)
-    write_project(out, UNO, {"src/model.h": model_h(m), "src/model.c": model_c(m)}, "an unchecked export",
-                  m.build_flags())
+    write_project(
+        out, UNO, {"src/model.h": model_h(m), "src/model.c": model_c(m)}, "an unchecked export", m.build_flags()
+    )
     return Built(out, m, plan(m, UNO, sim=True), m.hash().hex())
 
 
@@ -141,8 +149,9 @@ def export_and_build(cfg: Config, base: Path) -> Built:
             r = export_project(ck, "uno", base / cfg.name, quant=cfg.quant, trainable=cfg.trainable, sim=True)
         except MemoryPlanError as e:
             m = build_device_model(ck, cfg.trainable, cfg.quant, board=UNO)
-            return Built(base / cfg.name, m, plan(m, UNO, sim=True), m.hash().hex(),
-                         f"the memory plan refused it: {e}", True)
+            return Built(
+                base / cfg.name, m, plan(m, UNO, sim=True), m.hash().hex(), f"the memory plan refused it: {e}", True
+            )
         b = Built(r.path, r.model, r.plan, r.hash)
     else:
         b = export_unchecked(ck, base / cfg.name, cfg.trainable, cfg.quant)
@@ -167,13 +176,13 @@ def projects(tmp_path_factory: pytest.TempPathFactory) -> Dict[Config, Built]:
 @pytest.fixture(scope="module")
 def built(projects: Dict[Config, Built]) -> Callable[[Config], Built]:
     """A config's project, which must have built."""
+
     def get(cfg: Config) -> Built:
         b = projects[cfg]
         assert b.error is None, f"{cfg.name} did not build:\n{b.error}"
         return b
+
     return get
-
-
 
 
 def samples(n_in: int, n_out: int, count: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -251,8 +260,9 @@ def test_cycle_counts_are_exact_and_repeatable(built: Callable[[Config], Built])
     assert again["predict"] == rep["predict"]
 
 
-def test_saves_persist_across_restarts_and_load_restores_exactly(built: Callable[[Config], Built],
-                                                                   tmp_path: Path) -> None:
+def test_saves_persist_across_restarts_and_load_restores_exactly(
+    built: Callable[[Config], Built], tmp_path: Path
+) -> None:
     """SAVE writes the EEPROM, which the harness keeps in a file: a restarted simulator boots into the
     saved model, and LOAD brings it back exactly after more training."""
     r = built(README_SGD)
@@ -317,7 +327,8 @@ def test_memory_plan_covers_what_the_firmware_uses(projects: Dict[Config, Built]
     refused = {cfg.name for cfg in PLAN_CHECKED if projects[cfg].refused}
     assert refused == EXPECTED_REFUSED, (
         f"the memory plan refuses {sorted(refused)} (expected {sorted(EXPECTED_REFUSED)}): "
-        + "; ".join(f"{c.name}: {projects[c].error}" for c in PLAN_CHECKED if projects[c].refused))
+        + "; ".join(f"{c.name}: {projects[c].error}" for c in PLAN_CHECKED if projects[c].refused)
+    )
     rows: List[str] = []
     bad = False
     for cfg in PLAN_CHECKED:
@@ -338,19 +349,28 @@ def test_memory_plan_covers_what_the_firmware_uses(projects: Dict[Config, Built]
         ram = int(rep["ram_static"]) + int(rep["stack_peak"])
         ok = ram <= b.plan.ram and int(rep["flash"]) <= b.plan.flash
         bad |= not ok
-        rows.append(p + f"measured RAM {ram} B (static {rep['ram_static']} + stack {rep['stack_peak']}), "
-                    f"flash {rep['flash']} B" + ("" if ok else "  <- underestimated"))
+        rows.append(
+            p + f"measured RAM {ram} B (static {rep['ram_static']} + stack {rep['stack_peak']}), "
+            f"flash {rep['flash']} B" + ("" if ok else "  <- underestimated")
+        )
     assert not bad, "the memory plan underestimates the Uno's use:\n" + "\n".join(rows)
 
 
-def test_oversized_models_are_caught_by_the_plan_and_by_the_harness(projects: Dict[Config, Built],
-                                                                     tmp_path: Path) -> None:
+def test_oversized_models_are_caught_by_the_plan_and_by_the_harness(
+    projects: Dict[Config, Built], tmp_path: Path
+) -> None:
     """A model too big for the Uno's RAM: the memory plan refuses to export it; built anyway (plan check
     left out), its static data still passes the build's size check, but at run time its stack runs into
     the static data, and the harness stops it and reports the numbers."""
     with pytest.raises(MemoryPlanError, match="does not fit"):
-        export_project(checkpoint(WIDE_ADAM.net, WIDE_ADAM.optimizer), "uno", tmp_path / "p",
-                       trainable=WIDE_ADAM.trainable, quant=WIDE_ADAM.quant, sim=True)
+        export_project(
+            checkpoint(WIDE_ADAM.net, WIDE_ADAM.optimizer),
+            "uno",
+            tmp_path / "p",
+            trainable=WIDE_ADAM.trainable,
+            quant=WIDE_ADAM.quant,
+            sim=True,
+        )
     b = projects[WIDE_ADAM]
     assert b.error is None, b.error
     x, t = samples(60, 10, 1, seed=2)
@@ -371,11 +391,18 @@ def test_oversized_models_are_caught_by_the_plan_and_by_the_harness(projects: Di
 def test_pio_upload_runs_the_firmware_in_simavr(built: Callable[[Config], Built], tmp_path: Path) -> None:
     """`pio run -e sim-uno -t upload` starts the harness on a pty that the device client can use."""
     r = built(README_SGD)
-    env = dict(os.environ, PLATFORMIO_SETTING_ENABLE_TELEMETRY="No",
-               PLATFORMIO_SETTING_CHECK_PLATFORMIO_INTERVAL="3650")
+    env = dict(
+        os.environ, PLATFORMIO_SETTING_ENABLE_TELEMETRY="No", PLATFORMIO_SETTING_CHECK_PLATFORMIO_INTERVAL="3650"
+    )
     # a session of its own, so that a failure ends the harness under PlatformIO too
-    proc = subprocess.Popen(pio.pio_command() + ["run", "-e", "sim-uno", "-t", "upload"], cwd=str(r.path),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        pio.pio_command() + ["run", "-e", "sim-uno", "-t", "upload"],
+        cwd=str(r.path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     try:
         port = read_pty_line(proc.stdout.fileno(), 60)
@@ -393,8 +420,9 @@ def test_pio_upload_runs_the_firmware_in_simavr(built: Callable[[Config], Built]
     assert rep["reason"] == "exit" and rep["exit_code"] == 0
 
 
-def test_missing_tools_name_the_packages(built: Callable[[Config], Built], tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_tools_name_the_packages(
+    built: Callable[[Config], Built], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without the AVR compiler the simulator refuses to start and says what to install."""
     r = built(README_SGD)
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -422,8 +450,12 @@ def test_avr_float_operations_match_the_host(tmp_path: Path) -> None:
     subprocess.run(["gcc", "-std=c99", "-O2", *flags, "-o", str(tmp_path / "probe")], check=True)
     subprocess.run(["avr-gcc", "-mmcu=atmega328p", "-Os", *flags, "-o", str(tmp_path / "probe.elf")], check=True)
     host = subprocess.run([str(tmp_path / "probe")], capture_output=True, check=True).stdout
-    avr = subprocess.run([str(build_harness()), str(tmp_path / "probe.elf"), "serial=stdio", "max_cycles=500000000"],
-                         stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    avr = subprocess.run(
+        [str(build_harness()), str(tmp_path / "probe.elf"), "serial=stdio", "max_cycles=500000000"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=120,
+    )
     assert avr.returncode == 0, avr.stderr.decode(errors="replace")
     ops = "add sub mul div exp log tanh sigmoid sqrt log1p sin cos i2f u2f".split()
     h = np.frombuffer(host, "<u4").reshape(3, len(ops), -1)
@@ -434,6 +466,8 @@ def test_avr_float_operations_match_the_host(tmp_path: Path) -> None:
             bad = np.nonzero(h[c, o] != a[c, o])[0]
             if len(bad):
                 k = bad[0]
-                diff.append(f"{cls}/{op}: {len(bad)} of {h.shape[2]} differ, e.g. host 0x{h[c, o, k]:08x} "
-                            f"({h[c, o, k:k + 1].view('<f4')[0]!r}), AVR 0x{a[c, o, k]:08x}")
+                diff.append(
+                    f"{cls}/{op}: {len(bad)} of {h.shape[2]} differ, e.g. host 0x{h[c, o, k]:08x} "
+                    f"({h[c, o, k : k + 1].view('<f4')[0]!r}), AVR 0x{a[c, o, k]:08x}"
+                )
     assert not diff, diff

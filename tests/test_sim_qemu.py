@@ -1,7 +1,7 @@
 """Exported firmware on the QEMU stand-ins: every simulated Cortex-M core (M4F mps2-an386 for nano33ble and
 nucleo_f401re, M3 mps2-an385 for bluepill, M0 microbit for pico, M7 mps2-an500 for teensy41, M33
 mps2-an505 for nucleo_l552ze_q) and rv32imc (QEMU virt) for the esp32c3, built offline by
-platforms/qemu-arm and platforms/qemu-riscv and driven through exporter.sim_qemu over QEMU's pty.
+platforms/qemu-arm and platforms/qemu-riscv and driven through mcutrain.exporter.sim_qemu over QEMU's pty.
 
 The device must compute exactly what the host's C core computes for its layer table (DeviceModel.core()):
 the same outputs, the same loss at every step and, after training on the device, the same parameters,
@@ -10,6 +10,7 @@ optimizer state and train state, bit for bit (all builds use -ffp-contract=off).
 Needs qemu-system-arm, qemu-system-misc, gcc-arm-none-eabi, libnewlib-arm-none-eabi, gcc-riscv64-unknown-elf,
 picolibc-riscv64-unknown-elf, gcc and PlatformIO; a missing tool fails with the SimError that names the
 package to install (no skips)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,28 +19,27 @@ from typing import List, Tuple
 import numpy as np
 import pytest
 
-from exporter import pio, sim
-from exporter.boards import get_board
-from exporter.export import ExportResult, export_project
-from exporter.memplan import MemoryPlanError
-from exporter.sim import SimError
-from exporter.sim_qemu import elf_sizes, set_env_option
-from exporter.twin import DeviceTwin
-from trainer import LR, Checkpoint, Residual, Sequential, TrainParams, losses
-from trainer import layers as L
-from trainer.losses import Loss
-from trainer.module import Module
-from trainer.optim import Optimizer
-from trainer.problems import ModularAddition10
-
 from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, readme_net, train_lockstep
+from mcutrain import LR, Checkpoint, Residual, Sequential, TrainParams, losses
+from mcutrain import layers as L
+from mcutrain.exporter import pio, sim
+from mcutrain.exporter.boards import get_board
+from mcutrain.exporter.export import ExportResult, export_project
+from mcutrain.exporter.memplan import MemoryPlanError
+from mcutrain.exporter.sim import SimError
+from mcutrain.exporter.sim_qemu import elf_sizes, set_env_option
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain.losses import Loss
+from mcutrain.module import Module
+from mcutrain.optim import Optimizer
+from mcutrain.problems import ModularAddition10
 
 # one board per simulated core (nucleo_f401re, the other M4F board, runs in the int8 test)
 CORE_BOARDS = ["nano33ble", "bluepill", "pico", "teensy41", "nucleo_l552ze_q", "esp32c3"]
 ALL_BOARDS = CORE_BOARDS + ["nucleo_f401re"]
 OPTIMIZERS = ["sgd", "momentum", "rmsprop", "rmsprop_momentum", "adam"]
 STEPS = 100
-EPOCHS = 5          # the networks of the issue learn 20 samples in 5 passes (100 steps)
+EPOCHS = 5  # the networks of the issue learn 20 samples in 5 passes (100 steps)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,19 +53,34 @@ def tool_dirs(pio_core: Path) -> Path:
 def mixed_net() -> Module:
     """A small network through most layer kinds (fits the micro:bit's 16 KB with Adam's two slots)."""
     return Sequential(
-        L.Linear(8, 10), L.RMSNorm(10), L.Swish(10),
+        L.Linear(8, 10),
+        L.RMSNorm(10),
+        L.Swish(10),
         Residual(L.Linear(10, 10), L.Tanh()),
-        L.GLU(10, 8, "swish"), L.DyT(8),
+        L.GLU(10, 8, "swish"),
+        L.DyT(8),
         LR(Sequential(L.Linear(8, 8), L.Sigmoid()), 2.0),
-        L.Diag(8), L.LeakyRelu(0.25), L.Conv1d(8, 6, 3), L.SiLU(), L.ScalarScale(6), L.Softplus(),
-        L.Sine(), L.Dense(6, 6), L.Cosine(), L.Bias1d(6), L.Relu(), L.Linear(6, 4), L.Softmax(0.8),
+        L.Diag(8),
+        L.LeakyRelu(0.25),
+        L.Conv1d(8, 6, 3),
+        L.SiLU(),
+        L.ScalarScale(6),
+        L.Softplus(),
+        L.Sine(),
+        L.Dense(6, 6),
+        L.Cosine(),
+        L.Bias1d(6),
+        L.Relu(),
+        L.Linear(6, 4),
+        L.Softmax(0.8),
     ).rand_params(seed=11)
 
 
 def quant_net() -> Module:
     """Three Linear layers: with trainable='last:1' the first two are frozen int8 weights in flash."""
-    return Sequential(L.Linear(12, 16), L.Relu(), L.Linear(16, 8), L.Tanh(), L.Linear(8, 4),
-                      L.Softmax()).rand_params(seed=5)
+    return Sequential(L.Linear(12, 16), L.Relu(), L.Linear(16, 8), L.Tanh(), L.Linear(8, 4), L.Softmax()).rand_params(
+        seed=5
+    )
 
 
 def relu_net() -> Module:
@@ -76,13 +91,16 @@ def relu_net() -> Module:
 def optimizer_and_loss(net: Module, kind: str) -> Tuple[Optimizer, Loss]:
     """An optimizer of the kind (with a cosine schedule, warm-up, L1, L2 and clipping) and a loss; every
     optimizer gets another loss so all losses run on every core."""
-    tp = TrainParams(lr=2e-2, schedule="cosine", lr_final=1e-3, decay_steps=80, warmup_steps=10,
-                     l1=1e-4, l2=1e-3, clip=2.0)
-    return {"sgd": lambda: (net.new_sgd(tp), losses.mse),
-            "momentum": lambda: (net.new_momentum(tp, 0.9), losses.huber(0.5)),
-            "rmsprop": lambda: (net.new_rmsprop(tp, 0.9), losses.cross_entropy),
-            "rmsprop_momentum": lambda: (net.new_rmsprop_with_momentum(tp, 0.8, 0.9), losses.logit_bce),
-            "adam": lambda: (net.new_adam(tp, 0.9, 0.999, 1e-8), losses.cosine)}[kind]()
+    tp = TrainParams(
+        lr=2e-2, schedule="cosine", lr_final=1e-3, decay_steps=80, warmup_steps=10, l1=1e-4, l2=1e-3, clip=2.0
+    )
+    return {
+        "sgd": lambda: (net.new_sgd(tp), losses.mse),
+        "momentum": lambda: (net.new_momentum(tp, 0.9), losses.huber(0.5)),
+        "rmsprop": lambda: (net.new_rmsprop(tp, 0.9), losses.cross_entropy),
+        "rmsprop_momentum": lambda: (net.new_rmsprop_with_momentum(tp, 0.8, 0.9), losses.logit_bce),
+        "adam": lambda: (net.new_adam(tp, 0.9, 0.999, 1e-8), losses.cosine),
+    }[kind]()
 
 
 def export(net: Module, opt: Optimizer, loss: Loss, board: str, out: Path, **kw: object) -> ExportResult:
@@ -100,7 +118,7 @@ def test_predict_and_train_match_host_bit_for_bit(board: str, kind: str, tmp_pat
     twin = DeviceTwin(r.model)
     rng = np.random.default_rng(1)
     x_eval = rng.standard_normal((5, 8)).astype(np.float32)
-    x_eval[4] *= np.float32(1e-39)          # subnormal inputs: every core must handle them as x86-64 does
+    x_eval[4] *= np.float32(1e-39)  # subnormal inputs: every core must handle them as x86-64 does
     assert np.all(np.abs(x_eval[4]) < np.finfo(np.float32).tiny)
     xs, ts = onehot_samples(rng, STEPS, 8, 4)
     with sim.start(r.path, r.board) as s:
@@ -160,7 +178,7 @@ def test_readme_network_trains_on_the_m4f_and_reports_its_cost(tmp_path: Path) -
     assert rep["marker_overhead"] is not None and rep["marker_overhead"] < 20
     n_ram_floats = twin.n_params * (1 + r.model.opt_slots)
     assert rep["ram_static"] >= 4 * n_ram_floats
-    assert rep["flash"] >= rep["text"] > 4 * twin.n_params     # the initial parameters are in flash too
+    assert rep["flash"] >= rep["text"] > 4 * twin.n_params  # the initial parameters are in flash too
     assert 0 < rep["stack_peak"] < rep["stack_available"]
 
 
@@ -186,7 +204,7 @@ def test_saves_survive_a_restart(board: str, tmp_path: Path) -> None:
     net = quant_net()
     opt, loss = net.new_adam(TrainParams(lr=1e-2)), losses.cross_entropy
     r = export(net, opt, loss, board, tmp_path / "p")
-    store = tmp_path / "store dir" / "board,store.bin"        # a space and a comma: both must survive QEMU's options
+    store = tmp_path / "store dir" / "board,store.bin"  # a space and a comma: both must survive QEMU's options
     xs, ts = onehot_samples(np.random.default_rng(5), 10, 12, 4)
     with sim.start(r.path, r.board, store=store) as s:
         assert s.device.info().can_save and not s.device.info().loaded_save
@@ -194,7 +212,7 @@ def test_saves_survive_a_restart(board: str, tmp_path: Path) -> None:
             s.device.train(x, t)
         saved = s.device.pull()
         assert s.device.save() == 1
-        s.device.train(xs[0], ts[0])            # after the save: lost at the restart
+        s.device.train(xs[0], ts[0])  # after the save: lost at the restart
     assert store.is_file()
     with sim.start(r.path, r.board, store=store, build=False) as s:
         info = s.device.info()
@@ -216,7 +234,7 @@ def test_oversized_model_is_rejected_by_the_memory_plan(tmp_path: Path) -> None:
         export(net, net.new_adam(TrainParams()), losses.mse, "bluepill", tmp_path / "p")
     msg = str(e.value)
     assert "does not fit" in msg and "bluepill" in msg and "20,480" in msg
-    assert "--trainable" in msg or "--quant" in msg or "smaller network" in msg     # says what to change
+    assert "--trainable" in msg or "--quant" in msg or "smaller network" in msg  # says what to change
     assert not (tmp_path / "p").exists()
 
 
@@ -235,7 +253,7 @@ def test_stack_overflow_stops_the_firmware_with_a_message(board: str, tmp_path: 
     net = quant_net()
     r = export(net, net.new_adam(TrainParams()), losses.cross_entropy, board, tmp_path / "p")
     x, t = onehot_samples(np.random.default_rng(6), 1, 12, 4)
-    with sim.start(r.path, r.board) as s:          # how much stack INFO and a training step need
+    with sim.start(r.path, r.board) as s:  # how much stack INFO and a training step need
         s.device.info()
         after_info = s.device.stats()[0]
         s.device.train(x[0], t[0])
@@ -255,11 +273,16 @@ def test_stack_overflow_stops_the_firmware_with_a_message(board: str, tmp_path: 
 
 
 # ---- missing tools ----
-@pytest.mark.parametrize("board,packages", [
-    ("nano33ble", ["qemu-system-arm", "gcc-arm-none-eabi", "libnewlib-arm-none-eabi"]),
-    ("esp32c3", ["qemu-system-misc", "gcc-riscv64-unknown-elf", "picolibc-riscv64-unknown-elf"])])
-def test_missing_simulator_names_the_packages(board: str, packages: List[str], tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "board,packages",
+    [
+        ("nano33ble", ["qemu-system-arm", "gcc-arm-none-eabi", "libnewlib-arm-none-eabi"]),
+        ("esp32c3", ["qemu-system-misc", "gcc-riscv64-unknown-elf", "picolibc-riscv64-unknown-elf"]),
+    ],
+)
+def test_missing_simulator_names_the_packages(
+    board: str, packages: List[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     net = quant_net()
     r = export(net, net.new_sgd(TrainParams()), losses.mse, board, tmp_path / "p")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))

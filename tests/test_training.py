@@ -4,6 +4,7 @@ bad shapes give clear errors.
 
 Run with -s to see the ModularAddition10 loss curve of the README example.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -12,14 +13,21 @@ from typing import Callable, List, Tuple
 import numpy as np
 import pytest
 
-from trainer import (Sequential, ShapeError, TrainingError, TrainParams, losses, train_batch, train_batch_parallel,
-                     train_step)
-from trainer import layers as L
-from trainer.module import Module
-from trainer.optim import Optimizer, as_optimizer
-from trainer.problems import AxPlusB, ModularAddition10, Parity
-
 import helpers
+from mcutrain import (
+    Sequential,
+    ShapeError,
+    TrainingError,
+    TrainParams,
+    losses,
+    train_batch,
+    train_batch_parallel,
+    train_step,
+)
+from mcutrain import layers as L
+from mcutrain.module import Module, as_optimizer
+from mcutrain.optim import Optimizer
+from mcutrain.problems import AxPlusB, ModularAddition10, Parity
 
 # (step, mean logit_bce loss over the 250 steps ending there) of the README example
 MODADD10_LOSS_CURVE: List[Tuple[int, float]] = []
@@ -41,8 +49,9 @@ def snapshot(net: Module, opt: Optimizer) -> Tuple[np.ndarray, np.ndarray, np.nd
     return net.params.copy(), opt.state.copy(), opt.train_state.copy()
 
 
-def assert_same_snapshot(a: Tuple[np.ndarray, np.ndarray, np.ndarray],
-                         b: Tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+def assert_same_snapshot(
+    a: Tuple[np.ndarray, np.ndarray, np.ndarray], b: Tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> None:
     """Parameters, slots and train state are bit-for-bit equal."""
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
@@ -50,6 +59,7 @@ def assert_same_snapshot(a: Tuple[np.ndarray, np.ndarray, np.ndarray],
 
 
 # ----------------------------------------------------------------------------- learning
+
 
 def test_readme_modular_addition_learns() -> None:
     """(a) The README example learns addition mod 10 within 5000 steps of batch 10."""
@@ -73,7 +83,7 @@ def test_readme_modular_addition_learns() -> None:
     # a constant 0.1 prediction scores -(0.1 ln 0.1 + 0.9 ln 0.9) = 0.325: "low" is far below that
     first, last = MODADD10_LOSS_CURVE[0][1], MODADD10_LOSS_CURVE[-1][1]
     assert last < 0.01 and last < first / 10
-    x, y = ModularAddition10(seed=777).sample_batch(2000)      # fresh samples
+    x, y = ModularAddition10(seed=777).sample_batch(2000)  # fresh samples
     assert accuracy(net, x, y) >= 0.95
 
 
@@ -121,7 +131,7 @@ def test_train_step_equals_batch_of_one(name: str, make: Callable[[Module], obje
     x, y = ModularAddition10(seed=4).sample_batch(8)
     for i in range(8):
         la = train_step(oa, a, losses.logit_bce, x[i], y[i])
-        lb = train_batch(ob, b, losses.logit_bce, x[i:i + 1], y[i:i + 1])
+        lb = train_batch(ob, b, losses.logit_bce, x[i : i + 1], y[i : i + 1])
         assert la == lb
     assert_same_snapshot(snapshot(a, as_optimizer(oa, a)), snapshot(b, as_optimizer(ob, b)))
     assert as_optimizer(oa, a).step == 8
@@ -138,13 +148,13 @@ def test_train_step_takes_one_sample() -> None:
 
 # ----------------------------------------------------------------------------- threads
 
+
 def run_threads(threads: int, steps: int = 30, nb: int = 63) -> Tuple[List[float], Module, Optimizer]:
     """The README setup for `steps` batches of nb (odd, so the parts are uneven) on `threads` threads."""
     net = readme_net()
     opt = net.new_rmsprop_with_momentum(TrainParams(lr=2e-2), 0.85, 0.8)
     problem = ModularAddition10(seed=3)
-    out = [train_batch(opt, net, losses.logit_bce, *problem.sample_batch(nb), threads=threads)
-           for _ in range(steps)]
+    out = [train_batch(opt, net, losses.logit_bce, *problem.sample_batch(nb), threads=threads) for _ in range(steps)]
     return out, net, opt
 
 
@@ -172,6 +182,7 @@ def test_more_threads_deterministic(threads: int) -> None:
 
 def test_train_batch_parallel_default_threads() -> None:
     """train_batch_parallel (all cores) trains like train_batch, deterministically."""
+
     def run() -> Module:
         net = readme_net()
         opt = net.new_adam(TrainParams(lr=1e-2))
@@ -179,6 +190,7 @@ def test_train_batch_parallel_default_threads() -> None:
         for _ in range(5):
             train_batch_parallel(opt, net, losses.logit_bce, *problem.sample_batch(40))
         return net
+
     a, b = run(), run()
     np.testing.assert_array_equal(a.params, b.params)
     ref = readme_net()
@@ -190,6 +202,7 @@ def test_train_batch_parallel_default_threads() -> None:
 
 
 # ----------------------------------------------------------------------------- bad data stops training
+
 
 def trained_three_steps() -> Tuple[Module, Optimizer, np.ndarray, np.ndarray]:
     """The README setup after three good steps, plus a fresh good batch."""
@@ -231,10 +244,16 @@ def test_nonfinite_data_raises_and_keeps_params(where: str, threads: int) -> Non
 # (network, optimizer, one bad input): a leading ReLU maps NaN to 0, so the loss stays finite; an infinite
 # input into a saturating net gives a finite loss but NaN gradients (inf * 0)
 HIDDEN_BAD_INPUT = {
-    "nan_behind_relu": (lambda: Sequential(L.Relu(4), L.Linear(4, 2)).rand_params(seed=1),
-                        lambda n: n.new_momentum(TrainParams(lr=0.1), 0.9), np.nan),
-    "inf_into_sigmoid": (lambda: Sequential(L.Linear(4, 2), L.Sigmoid()).rand_params(seed=1),
-                         lambda n: n.new_adam(TrainParams(lr=0.1)), np.inf),
+    "nan_behind_relu": (
+        lambda: Sequential(L.Relu(4), L.Linear(4, 2)).rand_params(seed=1),
+        lambda n: n.new_momentum(TrainParams(lr=0.1), 0.9),
+        np.nan,
+    ),
+    "inf_into_sigmoid": (
+        lambda: Sequential(L.Linear(4, 2), L.Sigmoid()).rand_params(seed=1),
+        lambda n: n.new_adam(TrainParams(lr=0.1)),
+        np.inf,
+    ),
 }
 
 
@@ -256,6 +275,7 @@ def test_bad_input_stops_training_even_when_the_loss_is_finite(case: str) -> Non
 
 
 # ----------------------------------------------------------------------------- shapes and dtypes
+
 
 def good_batch(nb: int = 4) -> Tuple[np.ndarray, np.ndarray]:
     """A valid ModularAddition10 batch."""

@@ -8,7 +8,7 @@ batch on OpenMP threads, each with its own arena, scratch and gradient buffers).
 import numpy as np
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.stdint cimport uint8_t, uint16_t, uint32_t
+from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 cdef extern from "mct.h" nogil:
@@ -21,7 +21,7 @@ cdef extern from "mct.h" nogil:
         const uint8_t *cdata
         uint32_t cdata_size
     ctypedef struct mct_opt:
-        pass
+        uint8_t kind
     ctypedef struct mct_train_state:
         uint32_t step
         float b1t, b2t
@@ -34,7 +34,16 @@ cdef extern from "mct.h" nogil:
         float *state
         uint32_t n_params
         float div
-    enum: MCT_E_NONFINITE, MCT_E_NONFINITE_GRAD
+    enum: MCT_OK, MCT_E_NONFINITE, MCT_E_NONFINITE_GRAD, MCT_E_NONFINITE_INPUT
+    enum: MCT_SAVE_MAGIC, MCT_SAVE_HEADER
+    ctypedef struct mct_layer_size:
+        uint32_t params, aux, out, scratch
+        uint64_t consts
+    int mct_layer_size_of(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s)
+    uint32_t mct_i8_floats(uint32_t n)
+    uint8_t mct_opt_slots(uint8_t kind)
+    mct_train_state mct_train_state_init()
+    uint32_t MCT_SAVE_SLOT_BYTES(uint32_t n_params, uint32_t slots)
     int mct_net_check(const mct_net *net)
     uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host, int with_gin)
     float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb)
@@ -60,6 +69,30 @@ cdef extern from "mct.h" nogil:
     size_t MCT_OPT_SIZE "sizeof(mct_opt)"
     size_t MCT_TRAIN_STATE_SIZE "sizeof(mct_train_state)"
 
+cdef extern from "mct_facts.h" nogil:
+    ctypedef struct mct_fact_entry:
+        const char *name
+        const char *c_name
+        int32_t value
+        int32_t attr[4]
+    ctypedef struct mct_fact_list:
+        const char *name
+        const char *attrs
+        const mct_fact_entry *entries
+        uint32_t count
+    ctypedef struct mct_fact_field:
+        const char *name
+        uint32_t offset, size
+        char kind
+    ctypedef struct mct_fact_struct:
+        const char *name
+        uint32_t size
+        const mct_fact_field *fields
+        uint32_t count
+    const mct_fact_list mct_fact_lists[]
+    const mct_fact_struct mct_fact_structs[]
+    uint32_t MCT_FACT_N_LISTS, MCT_FACT_N_STRUCTS
+
 cdef extern from "mct_math.h" nogil:
     float mct_div(float, float)
     float mct_expf(float)
@@ -77,8 +110,82 @@ LAYER_SIZE = MCT_LAYER_SIZE
 OPT_SIZE = MCT_OPT_SIZE
 TRAIN_STATE_SIZE = MCT_TRAIN_STATE_SIZE
 
-cdef inline uint8_t *_bytes_ptr(uint8_t[::1] b):
-    return &b[0]
+cdef inline float *_fp(float[::1] v, float *empty) noexcept nogil:
+    """The first float of a buffer; for an empty one (a network without parameters, an optimizer without
+    slots) a stand-in the core never reads, since it reads no floats of an empty buffer."""
+    return &v[0] if v.shape[0] > 0 else empty
+
+
+cdef inline void _need(Py_ssize_t have, Py_ssize_t need, str what) except *:
+    if have < need:
+        raise ValueError("%s has %d values, the network needs %d" % (what, have, need))
+
+
+# ---- the core's facts (mct_lists.h through mct_facts.h): Python's enums and dtypes come from these ----
+
+def core_lists():
+    """Every list of the core: {list name: (attribute names, [(name, C name, value, attributes...), ...])}."""
+    out = {}
+    cdef uint32_t i, j
+    cdef const mct_fact_list *L
+    for i in range(MCT_FACT_N_LISTS):
+        L = &mct_fact_lists[i]
+        attrs = tuple(L.attrs.decode().split())
+        rows = []
+        for j in range(L.count):
+            e = &L.entries[j]
+            rows.append((e.name.decode(), e.c_name.decode(), e.value) + tuple(e.attr[k] for k in range(len(attrs))))
+        out[L.name.decode()] = (attrs, rows)
+    return out
+
+
+def core_structs():
+    """The structs the host writes as bytes: {name: (sizeof, [(field, offset, bytes, numpy kind), ...])}."""
+    out = {}
+    cdef uint32_t i, j
+    cdef const mct_fact_struct *S
+    for i in range(MCT_FACT_N_STRUCTS):
+        S = &mct_fact_structs[i]
+        out[S.name.decode()] = (S.size, [(S.fields[j].name.decode(), S.fields[j].offset, S.fields[j].size,
+                                          chr(S.fields[j].kind)) for j in range(S.count)])
+    return out
+
+
+def layer_size(const uint8_t[::1] layer, uint32_t nb=1, int host=0):
+    """What the core says one layer (the bytes of one struct mct_layer) needs, from its op's own code:
+    (valid, params, aux floats per sample, output floats per sample, scratch floats for nb samples, const
+    blob bytes); valid is 0 when the op is unknown or its fields do not suit it."""
+    if layer.shape[0] != MCT_LAYER_SIZE:
+        raise ValueError("a layer has %d bytes, got %d" % (MCT_LAYER_SIZE, layer.shape[0]))
+    cdef mct_layer_size sz
+    cdef int ok = mct_layer_size_of(<const mct_layer *>&layer[0], nb, host, &sz)
+    return ok, sz.params, sz.aux, sz.out, sz.scratch, sz.consts
+
+
+def i8_floats(uint32_t n):
+    """Floats of arena per sample an int8 tensor of n values takes (mct_i8_floats)."""
+    return mct_i8_floats(n)
+
+
+def opt_slots(uint8_t kind):
+    """Per-parameter slots of an optimizer kind (mct_opt_slots)."""
+    return mct_opt_slots(kind)
+
+
+def train_state_init():
+    """The bytes of a fresh struct mct_train_state (mct_train_state_init)."""
+    cdef mct_train_state ts = mct_train_state_init()
+    return bytes((<const uint8_t *>&ts)[:MCT_TRAIN_STATE_SIZE])
+
+
+def save_layout():
+    """The firmware's save layout (mct.h): (magic, header bytes)."""
+    return MCT_SAVE_MAGIC, MCT_SAVE_HEADER
+
+
+def save_slot_bytes(uint32_t n_params, uint32_t slots):
+    """Bytes of one save slot: header, RAM parameters, optimizer slots, train state (MCT_SAVE_SLOT_BYTES)."""
+    return MCT_SAVE_SLOT_BYTES(n_params, slots)
 
 
 def math_eval(str name, float[::1] x):
@@ -164,21 +271,25 @@ cdef class CoreNet:
     def forward(self, float[::1] params, float[:, ::1] x):
         """Outputs (nb, n_out) of a batch x (nb, n_in)."""
         cdef uint32_t nb = x.shape[0]
+        _need(params.shape[0], self.net.n_params, "params")
         arena = np.empty(self.net.arena * nb, np.float32)
         cdef float[::1] a = arena
         cdef float *y
+        cdef float empty = 0
         with nogil:
-            y = mct_forward(&self.net, &params[0], &x[0, 0], &a[0], nb)
+            y = mct_forward(&self.net, _fp(params, &empty), &x[0, 0], &a[0], nb)
         off = self.net.out_off * nb
         return arena[off:off + nb * self.net.n_out].reshape(nb, self.net.n_out).copy()
 
     def traced_forward(self, float[::1] params, float[:, ::1] x):
         """(outputs, arena): the arena is the trace the backward pass reads."""
         cdef uint32_t nb = x.shape[0]
+        _need(params.shape[0], self.net.n_params, "params")
         arena = np.empty(self.net.arena * nb, np.float32)
         cdef float[::1] a = arena
+        cdef float empty = 0
         with nogil:
-            mct_forward(&self.net, &params[0], &x[0, 0], &a[0], nb)
+            mct_forward(&self.net, _fp(params, &empty), &x[0, 0], &a[0], nb)
         off = self.net.out_off * nb
         return arena[off:off + nb * self.net.n_out].reshape(nb, self.net.n_out).copy(), arena
 
@@ -187,6 +298,8 @@ cdef class CoreNet:
         cdef uint32_t nb = gout.shape[0]
         if arena.shape[0] != self.net.arena * nb:
             raise ValueError("the trace belongs to a batch of another size")
+        _need(params.shape[0], self.net.n_params, "params")
+        cdef float empty = 0
         gin = np.empty((nb, self.net.n_in), np.float32)
         grads = np.zeros(max(self.net.n_params, 1), np.float32)
         scratch = self._scratch(nb)
@@ -196,27 +309,36 @@ cdef class CoreNet:
         sink.grads = &g[0]
         sink.div = 1.0
         with nogil:
-            mct_backward(&self.net, &params[0], &arena[0], nb, &gout[0, 0], &gi[0, 0], &sink, &sc[0],
+            mct_backward(&self.net, _fp(params, &empty), &arena[0], nb, &gout[0, 0], &gi[0, 0], &sink, &sc[0],
                          sc.shape[0], 1)
         return gin, grads[:self.net.n_params]
 
     def apply(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] grads, float[::1] state,
               float div, float loss):
         """One optimizer update from gradient sums (divided by div) and the mean loss; advances the train
-        state. Returns the core's status (0, or 3/5 when the loss/a gradient is not finite: nothing changed)."""
+        state. Returns the core's status (enum mct_status: MCT_OK, or MCT_E_NONFINITE / MCT_E_NONFINITE_GRAD when
+        the loss / a gradient is not finite: nothing changed). Empty buffers are fine when the network has no
+        parameters or the optimizer no slots."""
         cdef int rc
+        cdef float empty = 0
+        _need(opt.shape[0], MCT_OPT_SIZE, "the optimizer config (bytes)")
+        _need(ts.shape[0], MCT_TRAIN_STATE_SIZE, "the train state (bytes)")
+        _need(params.shape[0], self.net.n_params, "params")
+        _need(grads.shape[0], self.net.n_params, "grads")
+        _need(state.shape[0], mct_opt_slots((<const mct_opt *>&opt[0]).kind) * self.net.n_params, "the optimizer state")
         with nogil:
-            rc = mct_update(&self.net, &params[0], <const mct_opt *>&opt[0], &state[0],
-                            <mct_train_state *>&ts[0], &grads[0], <uint32_t>div, loss)
+            rc = mct_update(&self.net, _fp(params, &empty), <const mct_opt *>&opt[0], _fp(state, &empty),
+                            <mct_train_state *>&ts[0], _fp(grads, &empty), <uint32_t>div, loss)
         return rc
 
     def train_batch(self, cnp.ndarray opt, cnp.ndarray ts, cnp.ndarray params, cnp.ndarray state,
                     int loss_kind, float loss_param, cnp.ndarray x, cnp.ndarray t, int threads=1):
-        """One update on a batch: (status, mean loss). Status 0: done; 1: an input or target is not finite;
-        2: the loss is not finite; 3: a gradient is not finite. Parameters are untouched unless status is 0.
+        """One update on a batch: (status, mean loss). Parameters are untouched unless status is MCT_OK.
+        The status is the core's (enum mct_status): MCT_OK, MCT_E_NONFINITE_INPUT (an input or target is not
+        finite), MCT_E_NONFINITE (the loss), MCT_E_NONFINITE_GRAD (a gradient).
 
         The arrays are the trainer's own (params, optimizer config and state) and batches checked by
-        trainer.module.as_batch: C-contiguous float32 x (nb, n_in) and t (nb, n_out). They are taken as
+        mcutrain.checks.as_batch: C-contiguous float32 x (nb, n_in) and t (nb, n_out). They are taken as
         plain pointers, which keeps a call for a small batch cheap.
 
         threads > 1 splits the batch into that many contiguous parts, each summed in sample order on
@@ -229,6 +351,11 @@ cdef class CoreNet:
             raise ValueError("train_batch needs C-contiguous float32 batches x (nb, n_in) and t (nb, n_out)")
         cdef float *xp = <float *>cnp.PyArray_DATA(x)
         cdef float *tp = <float *>cnp.PyArray_DATA(t)
+        _need(cnp.PyArray_NBYTES(opt), MCT_OPT_SIZE, "the optimizer config (bytes)")
+        _need(cnp.PyArray_NBYTES(ts), MCT_TRAIN_STATE_SIZE, "the train state (bytes)")
+        _need(cnp.PyArray_NBYTES(params) // 4, self.net.n_params, "params")
+        _need(cnp.PyArray_NBYTES(state) // 4,
+              mct_opt_slots((<const mct_opt *>cnp.PyArray_DATA(opt)).kind) * self.net.n_params, "the optimizer state")
         cdef float *pp = <float *>cnp.PyArray_DATA(params)
         cdef float *sp = <float *>cnp.PyArray_DATA(state)
         cdef const mct_opt *op = <const mct_opt *>cnp.PyArray_DATA(opt)
@@ -253,7 +380,7 @@ cdef class CoreNet:
         cdef uint32_t in_w = self.net.n_in, out_w = self.net.n_out
         with nogil:
             if not mct_all_finite(xp, nb * in_w) or not mct_all_finite(tp, nb * out_w):
-                status = 1
+                status = MCT_E_NONFINITE_INPUT
             elif nt == 1:
                 ls[0] = mct_batch_grads(&self.net, pp, <uint8_t>loss_kind, loss_param, xp, tp, nb, b, b + A * per,
                                         S, 1, b + A * per + S)
@@ -270,27 +397,32 @@ cdef class CoreNet:
                     gc = b + c * (A * per + S + P) + A * per + S
                     for j in range(P):
                         g0[j] = g0[j] + gc[j]
-            if status == 0:
+            if status == MCT_OK:
                 for c in range(nt):
                     total = total + ls[c]
                 total = mct_div(total, <float>nb)
-                rc = mct_update(&self.net, pp, op, sp, tsp, b + A * per + S, nb, total)
-                status = 2 if rc == MCT_E_NONFINITE else 3 if rc == MCT_E_NONFINITE_GRAD else 0
-        if status == 1:
-            return status, float("nan")
+                status = mct_update(&self.net, pp, op, sp, tsp, b + A * per + S, nb, total)
+        if status == MCT_E_NONFINITE_INPUT:
+            total = float("nan")
         return status, total
 
     def train_fused(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] state,
                     int loss_kind, float loss_param, float[:, ::1] x, float[:, ::1] t):
-        """The device's update (gradients applied as they are known, no grads buffer): (status, mean loss)."""
+        """The device's update (gradients applied as they are known, no grads buffer): (status, mean loss), the
+        status the core's (enum mct_status)."""
         cdef uint32_t nb = x.shape[0]
+        cdef float empty = 0
+        _need(opt.shape[0], MCT_OPT_SIZE, "the optimizer config (bytes)")
+        _need(ts.shape[0], MCT_TRAIN_STATE_SIZE, "the train state (bytes)")
+        _need(params.shape[0], self.net.n_params, "params")
+        _need(state.shape[0], mct_opt_slots((<const mct_opt *>&opt[0]).kind) * self.net.n_params, "the optimizer state")
         scratch = np.empty(mct_scratch_size(&self.net, nb, 0, 0) + self.net.n_out * nb, np.float32)
         arena = np.empty(self.net.arena * nb, np.float32)
         cdef float[::1] sc = scratch, a = arena
         cdef float loss = 0
         cdef int rc
         with nogil:
-            rc = mct_train_step(&self.net, &params[0], <const mct_opt *>&opt[0], &state[0],
+            rc = mct_train_step(&self.net, _fp(params, &empty), <const mct_opt *>&opt[0], _fp(state, &empty),
                                 <mct_train_state *>&ts[0], <uint8_t>loss_kind, loss_param, &x[0, 0], &t[0, 0], nb,
                                 &a[0], &sc[0], sc.shape[0], NULL, &loss)
         return rc, loss

@@ -1,22 +1,28 @@
 """Compositions: Sequential (positional, nestable), Residual (y = x + M(x)) and LR (M learns at lr / divisor)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .module import Module, ShapeError
+from .checks import number
+from .errors import ShapeError
+from .module import Module
 from .program import Op, ProgramBuilder
 
 
 class _Composite(Module):
-    """A module made of sub-modules whose parameters share one buffer."""
+    """A module made of sub-modules whose parameters share one buffer. The buffer is allocated when the
+    parameters are first used (Module._ensure_buf), so building a network from a file's architecture
+    costs nothing until its size has been checked against the file."""
 
     def _finish(self) -> None:
-        self._bind(np.zeros(max(self.param_count(), 1), np.float32))
+        """The sizes are known: count the parameters once (the architecture is fixed from here on)."""
+        self.param_count()
 
     def param_count(self) -> int:
-        n = getattr(self, "_n_params", None)   # the architecture is fixed once sized: count once
+        n = getattr(self, "_n_params", None)  # the architecture is fixed once sized: count once
         if n is None:
             n = sum(c.param_count() for c in self.children())
             if self.n_in is not None:
@@ -49,18 +55,21 @@ class Sequential(_Composite):
         self.modules: Tuple[Module, ...] = tuple(modules)
         first = self.modules[0]
         if first.n_in is None:
-            raise ShapeError(f"Sequential: the first layer {first.describe()} needs a size, "
-                             f"e.g. {type(first).__name__}(20)")
+            raise ShapeError(
+                f"Sequential: the first layer {first.describe()} needs a size, e.g. {type(first).__name__}(20)"
+            )
         n = first.n_in
         for i, m in enumerate(self.modules):
             try:
-                m._resolve(n)          # size-agnostic layers adopt n; the rest are checked below
+                m._resolve(n)  # size-agnostic layers adopt n; the rest are checked below
             except ShapeError:
                 pass
             if m.n_in != n:
                 prev = self.modules[i - 1]
-                raise ShapeError(f"Sequential: layer {i} {prev.describe()} outputs {n} values but "
-                                 f"layer {i + 1} {m.describe()} takes {m.n_in}")
+                raise ShapeError(
+                    f"Sequential: layer {i} {prev.describe()} outputs {n} values but "
+                    f"layer {i + 1} {m.describe()} takes {m.n_in}"
+                )
             assert m.n_out is not None
             n = m.n_out
         self.n_in, self.n_out = first.n_in, n
@@ -76,23 +85,14 @@ class Sequential(_Composite):
     def describe(self) -> str:
         return "Sequential(" + ", ".join(m.describe() for m in self.modules) + ")"
 
-    def spec(self) -> Dict[str, Any]:
-        return {"type": "Sequential", "layers": [m.spec() for m in self.modules]}
+    def architecture(self) -> Dict[str, Any]:
+        return {"type": "Sequential", "layers": [m.architecture() for m in self.modules]}
 
     def __len__(self) -> int:
         return len(self.modules)
 
     def __getitem__(self, i: int) -> Module:
         return self.modules[i]
-
-    @staticmethod
-    def load(path: str) -> "Sequential":
-        """Read a model file written by save(); raises ModelFileError on a bad file."""
-        from .modelfile import load_model
-        net = load_model(path).net
-        if not isinstance(net, Sequential):
-            net = Sequential(net)
-        return net
 
 
 class Residual(_Composite):
@@ -102,11 +102,14 @@ class Residual(_Composite):
         super().__init__()
         inner = module if not more else Sequential(module, *more)
         if inner.n_in is None:
-            raise ShapeError(f"Residual({inner.describe()}): give the inner layer a size, "
-                             f"e.g. {type(inner).__name__}(20)")
+            raise ShapeError(
+                f"Residual({inner.describe()}): give the inner layer a size, e.g. {type(inner).__name__}(20)"
+            )
         if inner.n_out != inner.n_in:
-            raise ShapeError(f"Residual({inner.describe()}): the inner module maps {inner.n_in} values to "
-                             f"{inner.n_out}; a residual block needs the same size in and out")
+            raise ShapeError(
+                f"Residual({inner.describe()}): the inner module maps {inner.n_in} values to "
+                f"{inner.n_out}; a residual block needs the same size in and out"
+            )
         self.inner = inner
         self.n_in = self.n_out = inner.n_in
         self._finish()
@@ -118,15 +121,15 @@ class Residual(_Composite):
         n = self.n_in
         begin = b.add(Op.RES_BEGIN, n, n, alias=True, name="Residual begin")
         self.inner._emit(b)
-        end = b.add(Op.RES_END, n, n, aux=n, name="Residual end")
+        end = b.add(Op.RES_END, n, n, name="Residual end")
         b.layers[begin].k = end
         b.layers[end].k = begin
 
     def describe(self) -> str:
         return f"Residual({self.inner.describe()})"
 
-    def spec(self) -> Dict[str, Any]:
-        return {"type": "Residual", "inner": self.inner.spec()}
+    def architecture(self) -> Dict[str, Any]:
+        return {"type": "Residual", "inner": self.inner.architecture()}
 
 
 class LR(_Composite):
@@ -134,10 +137,8 @@ class LR(_Composite):
 
     def __init__(self, module: Module, divisor: float) -> None:
         super().__init__()
-        if not (isinstance(divisor, (int, float)) and divisor > 0 and np.isfinite(divisor)):
-            raise ShapeError(f"LR divisor must be a positive number, got {divisor!r}")
         self.inner = module
-        self.divisor = float(divisor)
+        self.divisor = number("LR divisor", divisor, 0.0, 1e30, lo_open=True, error=ShapeError)
         self.n_in, self.n_out = module.n_in, module.n_out
         if self.n_in is not None:
             self._finish()
@@ -159,8 +160,8 @@ class LR(_Composite):
     def describe(self) -> str:
         return f"LR({self.inner.describe()}, {self.divisor:g})"
 
-    def spec(self) -> Dict[str, Any]:
-        return {"type": "LR", "divisor": self.divisor, "inner": self.inner.spec()}
+    def architecture(self) -> Dict[str, Any]:
+        return {"type": "LR", "divisor": self.divisor, "inner": self.inner.architecture()}
 
 
 def flatten_names(module: Module, prefix: Optional[str] = None) -> Dict[str, Module]:

@@ -1,23 +1,38 @@
-"""Data from files: CSV, NPZ and IDX (the MNIST format), as float32 (inputs, targets) pairs."""
+"""Data from files: CSV, NPZ and IDX (the MNIST format), as float32 (inputs, targets) pairs.
+
+Every failure is a DataError naming the file (and, for CSV, the line and column). Sizes are bounded before
+anything is allocated: a file (and what a .gz or .npz unpacks to) has at most MAX_DATA_BYTES, a CSV at
+most MAX_CSV_BYTES (parsing takes many times its size), a one-hot target at most MAX_CLASSES classes and a
+sample at most MAX_WIDTH values (the core's layer widths are 16-bit)."""
+
 from __future__ import annotations
 
 import csv
 import gzip
+import io
 import struct
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .errors import DataError
+from .files import read_bounded
 
-class DataError(ValueError):
-    """Data that cannot be loaded or does not fit the network; the message says what to change."""
+MAX_DATA_BYTES = 2 << 30
+MAX_CSV_BYTES = 256 << 20
+MAX_CLASSES = 65535
+MAX_WIDTH = 65535
+MAX_IDX_DIMS = 8
 
 
 @dataclass
 class Dataset:
     """Inputs x (n, n_in) and targets y (n, n_out), float32."""
+
     x: np.ndarray
     y: np.ndarray
     name: str = "data"
@@ -27,6 +42,12 @@ class Dataset:
             raise DataError(f"{self.name}: inputs {self.x.shape} and targets {self.y.shape} do not pair up")
         if self.x.shape[0] == 0:
             raise DataError(f"{self.name} has no samples")
+        for what, a in (("input", self.x), ("target", self.y)):
+            if not 1 <= a.shape[1] <= MAX_WIDTH:
+                raise DataError(
+                    f"{self.name} has {a.shape[1]} {what} values per sample; a network takes 1 to "
+                    f"{MAX_WIDTH} (choose the columns with --inputs / --targets)"
+                )
         for what, a in (("inputs", self.x), ("targets", self.y)):
             if not np.isfinite(a).all():
                 bad = int(np.argwhere(~np.isfinite(a))[0][0])
@@ -35,7 +56,7 @@ class Dataset:
     def __len__(self) -> int:
         return self.x.shape[0]
 
-    def split(self, val_fraction: float, seed: int = 0) -> Tuple["Dataset", Optional["Dataset"]]:
+    def split(self, val_fraction: float, seed: int = 0) -> Tuple[Dataset, Optional[Dataset]]:
         """(train, validation) after a seeded shuffle; validation is None for a fraction of 0."""
         if not 0 <= val_fraction < 1:
             raise DataError(f"the validation fraction must be in [0, 1), got {val_fraction}")
@@ -46,8 +67,10 @@ class Dataset:
             raise DataError(f"{self.name}: {len(self)} samples are too few for a {val_fraction:.0%} validation split")
         order = np.random.default_rng(seed).permutation(len(self))
         v, t = order[:n_val], order[n_val:]
-        return (Dataset(self.x[t], self.y[t], self.name + " (train)"),
-                Dataset(self.x[v], self.y[v], self.name + " (validation)"))
+        return (
+            Dataset(self.x[t], self.y[t], self.name + " (train)"),
+            Dataset(self.x[v], self.y[v], self.name + " (validation)"),
+        )
 
     @property
     def classification(self) -> bool:
@@ -56,10 +79,21 @@ class Dataset:
 
 
 def one_hot(labels: np.ndarray, classes: Optional[int] = None, name: str = "labels") -> np.ndarray:
-    """Integer labels (n,) -> one-hot float32 (n, classes)."""
+    """Integer labels (n,) -> one-hot float32 (n, classes); at most MAX_CLASSES classes."""
     lab = np.asarray(labels)
-    if lab.size and (np.any(lab < 0) or np.any(lab != np.round(lab))):
-        raise DataError(f"{name}: class labels must be whole numbers >= 0")
+    if lab.dtype.kind not in "fiub":
+        raise DataError(
+            f"{name}: class labels must be numbers, not {lab.dtype} (e.g. text labels: map them to 0, 1, 2, ... first)"
+        )
+    if lab.size == 0:
+        raise DataError(f"{name}: there are no labels")
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(lab) | (lab < 0) | (lab != np.round(lab)) | (lab >= MAX_CLASSES)
+    if np.any(bad):
+        i = int(np.argwhere(bad)[0][0])
+        raise DataError(
+            f"{name}: class labels must be whole numbers from 0 to {MAX_CLASSES - 1}; label {i} is {lab[i].item()!r}"
+        )
     lab = lab.astype(np.int64)
     k = int(lab.max()) + 1 if classes is None else classes
     if lab.size and lab.max() >= k:
@@ -69,7 +103,7 @@ def one_hot(labels: np.ndarray, classes: Optional[int] = None, name: str = "labe
     return out
 
 
-def _columns(spec: Union[None, str, Sequence[int]], header: List[str], n_cols: int, what: str) -> List[int]:
+def columns(spec: Union[None, str, Sequence[int]], header: List[str], n_cols: int, what: str) -> List[int]:
     """Column indices from '0-19', '1,3,5', names, or a list of ints."""
     if spec is None:
         raise DataError(f"say which CSV columns are the {what}")
@@ -83,10 +117,11 @@ def _columns(spec: Union[None, str, Sequence[int]], header: List[str], n_cols: i
                 a, b = (int(s) for s in part.split("-", 1))
                 out.extend(range(a, b + 1))
             elif part.lstrip("-").isdigit():
-                c = int(part)                      # negative numbers count from the end: -1 is the last
+                c = int(part)  # negative numbers count from the end: -1 is the last
                 if c < -n_cols:
-                    raise DataError(f"{what} column {c} does not exist: the file has {n_cols} columns "
-                                    f"(-{n_cols} to {n_cols - 1})")
+                    raise DataError(
+                        f"{what} column {c} does not exist: the file has {n_cols} columns (-{n_cols} to {n_cols - 1})"
+                    )
                 out.append(c + n_cols if c < 0 else c)
             else:
                 raise DataError(f"{what} column {part!r} is neither a number, a range like 0-19, nor a header name")
@@ -98,28 +133,52 @@ def _columns(spec: Union[None, str, Sequence[int]], header: List[str], n_cols: i
     return cols
 
 
-def csv_columns(header: List[str], n_cols: int, inputs: Union[None, str, Sequence[int]],
-                targets: Union[None, str, Sequence[int]]) -> Tuple[List[int], List[int]]:
+def csv_columns(
+    header: List[str], n_cols: int, inputs: Union[None, str, Sequence[int]], targets: Union[None, str, Sequence[int]]
+) -> Tuple[List[int], List[int]]:
     """(input columns, target columns) of a CSV table: the inputs default to every column that is not
     a target."""
-    t_cols = _columns(targets, header, n_cols, "target")
-    i_cols = (_columns(inputs, header, n_cols, "input") if inputs is not None
-              else [c for c in range(n_cols) if c not in t_cols])
+    t_cols = columns(targets, header, n_cols, "target")
+    i_cols = (
+        columns(inputs, header, n_cols, "input")
+        if inputs is not None
+        else [c for c in range(n_cols) if c not in t_cols]
+    )
     return i_cols, t_cols
+
+
+def _decode_text(raw: bytes, p: Path) -> str:
+    """UTF-8 text (a byte-order mark is dropped); DataError naming the line and column of a byte that is
+    not UTF-8."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DataError(
+            f"{p}: line {line}, column {col}: byte 0x{raw[e.start]:02x} is not UTF-8 text; save the file as UTF-8"
+        ) from None
 
 
 def read_csv_table(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
     """(header, numbers (n, columns) float64) of a CSV file: blank lines are skipped and a first row
-    that is not all numbers is the header. DataError says what is wrong with a malformed file."""
+    that is not all numbers is the header. DataError says what is wrong with a malformed file, with its
+    line and column."""
     p = Path(path)
+    text = _decode_text(read_bounded(p, MAX_CSV_BYTES, "CSV file", DataError), p)
+    rows: List[Tuple[int, List[str]]] = []
+    reader = csv.reader(io.StringIO(text, newline=""))
     try:
-        with open(p, newline="") as f:
-            reader = csv.reader(f)
-            rows = [(reader.line_num, r) for r in reader if r and any(c.strip() for c in r)]
-    except OSError as e:
-        raise DataError(f"cannot read {p}: {e.strerror or e}") from None
-    except (csv.Error, UnicodeDecodeError) as e:
-        raise DataError(f"{p} is not a readable CSV file ({e})") from None
+        for r in reader:
+            if r and any(c.strip() for c in r):
+                rows.append((reader.line_num, r))
+    except csv.Error as e:
+        what = (
+            f"a cell longer than {csv.field_size_limit():,} characters; is this a CSV file?"
+            if "field limit" in str(e)
+            else f"not readable as CSV ({e})"
+        )
+        raise DataError(f"{p}: line {reader.line_num}: {what}") from None
     if not rows:
         raise DataError(f"{p} is empty")
     header: List[str] = []
@@ -129,17 +188,19 @@ def read_csv_table(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
         header = [c.strip() for c in rows[0][1]]
         rows = rows[1:]
         if not rows:
-            raise DataError(f"{p} has a header row but no samples")
+            raise DataError(f"{p} has a header row but no samples") from None
     n_cols = len(rows[0][1])
     for line, r in rows:
         if len(r) != n_cols:
-            raise DataError(f"{p}: line {line} has {len(r)} columns, line {rows[0][0]} has {n_cols}: "
-                            f"every sample needs the same columns")
+            raise DataError(
+                f"{p}: line {line} has {len(r)} columns, line {rows[0][0]} has {n_cols}: "
+                f"every sample needs the same columns"
+            )
     try:
         data = np.array([[float(c) for c in r] for _, r in rows], np.float64).reshape(len(rows), n_cols)
     except ValueError:
         line, j, cell = next((line, j, c) for line, r in rows for j, c in enumerate(r) if not _is_number(c))
-        raise DataError(f"{p}: line {line}, column {j}: {cell.strip()!r} is not a number") from None
+        raise DataError(f"{p}: line {line}, column {j}: {cell.strip()[:40]!r} is not a number") from None
     return header, data
 
 
@@ -152,9 +213,13 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def load_csv(path: Union[str, Path], inputs: Union[None, str, Sequence[int]] = None,
-             targets: Union[None, str, Sequence[int]] = "-1", one_hot_classes: Optional[int] = None,
-             classify: bool = False) -> Dataset:
+def load_csv(
+    path: Union[str, Path],
+    inputs: Union[None, str, Sequence[int]] = None,
+    targets: Union[None, str, Sequence[int]] = "-1",
+    one_hot_classes: Optional[int] = None,
+    classify: bool = False,
+) -> Dataset:
     """Numbers from a CSV file (a header row is detected). By default the last column is the target;
     inputs default to all other columns. classify=True turns an integer target column into one-hot."""
     p = Path(path)
@@ -170,24 +235,56 @@ def load_csv(path: Union[str, Path], inputs: Union[None, str, Sequence[int]] = N
     return Dataset(x, y.astype(np.float32), p.name)
 
 
+def npz_array(path: Union[str, Path], key: str, z: Any = None) -> np.ndarray:
+    """Array `key` of an NPZ file (z: the open file, if it is), with numbers in it. DataError for a file that
+    is not a readable NPZ, a missing array, an array over MAX_DATA_BYTES unpacked, or one that does not
+    hold numbers."""
+    p = Path(path)
+    if z is None:
+        read_bounded(p, MAX_DATA_BYTES, "NPZ file", DataError)  # the checks only: np.load reads it
+        with _open_npz(p) as zz:
+            return npz_array(p, key, zz)
+    if key not in z.files:
+        raise DataError(f"{p} has no array {key!r}; it has {', '.join(z.files) or 'none'}")
+    try:
+        size = z.zip.getinfo(key + ".npy").file_size
+    except KeyError:
+        size = 0
+    if size > MAX_DATA_BYTES:
+        raise DataError(f"{p}: array {key!r} unpacks to {size:,} bytes; at most {MAX_DATA_BYTES:,}")
+    try:
+        a = z[key]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise DataError(f"{p}: array {key!r} cannot be read ({e}); the file is damaged or not made by numpy") from None
+    if a.dtype.kind not in "fiub":
+        raise DataError(f"{p}: array {key!r} holds {a.dtype}, not numbers")
+    return a
+
+
+def _open_npz(p: Path) -> Any:
+    """np.load of an NPZ file without pickles; DataError when it is not one."""
+    try:
+        z = np.load(p, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise DataError(f"cannot read {p} as NPZ ({e}): it is damaged or not an .npz file") from None
+    if not hasattr(z, "files"):
+        raise DataError(f"{p} is a single .npy array, not an .npz archive of named arrays (np.savez)")
+    return z
+
+
 def load_npz(path: Union[str, Path], x_key: str = "x", y_key: str = "y", classify: bool = False) -> Dataset:
     """Arrays x_key (n, n_in) and y_key (n, n_out), or integer labels (n,) with classify=True."""
     p = Path(path)
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            missing = [k for k in (x_key, y_key) if k not in z.files]
-            if missing:
-                raise DataError(f"{p} has no array {missing[0]!r}; it has {', '.join(z.files) or 'none'}")
-            x, y = z[x_key], z[y_key]
-    except (OSError, ValueError) as e:
-        if isinstance(e, DataError):
-            raise
-        raise DataError(f"cannot read {p} as NPZ: {e}") from None
-    x = x.reshape(x.shape[0], -1) if x.ndim > 2 else x
+    read_bounded(p, MAX_DATA_BYTES, "NPZ file", DataError)
+    with _open_npz(p) as z:
+        x, y = npz_array(p, x_key, z), npz_array(p, y_key, z)
+    if x.ndim < 1 or y.ndim < 1:
+        raise DataError(f"{p}: {x_key!r} and {y_key!r} must be arrays of samples, not single numbers")
+    x = x.reshape(x.shape[0], -1) if x.ndim != 2 else x
     if y.ndim == 1:
         y = one_hot(y, name=f"{p} {y_key}") if classify else y[:, None]
-    if x.dtype.kind not in "fiub" or y.dtype.kind not in "fiub":
-        raise DataError(f"{p}: arrays must hold numbers, not {x.dtype}/{y.dtype}")
+    elif y.ndim > 2:
+        raise DataError(f"{p}: {y_key!r} has shape {y.shape}; targets are (n,) labels or (n, n_out) rows")
     return Dataset(x.astype(np.float32), y.astype(np.float32), p.name)
 
 
@@ -195,23 +292,35 @@ _IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0
 
 
 def read_idx(path: Union[str, Path]) -> np.ndarray:
-    """An IDX array (MNIST's format; .gz is unpacked)."""
+    """An IDX array (MNIST's format; .gz is unpacked), 1 to MAX_IDX_DIMS dimensions."""
     p = Path(path)
-    try:
-        raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
-    except OSError as e:
-        raise DataError(f"cannot read {p}: {e.strerror or e}") from None
+    raw = read_bounded(p, MAX_DATA_BYTES, "IDX file", DataError)
+    if p.suffix == ".gz":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as g:
+                raw = g.read(MAX_DATA_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as e:
+            raise DataError(f"{p} is not a complete gzip file ({e})") from None
+        if len(raw) > MAX_DATA_BYTES:
+            raise DataError(f"{p} unpacks to more than {MAX_DATA_BYTES:,} bytes")
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
         raise DataError(f"{p} is not an IDX file (bad magic number)")
     nd = raw[3]
+    if not 1 <= nd <= MAX_IDX_DIMS:
+        raise DataError(f"{p} declares {nd} dimensions; IDX data here has 1 (labels) to {MAX_IDX_DIMS}")
     if len(raw) < 4 + 4 * nd:
         raise DataError(f"{p} is truncated (header)")
     dims = struct.unpack_from(f">{nd}I", raw, 4)
     dt = np.dtype(_IDX_TYPES[raw[2]])
-    need = int(np.prod(dims)) * dt.itemsize
+    count = 1
+    for d in dims:
+        count *= d  # Python integers: no overflow before the comparison below
+    need = count * dt.itemsize
     if len(raw) - 4 - 4 * nd < need:
         raise DataError(f"{p} is truncated: {len(raw) - 4 - 4 * nd} data bytes for shape {dims} need {need}")
-    return np.frombuffer(raw, dt, int(np.prod(dims)), 4 + 4 * nd).reshape(dims)
+    if count == 0:
+        raise DataError(f"{p} holds no values (shape {dims})")
+    return np.frombuffer(raw, dt, count, 4 + 4 * nd).reshape(dims)
 
 
 def idx_images(path: Union[str, Path]) -> np.ndarray:

@@ -3,6 +3,7 @@ parameters (connection weights first: they are the ones L1/L2 regularize) and th
 
 Activation-like layers may omit their size; a Sequential gives them the size of the layer before.
 """
+
 from __future__ import annotations
 
 import math
@@ -10,7 +11,10 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from .module import Module, ShapeError
+from .checks import number
+from .corefacts import GLU_GATES, layer_size
+from .errors import ShapeError
+from .module import Module
 from .program import Act, Op, ProgramBuilder
 
 
@@ -35,7 +39,38 @@ def _check_size(name: str, value: Any) -> int:
     return int(value)
 
 
-class _Sized(Module):
+class _CoreLayer(Module):
+    """A layer that is one op of the C core. Its sizes (parameter count, aux trace) come from the op's own C
+    code through corefacts.layer_size; a layer class says only which op it is (`op`), the op's fields
+    (`_op_fields`: kind, k, alpha) and how many of its parameters are connection weights (`_n_weights`, the
+    ones L1/L2 regularize; they come first)."""
+
+    op: Op
+
+    def _op_fields(self) -> Dict[str, Any]:
+        """The op-specific fields of its row in the layer table (kind, k, alpha)."""
+        return {}
+
+    def _n_weights(self) -> int:
+        """How many of the parameters (the first ones) are connection weights."""
+        return 0
+
+    def param_count(self) -> int:
+        if self.n_in is None:
+            return 0
+        n = self.__dict__.get("_n_p")
+        if n is None:
+            size = layer_size(self.op, self.n_in, self.n_out, **self._op_fields())
+            if not size.valid:
+                raise ShapeError(f"{self.describe()}: the C core does not accept these sizes or settings")
+            n = self._n_p = size.params
+        return n
+
+    def _emit(self, b: ProgramBuilder) -> None:
+        b.add(self.op, self.n_in, self.n_out, n_w=self._n_weights(), name=self.describe(), **self._op_fields())
+
+
+class _Sized(_CoreLayer):
     """A layer with an input and output size fixed at construction."""
 
     def __init__(self, n_in: int, n_out: int) -> None:
@@ -46,11 +81,11 @@ class _Sized(Module):
     def describe(self) -> str:
         return f"{type(self).__name__}({self.n_in}, {self.n_out})"
 
-    def spec(self) -> Dict[str, Any]:
+    def architecture(self) -> Dict[str, Any]:
         return {"type": type(self).__name__, "n_in": self.n_in, "n_out": self.n_out}
 
 
-class _SameSize(Module):
+class _SameSize(_CoreLayer):
     """A layer whose output has its input's size; the size may be left to the Sequential."""
 
     def __init__(self, n: Optional[int] = None) -> None:
@@ -68,21 +103,20 @@ class _SameSize(Module):
     def describe(self) -> str:
         return f"{type(self).__name__}({self.n_in if self.n_in is not None else ''})"
 
-    def spec(self) -> Dict[str, Any]:
+    def architecture(self) -> Dict[str, Any]:
         return {"type": type(self).__name__, "n": self.n_in}
 
 
 # ---------------------------------------------------------------- parameterized layers
 
+
 class Dense(_Sized):
     """y = x W, no bias. W is [n_in][n_out] (connection weights)."""
 
-    def param_count(self) -> int:
-        return self.n_in * self.n_out
+    op = Op.DENSE
 
-    def _emit(self, b: ProgramBuilder) -> None:
-        n = self.n_in * self.n_out
-        b.add(Op.DENSE, self.n_in, self.n_out, kind=0, n_p=n, n_w=n, name=self.describe())
+    def _n_weights(self) -> int:
+        return self.n_in * self.n_out
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         return _glorot(rng, self.n_in, self.n_out, self.n_in * self.n_out, scale)
@@ -94,14 +128,15 @@ class Dense(_Sized):
 
 
 class Linear(_Sized):
-    """y = x W + b: Dense followed by Bias1d, run as one op."""
+    """y = x W + b: Dense followed by Bias1d, run as one op (W, then b)."""
 
-    def param_count(self) -> int:
-        return self.n_in * self.n_out + self.n_out
+    op = Op.DENSE
 
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.DENSE, self.n_in, self.n_out, kind=1, n_p=self.param_count(), n_w=self.n_in * self.n_out,
-              name=self.describe())
+    def _op_fields(self) -> Dict[str, Any]:
+        return {"kind": 1}
+
+    def _n_weights(self) -> int:
+        return self.n_in * self.n_out
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         w = _glorot(rng, self.n_in, self.n_out, self.n_in * self.n_out, scale)
@@ -110,22 +145,18 @@ class Linear(_Sized):
     @property
     def weight(self) -> np.ndarray:
         """W as an (n_in, n_out) view."""
-        return self.params[:self.n_in * self.n_out].reshape(self.n_in, self.n_out)
+        return self.params[: self.n_in * self.n_out].reshape(self.n_in, self.n_out)
 
     @property
     def bias(self) -> np.ndarray:
         """b as an (n_out,) view."""
-        return self.params[self.n_in * self.n_out:]
+        return self.params[self.n_in * self.n_out :]
 
 
 class Bias1d(_SameSize):
     """y = x + b (b is not regularized)."""
 
-    def param_count(self) -> int:
-        return self.n_in or 0
-
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.BIAS, self.n_in, self.n_out, n_p=self.n_in, name=self.describe())
+    op = Op.BIAS
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         return _bias_init(rng, self.n_in, scale)
@@ -134,14 +165,10 @@ class Bias1d(_SameSize):
 class Swish(_SameSize):
     """y = x sigmoid(beta x) with a learned beta per element (init N(1, 1/(2 sqrt(2) n)) times scale)."""
 
-    def param_count(self) -> int:
-        return self.n_in or 0
+    op = Op.SWISH
 
     def _default_params(self) -> np.ndarray:
         return np.ones(self.n_in, np.float32)
-
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.SWISH, self.n_in, self.n_out, n_p=self.n_in, name=self.describe())
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         return _swish_beta_init(rng, self.n_in, scale)
@@ -150,111 +177,101 @@ class Swish(_SameSize):
 class Diag(_SameSize):
     """y = d * x with a learned scale per element (init 1)."""
 
-    def param_count(self) -> int:
-        return self.n_in or 0
+    op = Op.DIAG
 
     def _default_params(self) -> np.ndarray:
         return np.ones(self.n_in, np.float32)
-
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.DIAG, self.n_in, self.n_out, n_p=self.n_in, name=self.describe())
 
 
 class ScalarScale(_SameSize):
     """y = s * x with one learned scalar s (init `init`, 0.5 by default)."""
 
+    op = Op.SCALE
+
     def __init__(self, n: Optional[int] = None, init: float = 0.5) -> None:
         super().__init__(n)
-        self.init = float(init)
-
-    def param_count(self) -> int:
-        return 1
+        self.init = number("ScalarScale init", init, -1e30, 1e30, error=ShapeError)
 
     def _default_params(self) -> np.ndarray:
         return np.array([self.init], np.float32)
 
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.SCALE, self.n_in, self.n_out, n_p=1, name=self.describe())
-
-    def spec(self) -> Dict[str, Any]:
-        return {**super().spec(), "init": self.init}
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "init": self.init}
 
 
 class RMSNorm(_SameSize):
     """y = g * x / sqrt(mean(x^2) + eps) with a learned gain g per element (init 1)."""
 
+    op = Op.RMSNORM
+
     def __init__(self, n: Optional[int] = None, eps: float = 1e-6) -> None:
         super().__init__(n)
-        if not eps >= 0:
-            raise ShapeError(f"RMSNorm eps must be >= 0, got {eps}")
-        self.eps = float(eps)
+        self.eps = number("RMSNorm eps", eps, 0.0, 1e30, error=ShapeError)
 
-    def param_count(self) -> int:
-        return self.n_in or 0
+    def _op_fields(self) -> Dict[str, Any]:
+        return {"alpha": self.eps}
 
     def _default_params(self) -> np.ndarray:
         return np.ones(self.n_in, np.float32)
 
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.RMSNORM, self.n_in, self.n_out, alpha=self.eps, n_p=self.n_in, aux=1, name=self.describe())
-
-    def spec(self) -> Dict[str, Any]:
-        return {**super().spec(), "eps": self.eps}
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "eps": self.eps}
 
 
 class DyT(_SameSize):
     """Dynamic tanh: y = g * tanh(a x) + b, with a scalar a (init 0.5), g (init 1) and b per element."""
 
-    def param_count(self) -> int:
-        return 1 + 2 * (self.n_in or 0)
+    op = Op.DYT
 
     def _default_params(self) -> np.ndarray:
         return np.concatenate([[0.5], np.ones(self.n_in), np.zeros(self.n_in)]).astype(np.float32)
 
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.DYT, self.n_in, self.n_out, n_p=self.param_count(), name=self.describe())
-
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         p = self._default_params()
-        p[1 + self.n_in:] = _bias_init(rng, self.n_in, scale)
+        p[1 + self.n_in :] = _bias_init(rng, self.n_in, scale)
         return p
 
 
 class Conv1d(_Sized):
     """Single-channel valid cross-correlation (stride 1, no padding): Conv1d(I, O, F) needs O = I - F + 1."""
 
+    op = Op.CONV1D
+
     def __init__(self, n_in: int, n_out: int, filter_size: int) -> None:
         super().__init__(n_in, n_out)
         self.filter_size = _check_size("Conv1d filter size", filter_size)
         if self.n_out != self.n_in - self.filter_size + 1:
-            raise ShapeError(f"Conv1d({n_in}, {n_out}, {filter_size}): a filter of {filter_size} over {n_in} "
-                             f"inputs gives {n_in - filter_size + 1} outputs, not {n_out}")
+            raise ShapeError(
+                f"Conv1d({n_in}, {n_out}, {filter_size}): a filter of {filter_size} over {n_in} "
+                f"inputs gives {n_in - filter_size + 1} outputs, not {n_out}"
+            )
 
     def describe(self) -> str:
         return f"Conv1d({self.n_in}, {self.n_out}, {self.filter_size})"
 
-    def param_count(self) -> int:
-        return self.filter_size
+    def _op_fields(self) -> Dict[str, Any]:
+        return {"k": self.filter_size}
 
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.CONV1D, self.n_in, self.n_out, k=self.filter_size, n_p=self.filter_size, n_w=self.filter_size,
-              name=self.describe())
+    def _n_weights(self) -> int:
+        return self.filter_size
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         return _glorot(rng, self.n_in, self.n_out, self.filter_size, scale)
 
-    def spec(self) -> Dict[str, Any]:
-        return {**super().spec(), "filter_size": self.filter_size}
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "filter_size": self.filter_size}
 
 
-_GATES = {"sigmoid": Act.SIGMOID, "relu": Act.RELU, "leaky_relu": Act.LEAKY_RELU, "tanh": Act.TANH,
-          "swish": Act.SWISH}
+# GLU gates by name ('sigmoid', 'relu', 'leaky_relu', 'tanh', 'swish'): the activations the core accepts as gates
+_GATES = {g.name.lower(): g for g in sorted(GLU_GATES)}
 
 
 class GLU(_Sized):
-    """Gated linear unit: y = gate(x Wg + bg) * (x Wv + bv). gate is sigmoid (default), relu,
-    leaky_relu (slope alpha), tanh or swish (a learned beta per output)."""
+    """Gated linear unit: y = gate(x Wg + bg) * (x Wv + bv). gate is any activation the core accepts as a
+    gate: sigmoid (default), relu, leaky_relu (slope alpha), tanh, silu, softplus or swish (a learned beta
+    per output). Parameters: Wg, Wv (connection weights, [n_in][n_out] each), bg, bv, then swish's betas."""
 
+    op = Op.GLU
     gate_default = "sigmoid"
 
     def __init__(self, n_in: int, n_out: int, gate: Optional[str] = None, alpha: float = 0.5) -> None:
@@ -262,31 +279,34 @@ class GLU(_Sized):
         self.gate = gate or self.gate_default
         if self.gate not in _GATES:
             raise ShapeError(f"unknown GLU gate {self.gate!r}; choose one of {', '.join(_GATES)}")
-        self.alpha = float(alpha)
+        self.alpha = number(f"{type(self).__name__} alpha", alpha, -1e30, 1e30, error=ShapeError)
 
-    def param_count(self) -> int:
-        return 2 * self.n_in * self.n_out + 2 * self.n_out + (self.n_out if self.gate == "swish" else 0)
+    def _op_fields(self) -> Dict[str, Any]:
+        return {"kind": _GATES[self.gate], "alpha": self.alpha}
+
+    def _n_weights(self) -> int:
+        return 2 * self.n_in * self.n_out
 
     def _default_params(self) -> np.ndarray:
         p = np.zeros(self.param_count(), np.float32)
         if self.gate == "swish":
-            p[-self.n_out:] = 1.0
+            p[-self.n_out :] = 1.0
         return p
-
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.GLU, self.n_in, self.n_out, kind=_GATES[self.gate], alpha=self.alpha, n_p=self.param_count(),
-              n_w=2 * self.n_in * self.n_out, aux=2 * self.n_out, name=self.describe())
 
     def _init_params(self, rng: np.random.Generator, scale: float) -> np.ndarray:
         io = self.n_in * self.n_out
-        parts = [_glorot(rng, self.n_in, self.n_out, io, scale), _glorot(rng, self.n_in, self.n_out, io, scale),
-                 _bias_init(rng, self.n_out, scale), _bias_init(rng, self.n_out, scale)]
+        parts = [
+            _glorot(rng, self.n_in, self.n_out, io, scale),
+            _glorot(rng, self.n_in, self.n_out, io, scale),
+            _bias_init(rng, self.n_out, scale),
+            _bias_init(rng, self.n_out, scale),
+        ]
         if self.gate == "swish":
             parts.append(_swish_beta_init(rng, self.n_out, scale))
         return np.concatenate(parts)
 
-    def spec(self) -> Dict[str, Any]:
-        s = {**super().spec(), "gate": self.gate}
+    def architecture(self) -> Dict[str, Any]:
+        s = {**super().architecture(), "gate": self.gate}
         if self.gate == "leaky_relu":
             s["alpha"] = self.alpha
         return s
@@ -294,99 +314,139 @@ class GLU(_Sized):
 
 class SwiGLU(GLU):
     """GLU with a Swish gate (learned beta per output)."""
+
     gate_default = "swish"
 
 
 class GLULeakyRelu(GLU):
     """GLU with a leaky-ReLU gate (slope alpha, 0.5 by default)."""
+
     gate_default = "leaky_relu"
 
 
 class TanhGLU(GLU):
     """GLU with a tanh gate."""
+
     gate_default = "tanh"
 
 
 class ReluGLU(GLU):
     """GLU with a ReLU gate."""
+
     gate_default = "relu"
 
 
 # ---------------------------------------------------------------- parameter-free layers
 
+
 class _Activation(_SameSize):
     """An elementwise activation without parameters."""
+
+    op = Op.ACT
     act: Act = Act.RELU
 
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.ACT, self.n_in, self.n_out, kind=self.act, alpha=getattr(self, "alpha", 0.0),
-              name=self.describe())
+    def _op_fields(self) -> Dict[str, Any]:
+        return {"kind": self.act, "alpha": getattr(self, "alpha", 0.0)}
 
 
 class Relu(_Activation):
     """max(0, x)."""
+
     act = Act.RELU
 
 
 class LeakyRelu(_Activation):
     """x for x >= 0, alpha x below (alpha 0.5 by default, as minidx)."""
+
     act = Act.LEAKY_RELU
 
     def __init__(self, alpha: float = 0.5, n: Optional[int] = None) -> None:
         super().__init__(n)
-        self.alpha = float(alpha)
+        self.alpha = number(f"{type(self).__name__} alpha", alpha, -1e30, 1e30, error=ShapeError)
 
-    def spec(self) -> Dict[str, Any]:
-        return {**super().spec(), "alpha": self.alpha}
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "alpha": self.alpha}
 
 
 class Sigmoid(_Activation):
     """1 / (1 + e^-x)."""
+
     act = Act.SIGMOID
 
 
 class Tanh(_Activation):
     """tanh(x)."""
+
     act = Act.TANH
 
 
 class SiLU(_Activation):
     """x sigmoid(x)."""
+
     act = Act.SILU
 
 
 class Softplus(_Activation):
     """log(1 + e^x), computed without overflow."""
+
     act = Act.SOFTPLUS
 
 
 class Sine(_Activation):
     """sin(x)."""
+
     act = Act.SINE
 
 
 class Cosine(_Activation):
     """cos(x)."""
+
     act = Act.COSINE
 
 
 class Softmax(_SameSize):
     """exp(x / T) / sum(exp(x / T)) with temperature T (1.0 by default)."""
 
+    op = Op.SOFTMAX
+
     def __init__(self, temperature: float = 1.0, n: Optional[int] = None) -> None:
         super().__init__(n)
-        if not temperature > 0:
-            raise ShapeError(f"Softmax temperature must be > 0, got {temperature}")
-        self.temperature = float(temperature)
+        self.temperature = number("Softmax temperature", temperature, 0.0, 1e30, lo_open=True, error=ShapeError)
 
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(Op.SOFTMAX, self.n_in, self.n_out, alpha=self.temperature, name=self.describe())
+    def _op_fields(self) -> Dict[str, Any]:
+        return {"alpha": self.temperature}
 
-    def spec(self) -> Dict[str, Any]:
-        return {**super().spec(), "temperature": self.temperature}
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "temperature": self.temperature}
 
 
-# Class name -> class, for specs and model files (spec.py looks names up case-insensitively and adds aliases).
-LAYER_TYPES = {c.__name__: c for c in (
-    Dense, Linear, Bias1d, Swish, Diag, ScalarScale, RMSNorm, DyT, Conv1d, GLU, SwiGLU, GLULeakyRelu, TanhGLU,
-    ReluGLU, Relu, LeakyRelu, Sigmoid, Tanh, SiLU, Softplus, Sine, Cosine, Softmax)}
+# Class name -> class, for architectures and model files (architecture.py looks names up case-insensitively
+# and adds aliases). Every layer class is registered here, once.
+LAYER_TYPES = {
+    c.__name__: c
+    for c in (
+        Dense,
+        Linear,
+        Bias1d,
+        Swish,
+        Diag,
+        ScalarScale,
+        RMSNorm,
+        DyT,
+        Conv1d,
+        GLU,
+        SwiGLU,
+        GLULeakyRelu,
+        TanhGLU,
+        ReluGLU,
+        Relu,
+        LeakyRelu,
+        Sigmoid,
+        Tanh,
+        SiLU,
+        Softplus,
+        Sine,
+        Cosine,
+        Softmax,
+    )
+}

@@ -1,4 +1,5 @@
 """Losses, each with its gradient w.r.t. the network output; computed by the C core (loss.c)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,21 +7,23 @@ from typing import Any, Tuple
 
 import numpy as np
 
-from .optim import ConfigError
+from . import _core
+from .checks import as_batch
+from .corefacts import LossKind
+from .errors import ConfigError, ShapeError
 
 
 @dataclass(frozen=True)
 class Loss:
     """A loss of the core: kind (enum mct_loss_kind) and its parameter (Huber's beta)."""
+
     name: str
-    kind: int
+    kind: int  # corefacts.LossKind
     param: float = 0.0
 
     def __call__(self, y: Any, t: Any) -> Tuple[float, np.ndarray]:
         """(mean loss over the samples, dL/dy per sample) for one sample or a batch. The mean is the
         core's batch loss (a float32 sum in sample order divided by the count), as training reports it."""
-        from . import _core
-        from .module import ShapeError, as_batch
         y = np.asarray(y)
         width = y.shape[-1] if y.ndim else 0
         yb, single = as_batch(y, width, "output")
@@ -31,24 +34,34 @@ class Loss:
         return mean, (grads[0] if single else grads)
 
     def __str__(self) -> str:
-        return self.name if self.kind != 1 else f"huber:{self.param:g}"
+        return self.name if self.kind != LossKind.HUBER else f"huber:{self.param:g}"
 
 
-mse = Loss("mse", 0)
-logit_bce = Loss("logit_bce", 2)
-cross_entropy = Loss("cross_entropy", 3)
-cosine = Loss("cosine", 4)
+mse = Loss("mse", LossKind.MSE)
+# Binary cross-entropy on probabilities (the name is minidx's: the network's last layer must already give
+# values in (0, 1), e.g. a Sigmoid; there are no logits inside). The mean over the n outputs, with y
+# clamped to [1e-7, 1 - 1e-7], so a perfect answer gives about 1e-7, not 0.
+logit_bce = Loss("logit_bce", LossKind.BCE)
+cross_entropy = Loss("cross_entropy", LossKind.XENT)
+cosine = Loss("cosine", LossKind.COSINE)
 
 
 def huber(beta: float = 1.0) -> Loss:
     """Huber loss: quadratic within beta of the target, linear beyond. ConfigError unless beta > 0."""
     if not beta > 0:
         raise ConfigError(f"Huber beta must be > 0, got {beta}")
-    return Loss("huber", 1, float(beta))
+    return Loss("huber", LossKind.HUBER, float(beta))
 
 
-_NAMES = {"mse": mse, "bce": logit_bce, "logit_bce": logit_bce, "xent": cross_entropy,
-          "cross_entropy": cross_entropy, "crossentropy": cross_entropy, "cosine": cosine}
+_NAMES = {
+    "mse": mse,
+    "bce": logit_bce,
+    "logit_bce": logit_bce,
+    "xent": cross_entropy,
+    "cross_entropy": cross_entropy,
+    "crossentropy": cross_entropy,
+    "cosine": cosine,
+}
 
 
 def by_name(name: str) -> Loss:

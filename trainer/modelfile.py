@@ -6,63 +6,58 @@ Layout: b"MCTRAIN\\0", u32 format version, u32 header length, header (JSON, UTF-
 Files are written to a temporary file in the same folder and renamed, so a crash never leaves a
 half-written model behind.
 """
+
 from __future__ import annotations
 
 import json
-import os
 import struct
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .module import Module
-from .optim import TRAIN_STATE_DTYPE, Optimizer, TrainParams, as_optimizer
+from .architecture import MAX_NESTING, from_architecture
+from .errors import ArchitectureError, ConfigError, ModelFileError
+from .files import atomic_write, read_bounded
+from .module import Module, as_optimizer
+from .optim import TRAIN_STATE_DTYPE, Optimizer, TrainParams
+from .version import __version__
+
+__all__ = [
+    "Checkpoint",
+    "ModelFileError",
+    "atomic_write",
+    "encode_model",
+    "decode_model",
+    "save_model",
+    "load_model",
+    "MAGIC",
+    "FORMAT_VERSION",
+]
 
 MAGIC = b"MCTRAIN\0"
 FORMAT_VERSION = 1
 
 
-class ModelFileError(ValueError):
-    """A model file that cannot be read: wrong kind of file, truncated, corrupt or mismatched."""
-
-
 @dataclass
 class Checkpoint:
     """What a model file holds."""
+
     net: Module
     optimizer: Optional[Optimizer] = None
     metadata: Dict[str, Any] = field(default_factory=dict)
-
-
-def atomic_write(path: Union[str, Path], data: bytes) -> None:
-    """Write data to path through a temporary file in the same folder and a rename."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent or Path(".")))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _pad4(n: int) -> int:
     return (n + 3) & ~3
 
 
-def encode_model(net: Module, optimizer: Optional[Optimizer] = None,
-                 metadata: Optional[Dict[str, Any]] = None) -> bytes:
+def encode_model(
+    net: Module, optimizer: Optional[Optimizer] = None, metadata: Optional[Dict[str, Any]] = None
+) -> bytes:
     """The bytes of a model file."""
     arrays: Dict[str, np.ndarray] = {"params": net.params.astype("<f4")}
     opt_cfg = None
@@ -70,24 +65,33 @@ def encode_model(net: Module, optimizer: Optional[Optimizer] = None,
         optimizer = as_optimizer(optimizer, net)
     if optimizer is not None:
         if optimizer.n_params != net.param_count():
-            raise ModelFileError(f"the optimizer has state for {optimizer.n_params} parameters, "
-                                 f"the network has {net.param_count()}")
+            raise ModelFileError(
+                f"the optimizer has state for {optimizer.n_params} parameters, the network has {net.param_count()}"
+            )
         opt_cfg = optimizer.config()
         arrays["opt_state"] = optimizer.state.astype("<f4")
         arrays["train_state"] = optimizer.train_state.copy()
-    from . import __version__
     header: Dict[str, Any] = {
-        "format": FORMAT_VERSION, "mcutrain": __version__, "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "architecture": net.spec(), "n_params": net.param_count(), "optimizer": opt_cfg,
-        "metadata": metadata or {}, "arrays": {},
+        "format": FORMAT_VERSION,
+        "mcutrain": __version__,
+        "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "architecture": net.architecture(),
+        "n_params": net.param_count(),
+        "optimizer": opt_cfg,
+        "metadata": metadata or {},
+        "arrays": {},
     }
     # offsets are relative to the start of the payload (after the header)
     off = 0
     blobs = []
     for name, a in arrays.items():
         b = a.tobytes()
-        header["arrays"][name] = {"offset": off, "bytes": len(b), "shape": list(a.shape), "dtype": a.dtype.str
-                                  if name != "train_state" else "train_state"}
+        header["arrays"][name] = {
+            "offset": off,
+            "bytes": len(b),
+            "shape": list(a.shape),
+            "dtype": a.dtype.str if name != "train_state" else "train_state",
+        }
         blobs.append(b + b"\0" * (_pad4(len(b)) - len(b)))
         off += _pad4(len(b))
     hjson = json.dumps(header, sort_keys=True).encode("utf-8")
@@ -96,79 +100,178 @@ def encode_model(net: Module, optimizer: Optional[Optimizer] = None,
     return body + struct.pack("<I", zlib.crc32(body) & 0xFFFFFFFF)
 
 
-def save_model(path: Union[str, Path], net: Module, optimizer: Optional[Optimizer] = None,
-               metadata: Optional[Dict[str, Any]] = None) -> None:
+def save_model(
+    path: Union[str, Path],
+    net: Module,
+    optimizer: Optional[Optimizer] = None,
+    metadata: Optional[Dict[str, Any]] = None,
+) -> None:
     """Write a model file atomically."""
     atomic_write(path, encode_model(net, optimizer, metadata))
 
 
+# Limits that hold before anything is allocated: a model file (the largest network a 2-core host trains
+# sensibly is far smaller) and its JSON header (architecture.MAX_NESTING bounds the nesting).
+MAX_MODEL_BYTES = 256 << 20
+MAX_HEADER_BYTES = 16 << 20
+# the arrays a model file may hold: name -> dtype string in the header (only little-endian float32 and the
+# core's train state: a byte-swapped or other dtype is refused)
+ARRAY_DTYPES = {"params": "<f4", "opt_state": "<f4", "train_state": "train_state"}
+
+
+def _field(cond: bool, name: str, where: str, what: str) -> None:
+    """ModelFileError naming the header field unless cond holds."""
+    if not cond:
+        raise ModelFileError(f"{name}: header field {where} {what}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _nesting(v: Any, limit: int) -> int:
+    """How deeply lists and mappings nest in v, counting no further than limit + 1."""
+    depth, level = 0, [v]
+    while level and depth <= limit:
+        nxt: List[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                nxt.extend(item.values())
+            elif isinstance(item, list):
+                nxt.extend(item)
+        level, depth = nxt, depth + 1 if nxt else depth
+    return depth
+
+
+def _check_header(header: Any, payload: int, name: str) -> Dict[str, Tuple[int, int]]:
+    """Validate the header's fields and types against the payload's size; returns (offset, bytes) of each
+    array. Every violation is a ModelFileError that names the field."""
+    _field(isinstance(header, dict), name, "(the header)", "must be a JSON object")
+    for key in ("architecture", "n_params", "arrays"):
+        _field(key in header, name, key, "is missing")
+    _field(isinstance(header["architecture"], dict), name, "architecture", "must be an object")
+    _field(
+        _nesting(header["architecture"], MAX_NESTING) <= MAX_NESTING,
+        name,
+        "architecture",
+        f"nests deeper than {MAX_NESTING} levels",
+    )
+    n = header["n_params"]
+    _field(
+        _is_int(n) and 0 <= n <= payload // 4,
+        name,
+        "n_params",
+        f"must be a whole number of parameters the file can hold (at most {payload // 4}), got {n!r}",
+    )
+    opt = header.get("optimizer")
+    _field(opt is None or isinstance(opt, dict), name, "optimizer", "must be an object or null")
+    _field(isinstance(header.get("metadata", {}), dict), name, "metadata", "must be an object")
+    arrays = header["arrays"]
+    _field(isinstance(arrays, dict), name, "arrays", "must be an object")
+    out: Dict[str, Tuple[int, int]] = {}
+    for key, info in arrays.items():
+        where = f"arrays.{key}"
+        _field(key in ARRAY_DTYPES, name, where, f"is not an array of a model file ({', '.join(ARRAY_DTYPES)})")
+        _field(isinstance(info, dict), name, where, "must be an object")
+        o, nb, shape, dt = info.get("offset"), info.get("bytes"), info.get("shape"), info.get("dtype")
+        _field(
+            _is_int(o) and 0 <= o <= payload and o % 4 == 0,
+            name,
+            f"{where}.offset",
+            f"must be a multiple of 4 within the file's {payload} bytes of arrays, got {o!r}",
+        )
+        _field(
+            _is_int(nb) and 0 <= nb <= payload - o,
+            name,
+            f"{where}.bytes",
+            f"must fit the {payload - o} bytes after its offset, got {nb!r}",
+        )
+        _field(dt == ARRAY_DTYPES[key], name, f"{where}.dtype", f"must be {ARRAY_DTYPES[key]!r}, got {dt!r}")
+        _field(
+            isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape),
+            name,
+            f"{where}.shape",
+            f"must be a list of sizes, got {shape!r}",
+        )
+        itemsize = TRAIN_STATE_DTYPE.itemsize if key == "train_state" else 4
+        _field(
+            int(np.prod(shape, dtype=np.int64)) * itemsize == nb,
+            name,
+            f"{where}.shape",
+            f"{shape} does not hold {nb} bytes",
+        )
+        out[key] = (o, nb)
+    _field("params" in out, name, "arrays.params", "is missing")
+    _field(out["params"][1] == 4 * n, name, "arrays.params.bytes", f"must be 4 * n_params = {4 * n}")
+    if opt is not None:
+        for key in ("opt_state", "train_state"):
+            _field(key in out, name, f"arrays.{key}", "is missing (the file names an optimizer)")
+    return out
+
+
 def decode_model(data: bytes, name: str = "model file") -> Checkpoint:
-    """Parse the bytes of a model file, checking everything; raises ModelFileError."""
-    if data[:8] != MAGIC[:len(data)] or not data:
+    """Parse the bytes of a model file, checking everything before anything large is allocated; raises
+    ModelFileError naming what is wrong (and, for a bad header, which field)."""
+    if not data or data[:8] != MAGIC[: len(data)]:
         raise ModelFileError(f"{name} is not an mcutrain model file (it does not start with the MCTRAIN marker)")
-    if len(data) < 16:
+    if len(data) < 20:
         raise ModelFileError(f"{name} is truncated ({len(data)} bytes): it was not fully written or copied")
     version, hlen = struct.unpack_from("<II", data, 8)
-    if version > FORMAT_VERSION:
-        raise ModelFileError(f"{name} uses model format {version}; this mcutrain reads up to {FORMAT_VERSION}: "
-                             f"upgrade mcutrain")
-    if len(data) < 16 + hlen + 4:
-        raise ModelFileError(f"{name} is truncated ({len(data)} bytes): it was not fully written or copied")
+    if version > FORMAT_VERSION or version < 1:
+        raise ModelFileError(
+            f"{name} uses model format {version}; this mcutrain reads 1 to {FORMAT_VERSION}"
+            + (": upgrade mcutrain" if version > FORMAT_VERSION else "")
+        )
+    if hlen > MAX_HEADER_BYTES or len(data) < 16 + hlen + 4:
+        raise ModelFileError(
+            f"{name} is truncated ({len(data)} bytes for a {hlen}-byte header): it was not fully written or copied"
+        )
     (crc,) = struct.unpack_from("<I", data, len(data) - 4)
     if zlib.crc32(data[:-4]) & 0xFFFFFFFF != crc:
         raise ModelFileError(f"{name} is corrupt or truncated (checksum mismatch)")
     try:
-        header = json.loads(data[16:16 + hlen].decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise ModelFileError(f"{name} has an unreadable header") from None
-    try:
-        return _from_header(header, data[16 + hlen:-4], name)
-    except (KeyError, TypeError, IndexError, AttributeError) as e:
-        raise ModelFileError(f"{name} has a malformed header ({type(e).__name__}: {e})") from None
+        header = json.loads(data[16 : 16 + hlen].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ModelFileError(f"{name} has an unreadable header (not UTF-8 JSON, or nested too deeply)") from None
+    payload = data[16 + hlen : -4]
+    spans = _check_header(header, len(payload), name)
+    return _from_header(header, payload, spans, name)
 
 
-def _from_header(header: Dict[str, Any], payload: bytes, name: str) -> Checkpoint:
-    """Build the checkpoint from a parsed header and the array bytes."""
-    from .spec import SpecError, module_from_spec
+def _from_header(header: Dict[str, Any], payload: bytes, spans: Dict[str, Tuple[int, int]], name: str) -> Checkpoint:
+    """Build the checkpoint from a checked header and the array bytes."""
 
-    def array(key: str) -> Optional[np.ndarray]:
-        info = header["arrays"].get(key)
-        if info is None:
-            return None
-        o, n = info["offset"], info["bytes"]
-        if o < 0 or o + n > len(payload):
-            raise ModelFileError(f"{name}: array {key} lies outside the file")
-        dtype = TRAIN_STATE_DTYPE if info["dtype"] == "train_state" else np.dtype(info["dtype"])
-        return np.frombuffer(payload, dtype, n // dtype.itemsize, o).reshape(info["shape"]).copy()
+    def array(key: str, dtype: np.dtype) -> np.ndarray:
+        o, nb = spans[key]
+        return np.frombuffer(payload, dtype, nb // dtype.itemsize, o).copy()
 
     try:
-        net = module_from_spec(header["architecture"], f"{name} architecture")
-    except SpecError as e:
+        net = from_architecture(header["architecture"], f"{name} architecture")
+    except ArchitectureError as e:
         raise ModelFileError(str(e)) from None
-    params = array("params")
-    if params is None or params.shape != (net.param_count(),) or net.param_count() != header["n_params"]:
-        raise ModelFileError(f"{name}: the parameters do not match the architecture "
-                             f"({None if params is None else params.shape[0]} values for "
-                             f"{net.param_count()} parameters)")
-    net.params = params
+    if net.param_count() != header["n_params"]:  # counted from the sizes: nothing allocated yet
+        raise ModelFileError(
+            f"{name}: the architecture has {net.param_count()} parameters, the file holds {header['n_params']}"
+        )
+    net.params = array("params", np.dtype("<f4"))
     opt = None
-    if header.get("optimizer"):
-        opt = Optimizer.from_config(header["optimizer"], net.param_count())
-        state, ts = array("opt_state"), array("train_state")
-        if state is None or ts is None or state.shape != opt.state.shape:
-            raise ModelFileError(f"{name}: the optimizer state does not match the network")
-        opt.state[...] = state
-        opt.train_state[...] = ts
+    if header.get("optimizer") is not None:
+        try:
+            opt = Optimizer.from_config(header["optimizer"], net.param_count())
+        except (ConfigError, TypeError) as e:
+            raise ModelFileError(f"{name}: header field optimizer: {e}") from None
+        state = array("opt_state", np.dtype("<f4"))
+        if state.size != opt.state.size:
+            raise ModelFileError(
+                f"{name}: the optimizer state holds {state.size} values, a {opt.kind} optimizer "
+                f"of {net.param_count()} parameters has {opt.state.size}"
+            )
+        opt.state[...] = state.reshape(opt.state.shape)
+        opt.train_state[...] = array("train_state", TRAIN_STATE_DTYPE)
     return Checkpoint(net, opt, header.get("metadata") or {})
 
 
 def load_model(path: Union[str, Path]) -> Checkpoint:
-    """Read and check a model file."""
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise ModelFileError(f"model file {p} does not exist") from None
-    except OSError as e:
-        raise ModelFileError(f"cannot read model file {p}: {e.strerror}") from None
-    return decode_model(data, str(p))
+    """Read and check a model file: ModelFileError for a missing file, anything but a regular file or
+    one over MAX_MODEL_BYTES (checked before reading), and everything decode_model finds."""
+    return decode_model(read_bounded(path, MAX_MODEL_BYTES, "model file", ModelFileError), str(Path(path)))

@@ -5,62 +5,27 @@ constructors (the contract of the Rust crate minidx). Parameters live in one fla
 per network; a module's `params` is a view of its slice. All numeric work is done by the C core
 through the module's compiled `Program`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .program import LAYER_DTYPE, Program, ProgramBuilder
+from .checks import as_batch, number, whole
+from .corefacts import Status
+from .errors import ConfigError, ShapeError, TrainingError
+from .optim import Optimizer, TrainParams
+from .program import Program, ProgramBuilder, core_net
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .optim import Optimizer, TrainParams
-
-
-def core_net(p: Program) -> Any:
-    """The C core's view of a program (checked by mct_net_check)."""
-    from . import _core
-    if _core.LAYER_SIZE != LAYER_DTYPE.itemsize:
-        raise ImportError(f"trainer._core was built for another layer table layout ({_core.LAYER_SIZE} bytes, "
-                          f"expected {LAYER_DTYPE.itemsize}): rebuild with `pip install -e .`")
-    return _core.CoreNet(p.table().view(np.uint8).ravel(), len(p.layers), p.n_in, p.n_out, p.max_width,
-                         p.n_params, p.arena, p.in_off, p.out_off, bytes(p.cdata))
-
-
-class ShapeError(ValueError):
-    """A network whose layer sizes do not chain, or an input of the wrong shape or dtype."""
-
-
-def as_batch(x: Any, width: int, what: str = "input") -> Tuple[np.ndarray, bool]:
-    """Check and convert x to a C-contiguous float32 batch (nb, width); returns (batch, was_single)."""
-    if not isinstance(x, np.ndarray):
-        try:
-            x = np.asarray(x)
-        except Exception as e:  # ragged lists and the like
-            raise ShapeError(f"{what} must be an array of numbers: {e}") from None
-    if x.dtype.kind not in "fiu":
-        raise ShapeError(f"{what} has dtype {x.dtype}; pass float32 numbers (np.float32)")
-    if x.ndim == 1:
-        single = True
-        x = x[None, :]
-    elif x.ndim == 2:
-        single = False
-    else:
-        raise ShapeError(f"{what} must be one sample ({width},) or a batch (n, {width}); got shape {x.shape}")
-    if x.shape[1] != width:
-        role = "outputs" if what in ("target", "grads_wrt_output", "output") else "takes"
-        raise ShapeError(f"{what} has {x.shape[1]} values per sample, the network {role} {width}")
-    if x.shape[0] == 0:
-        raise ShapeError(f"{what} is an empty batch")
-    if x.dtype != np.float32 or not x.flags.c_contiguous:
-        x = np.ascontiguousarray(x, dtype=np.float32)
-    return x, single
+__all__ = ["Module", "Trace", "Gradients", "as_optimizer", "core_net", "as_batch", "ShapeError"]
 
 
 @dataclass
 class Trace:
     """What a traced forward pass keeps for backprop: the C core's arena for the batch."""
+
     arena: np.ndarray
     samples: int
     single: bool
@@ -69,6 +34,7 @@ class Trace:
 @dataclass
 class Gradients:
     """Parameter gradients of a module, summed over `samples` samples (update() uses the mean)."""
+
     values: np.ndarray
     samples: int = 1
 
@@ -94,7 +60,7 @@ class Module:
         """Number of parameters (sizes must be known)."""
         return 0
 
-    def children(self) -> Tuple["Module", ...]:
+    def children(self) -> Tuple[Module, ...]:
         """Sub-modules, for compositions."""
         return ()
 
@@ -113,8 +79,8 @@ class Module:
     def _resolve(self, n: int) -> None:
         """Adopt input size n (size-agnostic layers); layers with a fixed size check it instead."""
 
-    def spec(self) -> Dict[str, Any]:
-        """The architecture as plain data (see trainer.spec)."""
+    def architecture(self) -> Dict[str, Any]:
+        """The architecture as plain data (see mcutrain.architecture)."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -132,13 +98,15 @@ class Module:
 
     def _require_sizes(self) -> None:
         if self.n_in is None:
-            raise ShapeError(f"{self.describe()} does not know its size yet: give it one, "
-                             f"e.g. {type(self).__name__}(20), or put it after a sized layer")
+            raise ShapeError(
+                f"{self.describe()} does not know its size yet: give it one, "
+                f"e.g. {type(self).__name__}(20), or put it after a sized layer"
+            )
 
     def _ensure_buf(self) -> np.ndarray:
         if self._buf is None:
             self._require_sizes()
-            self._bind(np.zeros(max(self.param_count(), 1), np.float32))   # _bind writes the defaults
+            self._bind(np.zeros(self.param_count(), np.float32))  # _bind writes the defaults
         assert self._buf is not None
         return self._buf
 
@@ -153,28 +121,29 @@ class Module:
         off = 0
         for c in self.children():
             cn = c.param_count()
-            c._bind(buf[off:off + max(cn, 1)] if cn else np.zeros(1, np.float32))
+            c._bind(buf[off : off + cn])
             off += cn
 
     @property
     def params(self) -> np.ndarray:
         """This module's parameters: a float32 view, writes go straight to the network."""
-        return self._ensure_buf()[:self.param_count()]
+        return self._ensure_buf()[: self.param_count()]
 
     @params.setter
     def params(self, values: Any) -> None:
         v = np.asarray(values, dtype=np.float32).ravel()
         if v.shape[0] != self.param_count():
             raise ShapeError(f"{self.describe()} has {self.param_count()} parameters, got {v.shape[0]} values")
-        self._ensure_buf()[:self.param_count()] = v
+        self._ensure_buf()[: self.param_count()] = v
 
-    def rand_params(self, seed: int = 0, scale: float = 1.0) -> "Module":
-        """Seeded, reproducible init: Glorot-style normal weights scaled by `scale`."""
-        rng = np.random.default_rng(seed)
-        self.params = self._init_params(rng, float(scale))
+    def rand_params(self, seed: int = 0, scale: float = 1.0) -> Module:
+        """Seeded, reproducible init: Glorot-style normal weights scaled by `scale` (a finite number; 0
+        gives zero weights)."""
+        rng = np.random.default_rng(whole("seed", seed, 0, 2**63 - 1, error=ShapeError))
+        self.params = self._init_params(rng, number("scale", scale, -1e6, 1e6, error=ShapeError))
         return self
 
-    def layers(self) -> Iterator["Module"]:
+    def layers(self) -> Iterator[Module]:
         """The leaf layers in execution order."""
         if self.children():
             for c in self.children():
@@ -223,49 +192,49 @@ class Module:
         gin, grads = self._corenet().backward(self._ensure_buf(), trace.arena, g)
         return (gin[0] if trace.single else gin), Gradients(grads, trace.samples)
 
-    def update(self, optimizer: Union["Optimizer", "TrainParams"], self_grads: Gradients,
-               loss: float = 1.0) -> None:
+    def update(self, optimizer: Union[Optimizer, TrainParams], self_grads: Gradients, loss: float = 1.0) -> None:
         """Apply one optimizer step with the mean of self_grads (loss is used by scale_by_loss)."""
-        from .optim import as_optimizer
         opt = as_optimizer(optimizer, self)
         if self_grads.values.shape != (self.param_count(),):
-            raise ShapeError(f"gradients have {self_grads.values.shape[0]} values, "
-                             f"{self.describe()} has {self.param_count()} parameters")
-        g = np.zeros(max(self.param_count(), 1), np.float32)
-        g[:self.param_count()] = self_grads.values
-        rc = self._corenet().apply(opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf,
-                                   float(self_grads.samples), float(loss))
-        if rc:
-            from .train import TrainingError
-            what = "the loss" if rc == 3 else "a gradient"
+            raise ShapeError(
+                f"gradients have {self_grads.values.shape[0]} values, "
+                f"{self.describe()} has {self.param_count()} parameters"
+            )
+        g = np.ascontiguousarray(self_grads.values, np.float32)
+        rc = self._corenet().apply(
+            opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf, float(self_grads.samples), float(loss)
+        )
+        if rc != Status.OK:
+            what = "the loss" if rc == Status.E_NONFINITE else "a gradient"
             raise TrainingError(f"{what} is NaN or inf: update {opt.step + 1} was not applied")
 
-    def new_sgd(self, params: "TrainParams") -> "Optimizer":
+    def new_sgd(self, params: TrainParams) -> Optimizer:
         """Plain gradient descent with TrainParams (a TrainParams object also works directly)."""
-        from .optim import Optimizer
         return Optimizer("sgd", params, self.param_count())
 
-    def new_momentum(self, params: "TrainParams", coeff: float = 0.9, similarity_penalty: float = 0.0) -> "Optimizer":
+    def new_momentum(self, params: TrainParams, coeff: float = 0.9, similarity_penalty: float = 0.0) -> Optimizer:
         """Momentum optimizer with state shaped like this module's gradients."""
-        from .optim import Optimizer
         return Optimizer("momentum", params, self.param_count(), momentum=coeff, sim_penalty=similarity_penalty)
 
-    def new_rmsprop(self, params: "TrainParams", beta: float = 0.9) -> "Optimizer":
-        """RMSProp optimizer with state shaped like this module's gradients."""
-        from .optim import Optimizer
+    def new_rmsprop(self, params: TrainParams, beta: float = 0.9) -> Optimizer:
+        """RMSProp with state shaped like this module's gradients: a = beta a + (1 - beta) g^2,
+        w -= lr g / sqrt(a + eps), with eps under the root (1e-20 by default, only there to keep 0/0 away),
+        where PyTorch computes g / (sqrt(a) + eps) with eps 1e-8; beta is PyTorch's alpha (0.9 here, 0.99
+        there)."""
         return Optimizer("rmsprop", params, self.param_count(), beta=beta)
 
-    def new_rmsprop_with_momentum(self, params: "TrainParams", coeff: float = 0.9, beta: float = 0.9,
-                                  similarity_penalty: float = 0.0) -> "Optimizer":
-        """RMSProp with momentum (minidx argument order: momentum coefficient, then beta)."""
-        from .optim import Optimizer
-        return Optimizer("rmsprop_momentum", params, self.param_count(), momentum=coeff, beta=beta,
-                         sim_penalty=similarity_penalty)
+    def new_rmsprop_with_momentum(
+        self, params: TrainParams, coeff: float = 0.9, beta: float = 0.9, similarity_penalty: float = 0.0
+    ) -> Optimizer:
+        """RMSProp with momentum (minidx argument order: momentum coefficient, then beta): the velocity
+        v = coeff v + g / sqrt(a + eps) and w -= lr v (see new_rmsprop for a and eps)."""
+        return Optimizer(
+            "rmsprop_momentum", params, self.param_count(), momentum=coeff, beta=beta, sim_penalty=similarity_penalty
+        )
 
-    def new_adam(self, params: "TrainParams", beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8) -> "Optimizer":
-        """Adam optimizer with state shaped like this module's gradients."""
-        from .optim import Optimizer
+    def new_adam(self, params: TrainParams, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> Optimizer:
+        """Adam with state shaped like this module's gradients, as torch.optim.Adam: bias-corrected moments,
+        w -= lr m_hat / (sqrt(v_hat) + eps). L2 (TrainParams.l2) is coupled, added to the gradient."""
         return Optimizer("adam", params, self.param_count(), beta1=beta1, beta=beta2, eps=eps)
 
     # ---- helpers ----
@@ -279,11 +248,6 @@ class Module:
         assert self.n_out is not None
         return self.n_out
 
-    def save(self, path: str, optimizer: Optional["Optimizer"] = None, metadata: Optional[Dict[str, Any]] = None) -> None:
-        """Write a model file (architecture, parameters, optimizer state, metadata, checksum), atomically."""
-        from .modelfile import save_model
-        save_model(path, self, optimizer=optimizer, metadata=metadata)
-
     def summary(self) -> List[Dict[str, Any]]:
         """One row per C-core layer: name, sizes, parameters and multiply-accumulates per sample."""
         rows = []
@@ -293,6 +257,27 @@ class Module:
                 macs = d.n_w
             elif d.op.name == "CONV1D":
                 macs = d.n_out * d.k
-            rows.append({"layer": d.name, "op": d.op.name.lower(), "in": d.n_in, "out": d.n_out,
-                         "params": d.n_p, "macs": macs})
+            rows.append(
+                {"layer": d.name, "op": d.op.name.lower(), "in": d.n_in, "out": d.n_out, "params": d.n_p, "macs": macs}
+            )
         return rows
+
+
+def as_optimizer(opt: Union[Optimizer, TrainParams], module: Module) -> Optimizer:
+    """The optimizer to use with module: a TrainParams acts as plain SGD with its own step counter per
+    module; an optimizer must have been made for a module with the same parameter count."""
+    if isinstance(opt, TrainParams):
+        sgd = opt._sgd.get(module)
+        if sgd is None or sgd.n_params != module.param_count():
+            sgd = opt._sgd[module] = Optimizer("sgd", opt, module.param_count())
+        return sgd
+    if not isinstance(opt, Optimizer):
+        raise ConfigError(
+            f"expected an optimizer (from net.new_momentum(...) etc.) or TrainParams, got {type(opt).__name__}"
+        )
+    if opt.n_params != module.param_count():
+        raise ConfigError(
+            f"this optimizer was made for a module with {opt.n_params} parameters; "
+            f"{module.describe()} has {module.param_count()}"
+        )
+    return opt

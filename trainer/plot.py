@@ -1,5 +1,6 @@
 """PNG plots for the command line: training curves from a JSON-lines log, and weight heat maps of a
 model file. matplotlib runs with the Agg backend (no display needed)."""
+
 from __future__ import annotations
 
 import io
@@ -14,8 +15,10 @@ from .module import Module
 def _pyplot() -> Any:
     """matplotlib.pyplot on the Agg backend."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -102,6 +105,7 @@ def weight_panels(net: Module) -> List[Tuple[str, np.ndarray, bool]]:
     matrix as inputs x outputs (a Linear's bias as an extra last row), other parameters as one row."""
     from .compose import flatten_names
     from .layers import GLU, Dense, Linear
+
     panels = []
     for name, layer in flatten_names(net).items():
         p = np.asarray(layer.params, np.float32)
@@ -115,11 +119,11 @@ def weight_panels(net: Module) -> List[Tuple[str, np.ndarray, bool]]:
         elif isinstance(layer, GLU):
             i, o = layer.n_in, layer.n_out
             io_ = i * o
-            gate_value = np.hstack([p[:io_].reshape(i, o), p[io_:2 * io_].reshape(i, o)])
-            biases = p[2 * io_:2 * io_ + 2 * o][None, :]
+            gate_value = np.hstack([p[:io_].reshape(i, o), p[io_ : 2 * io_].reshape(i, o)])
+            biases = p[2 * io_ : 2 * io_ + 2 * o][None, :]
             panels.append((title + " (gate | value; last row: biases)", np.vstack([gate_value, biases]), True))
             if p.size > 2 * io_ + 2 * o:
-                panels.append((f"{name}: {layer.describe()} gate beta", p[2 * io_ + 2 * o:][None, :], False))
+                panels.append((f"{name}: {layer.describe()} gate beta", p[2 * io_ + 2 * o :][None, :], False))
         else:
             panels.append((title, p[None, :], False))
     return panels
@@ -135,6 +139,7 @@ def plot_weights(net: Module, title: str = "") -> bytes:
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
     from matplotlib.ticker import MaxNLocator
+
     for ax, (name, w, bias_row) in zip(axes.flat, panels):
         lim = float(np.abs(w).max()) or 1.0
         im = ax.imshow(w, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
@@ -149,7 +154,7 @@ def plot_weights(net: Module, title: str = "") -> bytes:
         else:
             ax.set_yticks([])
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)

@@ -1,4 +1,5 @@
 """Seeded toy problems (as in minidx): AxPlusB, Parity(N), ModularAddition(10, 16, ...)."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -8,6 +9,7 @@ import numpy as np
 
 class Problem:
     """A source of (input, target) samples drawn from a seeded generator."""
+
     n_in: int
     n_out: int
     name: str
@@ -28,6 +30,7 @@ class Problem:
 
 class AxPlusB(Problem):
     """Input [a, x, b] drawn uniformly from [low, high); target [a * x + b]."""
+
     n_in, n_out, name = 3, 1, "axplusb"
 
     def __init__(self, seed: int = 0, low: float = -1.0, high: float = 1.0) -> None:
@@ -42,6 +45,7 @@ class AxPlusB(Problem):
 
 class Parity(Problem):
     """N random bits (0/1); target [p, 1 - p] where p is their XOR."""
+
     n_out = 2
     classification = True
 
@@ -60,6 +64,7 @@ class Parity(Problem):
 
 class ModularAddition(Problem):
     """Input one-hot(l) ++ one-hot(r) (2 m values); target one-hot((l + r) mod m)."""
+
     classification = True
 
     def __init__(self, modulus: int = 10, seed: int = 0) -> None:
@@ -71,14 +76,14 @@ class ModularAddition(Problem):
         self.name = f"modadd{modulus}"
 
     def sample_batch(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
-        l = self.rng.integers(0, self.m, n)
+        a = self.rng.integers(0, self.m, n)
         r = self.rng.integers(0, self.m, n)
         x = np.zeros((n, 2 * self.m), np.float32)
         y = np.zeros((n, self.m), np.float32)
         rows = np.arange(n)
-        x[rows, l] = 1.0
+        x[rows, a] = 1.0
         x[rows, self.m + r] = 1.0
-        y[rows, (l + r) % self.m] = 1.0
+        y[rows, (a + r) % self.m] = 1.0
         return x, y
 
 
@@ -102,6 +107,6 @@ def by_name(name: str, seed: int = 0) -> Problem:
     if key == "axplusb":
         return AxPlusB(seed)
     for prefix, make in (("parity", Parity), ("modadd", ModularAddition), ("modularaddition", ModularAddition)):
-        if key.startswith(prefix) and key[len(prefix):].isdigit():
-            return make(int(key[len(prefix):]), seed=seed)
+        if key.startswith(prefix) and key[len(prefix) :].isdigit():
+            return make(int(key[len(prefix) :]), seed=seed)
     raise ValueError(f"unknown problem {name!r}; choose axplusb, parityN (e.g. parity8) or modaddN (e.g. modadd10)")

@@ -1,4 +1,5 @@
 """Training recorder: loss and training parameters as JSON lines while training."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,16 @@ class Recorder:
     def step(self, step: int, loss: float, lr: float, force: bool = False, **metrics: Any) -> None:
         """Record one training step (only every `every` steps unless force)."""
         if force or step % self.every == 0:
-            self._write({"event": "step", "step": step, "loss": loss, "lr": lr,
-                         "elapsed": round(time.monotonic() - self._t0, 4), **metrics})
+            self._write(
+                {
+                    "event": "step",
+                    "step": step,
+                    "loss": loss,
+                    "lr": lr,
+                    "elapsed": round(time.monotonic() - self._t0, 4),
+                    **metrics,
+                }
+            )
 
     def end(self, **info: Any) -> None:
         """Record the end of the run and close the file."""
@@ -48,7 +57,7 @@ class Recorder:
             self._f.close()
             self._f = None
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -41,3 +41,9 @@ void mct_act_backward(const mct_layer *L, float *p, const mct_bwd *b) {
     default: GRAD(MCT_ACT_COSINE, -mct_sinf(x[j])); break;
     }
 }
+
+int mct_act_check(const mct_layer *L) {
+    return L->n_in == L->n_out && mct_bit(MCT_ACTS_LAYER & (uint32_t)(MCT_ACTS_MASK) & 0xFFFFu, L->kind);
+}
+
+void mct_act_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) { (void)L; (void)nb; (void)host; (void)s; }

@@ -14,3 +14,10 @@ void mct_bias_backward(const mct_layer *L, float *p, const mct_bwd *b) {
         for (uint32_t j = 0; j < n * b->nb; j++) b->gx[j] = b->gy[j];
     if (b->sink) mct_bias_grads(L, p, 0, b->gy, b->nb, n, b->sink);
 }
+
+int mct_bias_check(const mct_layer *L) { return L->n_in == L->n_out; }
+
+void mct_bias_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)nb; (void)host;
+    s->params = L->n_out;
+}

@@ -41,3 +41,10 @@ void mct_conv1d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
         mct_sink_put(b->sink, L, p, f, acc);
     }
 }
+
+int mct_conv1d_check(const mct_layer *L) { return L->k >= 1 && L->n_in >= L->k && L->n_out == L->n_in - L->k + 1; }
+
+void mct_conv1d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)nb; (void)host;
+    s->params = L->k;
+}

@@ -21,13 +21,6 @@ void mct_dense_backward(const mct_layer *L, float *p, const mct_bwd *b) {
     if (L->kind && b->sink) mct_bias_grads(L, p, I * O, b->gy, b->nb, O, b->sink);
 }
 
-uint32_t mct_dense_const_bytes(const mct_layer *L) {
-    uint32_t I = L->n_in, O = L->n_out, b = L->kind ? O : 0;
-    if (L->storage == MCT_STORE_F32) return 4u * (I * O + b);
-    if (L->storage == MCT_STORE_I8) return 4u * (O + b) + I * O;
-    return 0;
-}
-
 void mct_dense_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     uint32_t I = L->n_in, O = L->n_out;
     int i8 = L->storage == MCT_STORE_I8;
@@ -72,4 +65,14 @@ void mct_dense_const_backward(const mct_layer *L, const uint8_t *c, const mct_bw
             gx[i] = acc;
         }
     }
+}
+
+int mct_dense_check(const mct_layer *L) { return L->kind <= 1; }
+
+void mct_dense_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    uint32_t I = L->n_in, O = L->n_out, b = L->kind ? O : 0;
+    s->params = I * O + b;
+    s->scratch = mct_matmul_scratch(L, nb, host);
+    if (L->storage == MCT_STORE_F32) s->consts = 4u * (I * O + b);
+    else if (L->storage == MCT_STORE_I8) s->consts = 4u * (O + b) + I * O;
 }

@@ -39,3 +39,10 @@ void mct_dyt_backward(const mct_layer *L, float *p, const mct_bwd *b) {
     mct_bias_grads(L, p, 1 + n, b->gy, nb, n, b->sink);
     mct_sink_put(b->sink, L, p, 0, da);
 }
+
+int mct_dyt_check(const mct_layer *L) { return L->n_in == L->n_out; }
+
+void mct_dyt_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)nb; (void)host;
+    s->params = 1 + 2 * (uint32_t)L->n_out;
+}

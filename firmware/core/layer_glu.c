@@ -64,3 +64,14 @@ void mct_glu_backward(const mct_layer *L, float *p, const mct_bwd *b) {
         mct_sink_put(b->sink, L, p, 2 * I * O + 2 * O + o, g);
     }
 }
+
+int mct_glu_check(const mct_layer *L) {
+    return mct_bit(MCT_ACTS_GATE & (uint32_t)(MCT_ACTS_MASK) & 0xFFFFu, L->kind);
+}
+
+void mct_glu_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    uint32_t I = L->n_in, O = L->n_out;
+    s->params = 2 * I * O + 2 * O + (L->kind == MCT_ACT_SWISH ? O : 0);
+    s->aux = 2u * O;
+    s->scratch = 2 * nb * O + nb * I + mct_matmul_scratch(L, nb, host);
+}

@@ -34,14 +34,33 @@ static int8_t quant1(float v, int32_t zp) {
     return sat8(q + zp);
 }
 
-uint64_t mct_qop_const_bytes(const mct_layer *L) {
+int mct_quantize_check(const mct_layer *L) { return L->n_in == L->n_out; }
+
+void mct_quantize_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)L; (void)nb; (void)host;
+    s->consts = 8u;   /* f32 inv_scale, i32 zp */
+}
+
+int mct_dequantize_check(const mct_layer *L) { return L->n_in == L->n_out; }
+
+void mct_dequantize_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)L; (void)nb; (void)host;
+    s->consts = 8u;   /* f32 scale, i32 zp */
+}
+
+int mct_qdense_check(const mct_layer *L) { return L->kind == 0; }
+
+void mct_qdense_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
     uint64_t I = L->n_in, O = L->n_out;
-    switch (L->op) {
-    case MCT_OP_QUANT: case MCT_OP_DEQUANT: return 8u;
-    case MCT_OP_QDENSE: return 8u + 12u * O + ((I * O + 3u) & ~(uint64_t)3u);
-    case MCT_OP_QLUT: return 256u;
-    default: return 0u;
-    }
+    (void)nb; (void)host;
+    s->consts = 8u + 12u * O + ((I * O + 3u) & ~(uint64_t)3u);
+}
+
+int mct_qlut_check(const mct_layer *L) { return L->n_in == L->n_out; }
+
+void mct_qlut_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)L; (void)nb; (void)host;
+    s->consts = 256u;   /* int8 T[256] */
 }
 
 void mct_quantize_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {

@@ -35,3 +35,11 @@ void mct_rmsnorm_backward(const mct_layer *L, float *p, const mct_bwd *b) {
         mct_sink_put(b->sink, L, p, j, g);
     }
 }
+
+int mct_rmsnorm_check(const mct_layer *L) { return L->n_in == L->n_out && L->alpha >= 0.0f; }
+
+void mct_rmsnorm_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)nb; (void)host;
+    s->params = L->n_out;
+    s->aux = 1;
+}

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mct_lists.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -97,44 +99,50 @@ static inline int8_t mct_cload_i8(const uint8_t *p) {
 #endif
 }
 
-/* Layer operations (mct_layer.op). */
-enum mct_op {
-    MCT_OP_DENSE = 1,     /* y = x W (+ b if kind == 1); W is [n_in][n_out] row-major, then b[n_out] */
-    MCT_OP_BIAS = 2,      /* y = x + b */
-    MCT_OP_ACT = 3,       /* elementwise activation, kind = enum mct_act, alpha = leaky slope */
-    MCT_OP_SOFTMAX = 4,   /* y = softmax(x / T), alpha = T */
-    MCT_OP_SWISH = 5,     /* y = x * sigmoid(beta * x), beta[n] learned */
-    MCT_OP_GLU = 6,       /* y = act(x Wg + bg) * (x Wv + bv), kind = gate (enum mct_act), alpha = leaky slope */
-    MCT_OP_DIAG = 7,      /* y = d * x, d[n] learned */
-    MCT_OP_SCALE = 8,     /* y = s * x, one learned scalar s */
-    MCT_OP_RMSNORM = 9,   /* y = g * x / sqrt(mean(x^2) + eps), g[n] learned, alpha = eps */
-    MCT_OP_DYT = 10,      /* y = g * tanh(a * x) + b: scalar a, g[n], b[n] learned */
-    MCT_OP_CONV1D = 11,   /* single-channel valid cross-correlation, k = filter size, n_out = n_in - k + 1 */
-    MCT_OP_RES_BEGIN = 12,/* start of a residual block: identity; k = index of its RES_END */
-    MCT_OP_RES_END = 13,  /* end of a residual block: y = body(x) + x; k = index of its RES_BEGIN */
-    /* Full-integer int8 ops (layer_quant.c), forward only: always frozen, storage MCT_STORE_Q, no params
-     * (n_p = n_w = 0), constants in the const blob at byte offset p_off (4-byte aligned; layouts below),
-     * and they come before the first trainable layer (mct_net_check). They read and/or write int8
-     * tensors: in the arena an int8 tensor of n values takes mct_i8_floats(n) = ceil(n / 4) floats per
-     * sample; sample s of a batch starts at byte 4 * ceil(n / 4) * s of the tensor's region. The network's
-     * input and output and every non-Q op's input and output are f32. Rounding is always to nearest,
-     * ties away from zero; zero points are clamped to [-128, 127] when read. A dL/dx asked for through
-     * them is 0 (a quantized block is piecewise constant in its input). */
-    MCT_OP_QUANT = 14,    /* f32 -> int8: q = clamp(round(x * inv_scale) + zp, -128, 127), the product in f32
-                           * (NaN gives -128). Blob: f32 inv_scale, i32 zp (8 bytes). */
-    MCT_OP_DEQUANT = 15,  /* int8 -> f32: y = (float)(q - zp) * scale. Blob: f32 scale, i32 zp (8 bytes). */
-    MCT_OP_QDENSE = 16,   /* int8 -> int8 dense, kind 0. Blob: i32 zx, i32 zy, i32 bias[n_out], i32 mult[n_out],
-                           * i32 shift[n_out], then int8 W[n_out][n_in] (row o = output o's weights), padded to
-                           * 4 bytes. Per output o, in integers only:
-                           *   acc = bias[o] + sum_i (x[i] - zx) * W[o][i]     (the sum in int32, exact;
-                           *         adding the bias saturates to +-(2^31 - 1))
-                           *   y[o] = clamp(zy + round(acc * mult[o] / 2^shift[o]), -128, 127)
-                           * with the product in int64 and shift clamped to [1, 62]. The exporter makes the
-                           * weights symmetric per output (zero point 0), bias = b / (sx * sw[o]) and
-                           * mult[o] / 2^shift[o] = sx * sw[o] / sy with mult in [2^30, 2^31). */
-    MCT_OP_QLUT = 17      /* int8 -> int8 elementwise table: y = T[x + 128]; kind = the activation it stands for
-                           * (informational). Blob: int8 T[256] (256 bytes). */
-};
+/* Layer operations (mct_layer.op), from MCT_OP_LIST (mct_lists.h), which says what each computes. */
+#define MCT_OP_ENUM(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8) MCT_OP_##NAME = VALUE,
+enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
+#undef MCT_OP_ENUM
+/* Full-integer int8 ops (call QOP in MCT_OP_LIST; layer_quant.c), forward only: always frozen, storage
+ * MCT_STORE_Q, no params (n_p = n_w = 0), constants in the const blob at byte offset p_off (4-byte aligned;
+ * layouts below), and they come before the first trainable layer (mct_net_check). They read and/or write int8
+ * tensors: in the arena an int8 tensor of n values takes mct_i8_floats(n) = ceil(n / 4) floats per sample;
+ * sample s of a batch starts at byte 4 * ceil(n / 4) * s of the tensor's region. The network's input and
+ * output and every non-Q op's input and output are f32. Rounding is always to nearest, ties away from zero;
+ * zero points are clamped to [-128, 127] when read. A dL/dx asked for through them is 0 (a quantized block is
+ * piecewise constant in its input).
+ *   MCT_OP_QUANT    f32 -> int8: q = clamp(round(x * inv_scale) + zp, -128, 127), the product in f32 (NaN gives
+ *                   -128). Blob: f32 inv_scale, i32 zp (8 bytes).
+ *   MCT_OP_DEQUANT  int8 -> f32: y = (float)(q - zp) * scale. Blob: f32 scale, i32 zp (8 bytes).
+ *   MCT_OP_QDENSE   int8 -> int8 dense, kind 0. Blob: i32 zx, i32 zy, i32 bias[n_out], i32 mult[n_out],
+ *                   i32 shift[n_out], then int8 W[n_out][n_in] (row o = output o's weights), padded to
+ *                   4 bytes. Per output o, in integers only:
+ *                     acc = bias[o] + sum_i (x[i] - zx) * W[o][i]     (the sum in int32, exact;
+ *                           adding the bias saturates to +-(2^31 - 1))
+ *                     y[o] = clamp(zy + round(acc * mult[o] / 2^shift[o]), -128, 127)
+ *                   with the product in int64 and shift clamped to [1, 62]. The exporter makes the
+ *                   weights symmetric per output (zero point 0), bias = b / (sx * sw[o]) and
+ *                   mult[o] / 2^shift[o] = sx * sw[o] / sy with mult in [2^30, 2^31).
+ *   MCT_OP_QLUT     int8 -> int8 elementwise table: y = T[x + 128]; kind = the activation it stands for
+ *                   (informational). Blob: int8 T[256] (256 bytes). */
+
+/* Ops (bit op) whose input / output is an int8 tensor, and the full-integer ops, as bit masks. */
+#define MCT_OP_READS_I8_BIT(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8) MCT_BIT(IN_I8, VALUE)
+#define MCT_OP_WRITES_I8_BIT(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8) MCT_BIT(OUT_I8, VALUE)
+#define MCT_CALL_IS_QOP_PARAM 0
+#define MCT_CALL_IS_QOP_CONST 0
+#define MCT_CALL_IS_QOP_QOP 1
+#define MCT_CALL_IS_QOP_NET 0
+#define MCT_OP_QOP_BIT(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8) MCT_BIT(MCT_CALL_IS_QOP_##CALL, VALUE)
+#define MCT_CALL_HAS_CONST_PARAM 0
+#define MCT_CALL_HAS_CONST_CONST 1
+#define MCT_CALL_HAS_CONST_QOP 0
+#define MCT_CALL_HAS_CONST_NET 0
+#define MCT_OP_CONST_BIT(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8) MCT_BIT(MCT_CALL_HAS_CONST_##CALL, VALUE)
+#define MCT_OPS_READ_I8 (0u MCT_OP_LIST(MCT_OP_READS_I8_BIT))
+#define MCT_OPS_WRITE_I8 (0u MCT_OP_LIST(MCT_OP_WRITES_I8_BIT))
+#define MCT_OPS_QOP (0u MCT_OP_LIST(MCT_OP_QOP_BIT))
+#define MCT_OPS_CONST_STORAGE (0u MCT_OP_LIST(MCT_OP_CONST_BIT))   /* may keep their parameters in the blob */
 
 /* Floats of arena per sample an int8 tensor of n values occupies (see MCT_OP_QUANT). */
 static inline uint32_t mct_i8_floats(uint32_t n) { return (n + 3u) / 4u; }
@@ -146,35 +154,22 @@ static inline uint32_t mct_i8_floats(uint32_t n) { return (n + 3u) / 4u; }
  *                  y[o] = (sum_i x[i] * W[i][o]) * scale[o] (+ b[o]).
  *   MCT_STORE_Q:   the constants of a full-integer op (MCT_OP_QUANT ... MCT_OP_QLUT, layouts there);
  *                  those ops always have this storage. */
-enum mct_storage { MCT_STORE_RAM = 0, MCT_STORE_F32 = 1, MCT_STORE_I8 = 2, MCT_STORE_Q = 3 };
+#define MCT_STORAGE_ENUM(NAME, VALUE) MCT_STORE_##NAME = VALUE,
+enum mct_storage { MCT_STORAGE_LIST(MCT_STORAGE_ENUM) MCT_STORE_END_ };
+#undef MCT_STORAGE_ENUM
 
-/* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU). */
-enum mct_act {
-    MCT_ACT_RELU = 0, MCT_ACT_LEAKY_RELU = 1, MCT_ACT_SIGMOID = 2, MCT_ACT_TANH = 3,
-    MCT_ACT_SILU = 4, MCT_ACT_SOFTPLUS = 5, MCT_ACT_SINE = 6, MCT_ACT_COSINE = 7,
-    MCT_ACT_SWISH = 8 /* GLU gate only: learned beta per output */
-};
+/* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU), from MCT_ACT_LIST. */
+#define MCT_ACT_ENUM(NAME, VALUE, LAYER, GATE) MCT_ACT_##NAME = VALUE,
+enum mct_act { MCT_ACT_LIST(MCT_ACT_ENUM) MCT_ACT_END_ };
+#undef MCT_ACT_ENUM
+/* Activation kinds an ACT layer may have, and GLU gates, as bit masks. */
+#define MCT_ACT_LAYER_BIT(NAME, VALUE, LAYER, GATE) MCT_BIT(LAYER, VALUE)
+#define MCT_ACT_GATE_BIT(NAME, VALUE, LAYER, GATE) MCT_BIT(GATE, VALUE)
+#define MCT_ACTS_LAYER (0u MCT_ACT_LIST(MCT_ACT_LAYER_BIT))
+#define MCT_ACTS_GATE (0u MCT_ACT_LIST(MCT_ACT_GATE_BIT))
 
-/* One layer of a network. Offsets into the trace arena are per sample: a batch of nb
- * samples keeps the region at off * nb, laid out [nb][width]. */
-typedef struct mct_layer {
-    uint8_t op;         /* enum mct_op */
-    uint8_t kind;       /* op variant (see enum mct_op) */
-    uint8_t trainable;  /* 0: frozen (no parameter update) */
-    uint8_t storage;    /* enum mct_storage */
-    uint16_t n_in;      /* input width per sample */
-    uint16_t n_out;     /* output width per sample */
-    uint16_t k;         /* conv filter size, or index of the partner RES_BEGIN/RES_END */
-    uint16_t reserved2;
-    float alpha;        /* leaky slope, softmax temperature or RMSNorm eps */
-    float lr_div;       /* learning rate divisor of enclosing LR wrappers (1 = none) */
-    uint32_t p_off;     /* first parameter in params (RAM storage) or byte offset in net->cdata */
-    uint32_t n_p;       /* parameter count */
-    uint32_t n_w;       /* the first n_w parameters are connection weights (get L1/L2) */
-    uint32_t in_off;    /* arena offset of the input */
-    uint32_t out_off;   /* arena offset of the output */
-    uint32_t aux_off;   /* arena offset of op-specific trace (GLU pre-activations, RMSNorm rms, ...) */
-} mct_layer;
+/* One layer of a network: the fields of MCT_LAYER_FIELDS (mct_lists.h), which documents them. */
+typedef struct mct_layer { MCT_LAYER_FIELDS(MCT_FIELD_MEMBER) } mct_layer;
 
 /* A network: the layer table and the sizes every buffer must have. On AVR the layer table lives in
  * flash (MCT_CONST) and is read through mct_get_layer. */
@@ -192,45 +187,42 @@ typedef struct mct_net {
     uint32_t cdata_size;  /* bytes in cdata */
 } mct_net;
 
-/* Error codes returned by the checked entry points. */
-enum mct_status {
-    MCT_OK = 0, MCT_E_NET = 1, MCT_E_ARG = 2, MCT_E_NONFINITE = 3, MCT_E_UNSUPPORTED = 4,
-    MCT_E_NONFINITE_GRAD = 5   /* the loss was finite, a gradient was not */
-};
+/* Statuses returned by the checked entry points, from MCT_STATUS_LIST. */
+#define MCT_STATUS_ENUM(NAME, VALUE) MCT_##NAME = VALUE,
+enum mct_status { MCT_STATUS_LIST(MCT_STATUS_ENUM) MCT_STATUS_END_ };
+#undef MCT_STATUS_ENUM
 
 /* ---- losses ---- */
-enum mct_loss_kind { MCT_LOSS_MSE = 0, MCT_LOSS_HUBER = 1, MCT_LOSS_BCE = 2, MCT_LOSS_XENT = 3, MCT_LOSS_COSINE = 4 };
+#define MCT_LOSS_ENUM(NAME, VALUE) MCT_LOSS_##NAME = VALUE,
+enum mct_loss_kind { MCT_LOSS_LIST(MCT_LOSS_ENUM) MCT_LOSS_END_ };
+#undef MCT_LOSS_ENUM
 
 /* Loss of one sample (y = output, t = target, n values); dL/dy goes to grad (n floats, not NULL). */
 float mct_loss(uint8_t kind, float param, const float *y, const float *t, uint16_t n, float *grad);
 
 /* ---- optimizers ---- */
-enum mct_opt_kind { MCT_OPT_SGD = 0, MCT_OPT_MOMENTUM = 1, MCT_OPT_RMSPROP = 2, MCT_OPT_RMSPROP_MOMENTUM = 3, MCT_OPT_ADAM = 4 };
-enum mct_schedule { MCT_LR_CONSTANT = 0, MCT_LR_LINEAR = 1, MCT_LR_COSINE = 2 };
+#define MCT_OPT_ENUM(NAME, VALUE, SLOTS) MCT_OPT_##NAME = VALUE,
+enum mct_opt_kind { MCT_OPT_LIST(MCT_OPT_ENUM) MCT_OPT_END_ };
+#undef MCT_OPT_ENUM
+#define MCT_SCHEDULE_ENUM(NAME, VALUE) MCT_LR_##NAME = VALUE,
+enum mct_schedule { MCT_SCHEDULE_LIST(MCT_SCHEDULE_ENUM) MCT_LR_END_ };
+#undef MCT_SCHEDULE_ENUM
 
-/* Optimizer configuration (TrainParams plus the optimizer's coefficients). */
-typedef struct mct_opt {
-    uint8_t kind;           /* enum mct_opt_kind */
-    uint8_t schedule;       /* enum mct_schedule */
-    uint8_t scale_by_loss;  /* 1: scale every step by the loss value (minidx behaviour) */
-    uint8_t reserved;
-    uint32_t decay_steps;   /* steps of the linear or cosine decay from lr to lr_final */
-    uint32_t warmup_steps;  /* soft start: lr * (step + 1) / warmup_steps while step < warmup_steps */
-    float lr, lr_final;
-    float l1, l2;           /* penalty l1*|w| + l2*w^2 on connection weights, added to the gradient */
-    float clip;             /* clamp each gradient element to [-clip, clip]; 0 = off */
-    float momentum;         /* momentum coefficient (MOMENTUM, RMSPROP_MOMENTUM) */
-    float beta;             /* RMSProp decay, Adam beta2 */
-    float beta1;            /* Adam beta1 */
-    float eps;              /* RMSProp: added under the root; Adam: added to the root */
-    float sim_penalty;      /* momentum similarity penalty tau; 0 = off */
-} mct_opt;
+/* Optimizer configuration: the fields of MCT_OPT_FIELDS (mct_lists.h). */
+typedef struct mct_opt { MCT_OPT_FIELDS(MCT_FIELD_MEMBER) } mct_opt;
 
-/* Training progress that the optimizer needs besides its per-parameter slots. */
-typedef struct mct_train_state {
-    uint32_t step;          /* updates applied so far */
-    float b1t, b2t;         /* Adam: beta1^step and beta2^step */
-} mct_train_state;
+/* Training progress that the optimizer needs besides its per-parameter slots (MCT_TRAIN_STATE_FIELDS). */
+typedef struct mct_train_state { MCT_TRAIN_STATE_FIELDS(MCT_FIELD_MEMBER) } mct_train_state;
+
+/* ---- saved state: the firmware's SAVE/LOAD (docs/protocol.md) ----
+ * Two slots in the board's storage, each a header of MCT_SAVE_HEADER bytes (u32 MCT_SAVE_MAGIC, u32 sequence
+ * number, u32 blob bytes, u32 CRC-32 of the blob, the 8-byte model hash) followed by the blob: the RAM
+ * parameters, the optimizer slots (slots * n_params floats) and the train state. */
+#define MCT_SAVE_MAGIC 0x5354434Du /* "MCTS" */
+#define MCT_SAVE_HEADER 24u
+#define MCT_SAVE_BLOB_BYTES(n_params, slots) \
+    ((uint32_t)(sizeof(float) * (n_params) * (1u + (slots)) + sizeof(mct_train_state)))
+#define MCT_SAVE_SLOT_BYTES(n_params, slots) (MCT_SAVE_HEADER + MCT_SAVE_BLOB_BYTES(n_params, slots))
 
 /* Values derived once per update from the optimizer, the state and the loss. */
 typedef struct mct_step {
@@ -283,6 +275,16 @@ static inline const mct_layer *mct_get_layer(const mct_net *net, uint16_t l, mct
     return &net->layers[l];
 #endif
 }
+/* What a layer needs besides its input region, as its op's own code computes it (mct_<stem>_size). */
+typedef struct mct_layer_size {
+    uint32_t params;    /* parameter count (n_p must be this) */
+    uint32_t aux;       /* floats of aux trace per sample */
+    uint32_t out;       /* floats of arena per sample its output takes (an int8 tensor: mct_i8_floats) */
+    uint32_t scratch;   /* floats of backward scratch for the nb samples asked for */
+    uint64_t consts;    /* bytes in the const blob (a const-stored Dense, a full-integer op), else 0 */
+} mct_layer_size;
+/* Sizes of layer L for nb samples (host: room for transposes) into *s; returns 1 when its op is known and compiled in and its fields are valid for it, else 0. */
+int mct_layer_size_of(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s);
 /* Check a layer table for consistent sizes, parameter counts and arena offsets: MCT_OK or MCT_E_NET. */
 int mct_net_check(const mct_net *net);
 /* Floats of scratch mct_backward needs for nb samples (host: room for transposes; with_gin: dL/dx too). */
@@ -312,8 +314,8 @@ int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state
 /* One training update on nb samples (scratch: mct_scratch_size(net, nb, 0, 0) + n_out * nb floats;
  * the last n_out * nb hold dL/dy). With grads == NULL the gradients are applied as soon as they are
  * known (no grads buffer: the device path; not with the similarity penalty: MCT_E_UNSUPPORTED). The mean
- * loss goes to *loss; a non-finite input, target or loss returns MCT_E_NONFINITE (a buffered step's
- * gradient: MCT_E_NONFINITE_GRAD) and leaves params and state untouched. */
+ * loss goes to *loss; a non-finite input or target returns MCT_E_NONFINITE_INPUT, a non-finite loss
+ * MCT_E_NONFINITE (a buffered step's gradient: MCT_E_NONFINITE_GRAD), and params and state stay untouched. */
 int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                    uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
                    float *arena, float *scratch, uint32_t scratch_n, float *grads, float *loss);

@@ -181,19 +181,27 @@ static inline float mct_dact1(uint8_t kind, float alpha, float x, float y) {
 }
 
 /* ---- per-layer kernels (one file each) ---- */
-/* Floats of scratch a layer's backward needs for nb samples (host: with room for transposes). */
-uint32_t mct_layer_scratch(const mct_layer *L, uint32_t nb, int host);
-/* Parameter count a layer of this op and sizes must have. */
-uint32_t mct_layer_param_count(const mct_layer *L);
-/* Aux trace floats per sample a layer needs. */
-uint32_t mct_layer_aux_count(const mct_layer *L);
+/* Every op of MCT_OP_LIST has, in its own file, mct_<stem>_check and mct_<stem>_size (declared here from the
+ * list): does the layer's op-specific fields (kind, sizes, alpha, k) suit the op (1 = yes), and what the layer
+ * needs: parameters, aux trace, backward scratch for nb samples (host: with room for transposes), const blob
+ * bytes. The size function only adds to *s, which the caller zeroes (out comes preset). */
+#define MCT_OP_FACTS_DECL(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8)                                  \
+    int mct_##STEM##_check(const mct_layer *L);                                                     \
+    void mct_##STEM##_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s);
+MCT_OP_LIST(MCT_OP_FACTS_DECL)
+#undef MCT_OP_FACTS_DECL
+/* Is bit v of a 32-bit mask set (0 for v >= 32)? */
+static inline int mct_bit(uint32_t mask, uint8_t v) { return v < 32 && ((mask >> v) & 1u); }
+/* Floats of backward scratch of y = x W for nb samples: on the host the transposes of mct_matmul_backward. */
+static inline uint32_t mct_matmul_scratch(const mct_layer *L, uint32_t nb, int host) {
+    uint32_t I = L->n_in, O = L->n_out;
+    return host ? (I * O > nb * I ? I * O : nb * I) + nb * O : 0;
+}
 
 /* Dense / Linear forward (layer_dense.c). */
 void mct_dense_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Dense / Linear backward. */
 void mct_dense_backward(const mct_layer *L, float *p, const mct_bwd *b);
-/* Bytes a frozen Dense / Linear takes in the const blob for its storage mode. */
-uint32_t mct_dense_const_bytes(const mct_layer *L);
 /* Forward of a frozen Dense / Linear kept in the const blob at c (f32 or int8 weights). */
 void mct_dense_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
 /* Input gradient of a frozen Dense / Linear kept in the const blob (it has no parameter gradients). */
@@ -238,15 +246,23 @@ void mct_dyt_backward(const mct_layer *L, float *p, const mct_bwd *b);
 void mct_conv1d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Conv1d backward. */
 void mct_conv1d_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Residual blocks (layer_residual.c): RES_BEGIN forward (nothing: its output is its input). */
+void mct_res_begin_forward(const mct_net *net, const mct_layer *L, const float *x, float *y, float *arena,
+                           uint32_t nb);
+/* RES_BEGIN backward: dL/dx = dL/dy + the gradient around the body, kept in its RES_END's aux. */
+void mct_res_begin_backward(const mct_net *net, const mct_layer *L, float *arena, const mct_bwd *b);
+/* RES_END forward: y = x + the block's input. */
+void mct_res_end_forward(const mct_net *net, const mct_layer *L, const float *x, float *y, float *arena,
+                         uint32_t nb);
+/* RES_END backward: dL/dy flows into the body and, kept in aux, around it. */
+void mct_res_end_backward(const mct_net *net, const mct_layer *L, float *arena, const mct_bwd *b);
 /* Full-integer ops (layer_quant.c); c = the op's constants in the const blob, x and y in the arena (int8
  * tensors as described at MCT_OP_QUANT). Is op one of them? */
-static inline int mct_is_qop(uint8_t op) { return op >= MCT_OP_QUANT && op <= MCT_OP_QLUT; }
+static inline int mct_is_qop(uint8_t op) { return mct_bit(MCT_OPS_QOP, op); }
 /* Does the op read an int8 tensor? */
-static inline int mct_reads_i8(uint8_t op) { return op == MCT_OP_QDENSE || op == MCT_OP_QLUT || op == MCT_OP_DEQUANT; }
+static inline int mct_reads_i8(uint8_t op) { return mct_bit(MCT_OPS_READ_I8, op); }
 /* Does the op write an int8 tensor? */
-static inline int mct_writes_i8(uint8_t op) { return op == MCT_OP_QUANT || op == MCT_OP_QDENSE || op == MCT_OP_QLUT; }
-/* Bytes a full-integer op takes in the const blob (0 for other ops). */
-uint64_t mct_qop_const_bytes(const mct_layer *L);
+static inline int mct_writes_i8(uint8_t op) { return mct_bit(MCT_OPS_WRITE_I8, op); }
 /* QUANT forward: f32 x [nb][n_in] -> int8 y. */
 void mct_quantize_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
 /* DEQUANT forward: int8 x -> f32 y [nb][n_out]. */

@@ -3,10 +3,10 @@
  * shared by the buffered path (mct_opt_apply_range) and the fused device path (mct_sink_put). */
 #include "mct_layers.h"
 
+#define SLOTS_CASE(NAME, VALUE, SLOTS) case MCT_OPT_##NAME: return SLOTS;
 uint8_t mct_opt_slots(uint8_t kind) {
     switch (kind) {
-    case MCT_OPT_MOMENTUM: case MCT_OPT_RMSPROP: return 1;
-    case MCT_OPT_RMSPROP_MOMENTUM: case MCT_OPT_ADAM: return 2;
+    MCT_OPT_LIST(SLOTS_CASE)
     default: return 0;
     }
 }

@@ -58,7 +58,7 @@ int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *s
     /* inputs and targets first: a saturating layer can hide an inf or NaN from the loss but not from
      * the gradients, and the fused path applies gradients as soon as they exist */
     *loss = 0.0f;
-    if (!mct_all_finite(x, net->n_in * nb) || !mct_all_finite(t, net->n_out * nb)) return MCT_E_NONFINITE;
+    if (!mct_all_finite(x, net->n_in * nb) || !mct_all_finite(t, net->n_out * nb)) return MCT_E_NONFINITE_INPUT;
     if (grads) {   /* buffered: grads are only written, params change in mct_update after its checks */
         float sum = mct_batch_grads(net, params, loss_kind, loss_param, x, t, nb, arena, scratch, scratch_n, 0,
                                     grads);

@@ -924,7 +924,7 @@ static void test_train_step_rejects_bad_args(void) {
 /* non-finite inputs                                                                                */
 /* ------------------------------------------------------------------------------------------------ */
 
-/* A NaN (or inf) in the input: MCT_E_NONFINITE, params, optimizer state and train state untouched,
+/* A NaN (or inf) in the input: MCT_E_NONFINITE_INPUT, params, optimizer state and train state untouched,
  * on both paths and for every optimizer kind (after one good step, so the state is not all zeros). */
 static void nonfinite_case(const mct_net *net, float bad, uint32_t where, const char *what) {
     const uint32_t nb = 3;
@@ -947,7 +947,7 @@ static void nonfinite_case(const mct_net *net, float bad, uint32_t where, const 
             mct_train_state tk = r.ts;
             x[where % (nb * net->n_in)] = bad;
             int rc = run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss);
-            CHECKF(rc == MCT_E_NONFINITE, "%s/%s/%s: status %d", what, k_opt_names[kind],
+            CHECKF(rc == MCT_E_NONFINITE_INPUT, "%s/%s/%s: status %d", what, k_opt_names[kind],
                    buffered ? "buffered" : "fused", rc);
             CHECKF(same_bits(r.params, pk, net->n_params), "%s/%s/%s: params changed", what, k_opt_names[kind],
                    buffered ? "buffered" : "fused");
@@ -1005,7 +1005,7 @@ static void test_nan_target(void) {
         run r;
         run_init(&r, net, p0, o.kind, nb, buffered);
         float loss;
-        CHECK(run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss) == MCT_E_NONFINITE);
+        CHECK(run_step(&r, net, &o, MCT_LOSS_MSE, 0.0f, x, t, nb, &loss) == MCT_E_NONFINITE_INPUT);
         CHECK(same_bits(r.params, p0, net->n_params));
         CHECK(r.ts.step == 0);
         run_free(&r);
@@ -1180,6 +1180,108 @@ static const mct_net *hand_q_net(netb *b) {
     b->net.cdata = c;
     b->net.cdata_size = 344;
     return net;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* the op list (MCT_OP_LIST): every op dispatches, and its own sizes agree with the documented ones  */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Run net's forward pass twice, from an arena filled with 0xFF bytes and then with 0x00 bytes; every
+ * layer's output region must come out the same both times (so the dispatch reached a kernel that wrote
+ * it) and, for f32 outputs, finite. Marks each op seen. */
+static void check_dispatch(const mct_net *net, const float *params, int *seen) {
+    const uint32_t nb = 2;
+    size_t n = (size_t)net->arena * nb;
+    float *a0 = falloc(n), *a1 = falloc(n), *x = falloc((size_t)net->n_in * nb);
+    for (size_t j = 0; j < (size_t)net->n_in * nb; j++) x[j] = rng_uniform(-1.0f, 1.0f);
+    memset(a0, 0xFF, n * sizeof(float));
+    memset(a1, 0x00, n * sizeof(float));
+    mct_forward(net, params, x, a0, nb);
+    mct_forward(net, params, x, a1, nb);
+    for (uint16_t l = 0; l < net->n_layers; l++) {
+        const mct_layer *L = &net->layers[l];
+        mct_layer_size sz;
+        CHECKF(mct_layer_size_of(L, nb, 0, &sz), "layer %u (op %u): its op rejects it", l, L->op);
+        size_t off = (size_t)L->out_off * nb, w = (size_t)sz.out * nb;
+        if (mct_writes_i8(L->op)) {   /* n_out bytes per sample, at a stride of sz.out floats */
+            for (uint32_t smp = 0; smp < nb; smp++)
+                CHECKF(memcmp(a0 + off + (size_t)smp * sz.out, a1 + off + (size_t)smp * sz.out, L->n_out) == 0,
+                       "op %u: forward did not write its output", L->op);
+        } else {
+            CHECKF(memcmp(a0 + off, a1 + off, w * sizeof(float)) == 0, "op %u: forward did not write its output",
+                   L->op);
+        }
+        if (!mct_writes_i8(L->op))
+            for (size_t j = 0; j < w; j++) CHECKF(is_finite(a1[off + j]), "op %u: output %u not finite", L->op, (unsigned)j);
+        if (L->op < 32) seen[L->op] = 1;
+    }
+    free(a0); free(a1); free(x);
+}
+
+/* Every op of MCT_OP_LIST is in one of two example networks, each layer of which its forward dispatch
+ * writes; the backward pass of the f32 one reaches every layer with parameters; mct_layer_size_of gives the
+ * parameter and aux counts documented for each op (spec_params, spec_aux); the list's values fit the masks. */
+static void test_op_list_dispatch(void) {
+    int seen[32] = {0};
+    netb b;
+    rng_seed(4242);
+    nb_init(&b, 5);
+    nb_add(&b, MCT_OP_DENSE, 1, 4, 0, 0.0f);
+    nb_add(&b, MCT_OP_BIAS, 0, 4, 0, 0.0f);
+    nb_add(&b, MCT_OP_ACT, MCT_ACT_TANH, 4, 0, 0.0f);
+    nb_add(&b, MCT_OP_SOFTMAX, 0, 4, 0, 1.5f);
+    nb_add(&b, MCT_OP_SWISH, 0, 4, 0, 0.0f);
+    nb_add(&b, MCT_OP_GLU, MCT_ACT_SWISH, 4, 0, 0.0f);
+    nb_add(&b, MCT_OP_DIAG, 0, 4, 0, 0.0f);
+    nb_add(&b, MCT_OP_SCALE, 0, 4, 0, 0.0f);
+    nb_add(&b, MCT_OP_RMSNORM, 0, 4, 0, 1e-5f);
+    nb_add(&b, MCT_OP_DYT, 0, 4, 0, 0.0f);
+    nb_add(&b, MCT_OP_CONV1D, 0, 3, 2, 0.0f);
+    nb_add(&b, MCT_OP_RES_BEGIN, 0, 3, 0, 0.0f);
+    nb_add(&b, MCT_OP_ACT, MCT_ACT_SIGMOID, 3, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_END, 0, 3, 0, 0.0f);
+    const mct_net *net = nb_finish(&b);
+    CHECK(mct_net_check(net) == MCT_OK);
+    float *p = falloc(net->n_params);
+    init_params(net, p);
+    check_dispatch(net, p, seen);
+    for (uint16_t l = 0; l < net->n_layers; l++) {
+        const mct_layer *L = &net->layers[l];
+        mct_layer_size sz;
+        mct_layer_size_of(L, 1, 0, &sz);
+        CHECKF(sz.params == spec_params(L->op, L->kind, L->n_in, L->n_out, L->k), "op %u: %u params", L->op, sz.params);
+        CHECKF(sz.aux == spec_aux(L->op, L->n_out), "op %u: %u aux floats", L->op, sz.aux);
+    }
+    /* backward: dL/dx finite, and a gradient for every layer with parameters */
+    const uint32_t nb = 2;
+    float *x = falloc((size_t)net->n_in * nb), *gout = falloc((size_t)net->n_out * nb);
+    float *gin = falloc((size_t)net->n_in * nb), *grads = falloc(net->n_params);
+    float *arena = falloc((size_t)net->arena * nb);
+    uint32_t sn = mct_scratch_size(net, nb, 0, 1);
+    float *scratch = falloc(sn);
+    for (size_t j = 0; j < (size_t)net->n_in * nb; j++) x[j] = rng_uniform(-1.0f, 1.0f);
+    for (size_t j = 0; j < (size_t)net->n_out * nb; j++) gout[j] = rng_uniform(-1.0f, 1.0f);
+    memset(grads, 0, net->n_params * sizeof(float));
+    mct_forward(net, p, x, arena, nb);
+    mct_sink sink = {grads, 0, 0, 0, 0, 1.0f};
+    mct_backward(net, p, arena, nb, gout, gin, &sink, scratch, sn, 0);
+    for (size_t j = 0; j < (size_t)net->n_in * nb; j++) CHECK(is_finite(gin[j]));
+    for (uint16_t l = 0; l < net->n_layers; l++) {
+        const mct_layer *L = &net->layers[l];
+        int any = 0;
+        for (uint32_t j = 0; j < L->n_p; j++) any |= grads[L->p_off + j] != 0.0f;
+        CHECKF(!L->n_p || any, "op %u: backward gave no parameter gradient", L->op);
+    }
+    free(x); free(gout); free(gin); free(grads); free(arena); free(scratch); free(p);
+    /* the full-integer ops */
+    const mct_net *qnet = hand_q_net(&b);
+    CHECK(mct_net_check(qnet) == MCT_OK);
+    check_dispatch(qnet, NULL, seen);
+    /* every op of the list was covered, and every value fits the 32-bit op masks */
+#define COVERED(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8)                                             \
+    CHECKF(VALUE > 0 && VALUE < 32 && seen[VALUE], "op %s (%d) has no dispatch example", #NAME, VALUE);
+    MCT_OP_LIST(COVERED)
+#undef COVERED
 }
 
 /* Every op on numbers worked out by hand: ties round away from zero, NaN and overflow saturate,
@@ -1379,6 +1481,7 @@ int main(void) {
     RUN(test_loss_cosine);
     RUN(test_train_step_loss_is_batch_mean);
     RUN(test_quant_ops_by_hand);
+    RUN(test_op_list_dispatch);
     RUN(test_quant_rounding);
     RUN(test_net_check_quant_rules);
     RUN(test_quant_prefix_trains);

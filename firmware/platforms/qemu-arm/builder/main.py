@@ -1,25 +1,33 @@
-# SConscript of mcutrain's offline "qemu-arm" dev-platform: Debian's arm-none-eabi-gcc and newlib
-# (libc only: no semihosting library, no stdio), our startup code, and a memory layout with the
-# board's RAM and flash, so a model too large for the board fails at link time.
-#
-# platformio.ini options of the env (exporter/project.py writes them):
-#   custom_qemu_machine  mps2-an385 | mps2-an386 | mps2-an500 | mps2-an505 | microbit
-#   custom_cpu_flags     e.g. -mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard
-#   custom_ram_size      bytes of RAM of the board (capped at what the QEMU machine has)
-#   custom_flash_size    bytes of flash of the board (capped likewise)
-#   custom_opt_level     Os, O2 (default), O3, ...
-#   custom_min_stack     bytes the stack must keep free at least (default 1024)
-#   custom_store_path    host file for saves (default mcutrain_store_<env>.bin in QEMU's working folder,
-#                        the project folder under `pio run -t upload`; mcutrain's simulator uses the same)
+# SConscript of mcutrain's offline "qemu-arm" dev-platform: Debian's arm-none-eabi-gcc and newlib (libc
+# only: no semihosting library, no stdio), our startup code, and a memory layout with the board's RAM and
+# flash, so a model too large for the board fails at link time. The build itself is
+# build_qemu_firmware in ../common/mcutrain_builder.py, which lists the platformio.ini options
+# (custom_qemu_machine here: mps2-an385 | mps2-an386 | mps2-an500 | mps2-an505 | microbit).
 # `pio run -e ENV -t upload` runs the firmware in QEMU with its UART on a new pty (QEMU prints
 # "char device redirected to /dev/pts/N"); connect mcutrain's device client there.
+import importlib.util
 import os
 import sys
 
-from SCons.Script import AlwaysBuild, Default, DefaultEnvironment
+from SCons.Script import DefaultEnvironment
 
 env = DefaultEnvironment()
-platform = env.PioPlatform()
+
+
+def load_common():
+    """../common/mcutrain_builder.py, the part mcutrain's platforms share."""
+    path = os.path.join(env.PioPlatform().get_dir(), os.pardir, "common", "mcutrain_builder.py")
+    if not os.path.isfile(path):
+        sys.stderr.write(
+            f"Error: {os.path.normpath(path)} is missing: mcutrain's platforms must stay together in one platforms/ "
+            "folder (platform = symlink://.../platforms/NAME)\n"
+        )
+        env.Exit(1)
+    spec = importlib.util.spec_from_file_location("mcutrain_builder", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 # machine -> (flash origin, flash bytes, RAM origin, RAM bytes, UART define)
 MACHINES = {
@@ -31,75 +39,15 @@ MACHINES = {
     "microbit": (0x00000000, 256 << 10, 0x20000000, 16 << 10, "MCT_QEMU_UART_NRF51=0x40002000"),
 }
 
-
-def fail(msg):
-    sys.stderr.write("Error: %s\n" % msg)
-    env.Exit(1)
-
-
-def option_int(name, default):
-    raw = str(env.GetProjectOption(name, str(default))).strip()
-    try:
-        return int(raw, 0)
-    except ValueError:
-        fail("%s = %r is not a number of bytes" % (name, raw))
-
-
-if not env.WhereIs("arm-none-eabi-gcc"):
-    fail("arm-none-eabi-gcc not found: install it (Debian/Ubuntu: sudo apt-get install gcc-arm-none-eabi "
-         "libnewlib-arm-none-eabi)")
-
-machine = env.GetProjectOption("custom_qemu_machine", "mps2-an386")
-if machine not in MACHINES:
-    fail("custom_qemu_machine = %s: mcutrain's qemu-arm platform knows %s" % (machine, ", ".join(sorted(MACHINES))))
-flash_org, flash_max, ram_org, ram_max, uart = MACHINES[machine]
-flash_size = min(option_int("custom_flash_size", flash_max), flash_max) & ~7
-ram_size = min(option_int("custom_ram_size", ram_max), ram_max) & ~7
-min_stack = option_int("custom_min_stack", 1024)
-opt = "-" + str(env.GetProjectOption("custom_opt_level", "O2")).strip().lstrip("-")
-if not opt.startswith("-O"):
-    opt = "-O" + opt[1:]
-cpu_flags = env.GetProjectOption("custom_cpu_flags",
-                                 "-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard").split()
-store = env.GetProjectOption("custom_store_path", "") or "mcutrain_store_%s.bin" % env.subst("$PIOENV")
-
-env.Replace(
-    AR="arm-none-eabi-gcc-ar", AS="arm-none-eabi-gcc", CC="arm-none-eabi-gcc", CXX="arm-none-eabi-g++",
-    GDB="arm-none-eabi-gdb", OBJCOPY="arm-none-eabi-objcopy", RANLIB="arm-none-eabi-gcc-ranlib",
-    SIZETOOL="arm-none-eabi-size", PROGNAME="firmware", PROGSUFFIX=".elf",
-    SIZEPRINTCMD="$SIZETOOL -B -d $SOURCES",
+load_common().build_qemu_firmware(
+    env,
+    "qemu-arm",
+    MACHINES,
+    default_machine="mps2-an386",
+    prefix="arm-none-eabi-",
+    apt_packages="gcc-arm-none-eabi libnewlib-arm-none-eabi",
+    default_cpu_flags="-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard",
+    link_specs=["--specs=nano.specs"],
+    qemu_command="qemu-system-arm -M %s -nographic -monitor none -serial pty "
+    "-semihosting-config enable=on,target=native -kernel $SOURCE",
 )
-
-# the memory layout of this board on this machine
-build_dir = env.subst("$BUILD_DIR")
-os.makedirs(build_dir, exist_ok=True)
-memory_ld = os.path.join(build_dir, "mcutrain_memory.ld")
-text = ("/* generated by platforms/qemu-arm for %s */\n"
-        "MEMORY\n{\n  FLASH (rx) : ORIGIN = 0x%08x, LENGTH = %d\n  RAM (rwx) : ORIGIN = 0x%08x, LENGTH = %d\n}\n"
-        "__min_stack = %d;\nINCLUDE sections.ld\n" % (machine, flash_org, flash_size, ram_org, ram_size, min_stack))
-if not os.path.isfile(memory_ld) or open(memory_ld).read() != text:
-    with open(memory_ld, "w") as f:
-        f.write(text)
-
-defines = [uart, ("MCT_STORE_PATH", '\\"%s\\"' % store.replace("\\", "/"))]
-env.Append(
-    CPPDEFINES=defines,
-    ASFLAGS=cpu_flags,
-    CCFLAGS=cpu_flags + [opt, "-ffunction-sections", "-fdata-sections", "-ffp-contract=off", "-fno-math-errno",
-                         "-Wall", "-Wextra"],
-    CFLAGS=["-std=c99"],
-    LINKFLAGS=cpu_flags + [opt, "-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections",
-                           "-L" + os.path.join(platform.get_dir(), "ldscripts"), "-T", memory_ld,
-                           "-Wl,-Map," + os.path.join(build_dir, "firmware.map")],
-)
-env.BuildSources(os.path.join("$BUILD_DIR", "qemu_startup"), os.path.join(platform.get_dir(), "startup"))
-
-program = env.BuildProgram()
-env.Depends(program, memory_ld)
-
-qemu = ("qemu-system-arm -M %s -nographic -monitor none -serial pty "
-        "-semihosting-config enable=on,target=native -kernel $SOURCE" % machine)
-for target in ("upload", "exec"):
-    AlwaysBuild(env.Alias(target, program, env.VerboseAction(
-        qemu, "Running in QEMU %s; the firmware's UART is on the pty printed below" % machine)))
-Default([program])

@@ -1,107 +1,58 @@
-# SConscript of mcutrain's offline "qemu-riscv" dev-platform: Debian's riscv64-unknown-elf-gcc with
-# picolibc (libc only: no semihosting library, no stdio), our startup code, and a memory layout with the
-# board's RAM and flash, so a model too large for the board fails at link time.
+# SConscript of mcutrain's offline "qemu-riscv" dev-platform: Debian's riscv64-unknown-elf-gcc with picolibc
+# (libc only: no semihosting library, no stdio), our startup code, and a memory layout with the board's RAM
+# and flash, so a model too large for the board fails at link time. The build itself is
+# build_qemu_firmware in ../common/mcutrain_builder.py, which lists the platformio.ini options
+# (custom_qemu_machine here: virt; custom_cpu_flags default -march=rv32imc -mabi=ilp32; RAM and flash
+# capped at 32 MiB each; virt runs the code from RAM).
 #
 # The code is compiled for rv32imc/ilp32 (the ESP32-C3's ISA, soft float). Debian ships no rv32imc
 # multilib of libgcc and picolibc, so the link uses the rv32im ones (a subset of rv32imc).
-#
-# platformio.ini options of the env (exporter/project.py writes them):
-#   custom_qemu_machine  virt
-#   custom_cpu_flags     default -march=rv32imc -mabi=ilp32
-#   custom_ram_size      bytes of RAM of the board (capped at 32 MiB)
-#   custom_flash_size    bytes of flash of the board (capped at 32 MiB); virt runs the code from RAM
-#   custom_opt_level     Os, O2 (default), O3, ...
-#   custom_min_stack     bytes the stack must keep free at least (default 1024)
-#   custom_store_path    host file for saves (default mcutrain_store_<env>.bin in QEMU's working folder,
-#                        the project folder under `pio run -t upload`; mcutrain's simulator uses the same)
 # `pio run -e ENV -t upload` runs the firmware in QEMU with its UART on a new pty (QEMU prints
 # "char device redirected to /dev/pts/N"); connect mcutrain's device client there.
+import importlib.util
 import os
 import sys
 
-from SCons.Script import AlwaysBuild, Default, DefaultEnvironment
+from SCons.Script import DefaultEnvironment
 
 env = DefaultEnvironment()
-platform = env.PioPlatform()
+
+
+def load_common():
+    """../common/mcutrain_builder.py, the part mcutrain's platforms share."""
+    path = os.path.join(env.PioPlatform().get_dir(), os.pardir, "common", "mcutrain_builder.py")
+    if not os.path.isfile(path):
+        sys.stderr.write(
+            f"Error: {os.path.normpath(path)} is missing: mcutrain's platforms must stay together in one platforms/ "
+            "folder (platform = symlink://.../platforms/NAME)\n"
+        )
+        env.Exit(1)
+    spec = importlib.util.spec_from_file_location("mcutrain_builder", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 # machine -> (flash origin, flash bytes, RAM origin, RAM bytes, UART define); virt has 128 MiB of RAM
 # at 0x80000000 (-m 128M): the first 32 MiB stand in for flash, the next 32 MiB for RAM.
 MACHINES = {
     "virt": (0x80000000, 32 << 20, 0x82000000, 32 << 20, "MCT_QEMU_UART_16550=0x10000000"),
 }
-LINK_ARCH = ["-march=rv32im", "-mabi=ilp32"]
 
-
-def fail(msg):
-    sys.stderr.write("Error: %s\n" % msg)
-    env.Exit(1)
-
-
-def option_int(name, default):
-    raw = str(env.GetProjectOption(name, str(default))).strip()
-    try:
-        return int(raw, 0)
-    except ValueError:
-        fail("%s = %r is not a number of bytes" % (name, raw))
-
-
-if not env.WhereIs("riscv64-unknown-elf-gcc"):
-    fail("riscv64-unknown-elf-gcc not found: install it (Debian/Ubuntu: sudo apt-get install "
-         "gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf)")
-
-machine = env.GetProjectOption("custom_qemu_machine", "virt")
-if machine not in MACHINES:
-    fail("custom_qemu_machine = %s: mcutrain's qemu-riscv platform knows %s" % (machine, ", ".join(sorted(MACHINES))))
-flash_org, flash_max, ram_org, ram_max, uart = MACHINES[machine]
-flash_size = min(option_int("custom_flash_size", flash_max), flash_max) & ~7
-ram_size = min(option_int("custom_ram_size", ram_max), ram_max) & ~7
-min_stack = option_int("custom_min_stack", 1024)
-opt = "-" + str(env.GetProjectOption("custom_opt_level", "O2")).strip().lstrip("-")
-if not opt.startswith("-O"):
-    opt = "-O" + opt[1:]
-cpu_flags = env.GetProjectOption("custom_cpu_flags", "-march=rv32imc -mabi=ilp32").split()
-store = env.GetProjectOption("custom_store_path", "") or "mcutrain_store_%s.bin" % env.subst("$PIOENV")
-
-env.Replace(
-    AR="riscv64-unknown-elf-gcc-ar", AS="riscv64-unknown-elf-gcc", CC="riscv64-unknown-elf-gcc",
-    CXX="riscv64-unknown-elf-g++", GDB="riscv64-unknown-elf-gdb", OBJCOPY="riscv64-unknown-elf-objcopy",
-    RANLIB="riscv64-unknown-elf-gcc-ranlib", SIZETOOL="riscv64-unknown-elf-size",
-    PROGNAME="firmware", PROGSUFFIX=".elf", SIZEPRINTCMD="$SIZETOOL -B -d $SOURCES",
+load_common().build_qemu_firmware(
+    env,
+    "qemu-riscv",
+    MACHINES,
+    default_machine="virt",
+    prefix="riscv64-unknown-elf-",
+    apt_packages="gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf",
+    default_cpu_flags="-march=rv32imc -mabi=ilp32",
+    link_arch=["-march=rv32im", "-mabi=ilp32"],
+    cc_specs=["--specs=picolibc.specs"],
+    link_specs=["--specs=picolibc.specs"],
     # link with gcc even when the project has C++ files (the Arduino port, which is empty here): Debian's
     # rv32 toolchain has no libstdc++, which g++ would ask for
     LINK="riscv64-unknown-elf-gcc",
+    qemu_command="qemu-system-riscv32 -M %s -m 128M -bios none -nographic -monitor none -serial pty "
+    "-semihosting-config enable=on,target=native -kernel $SOURCE",
 )
-
-build_dir = env.subst("$BUILD_DIR")
-os.makedirs(build_dir, exist_ok=True)
-memory_ld = os.path.join(build_dir, "mcutrain_memory.ld")
-text = ("/* generated by platforms/qemu-riscv for %s */\n"
-        "MEMORY\n{\n  FLASH (rx) : ORIGIN = 0x%08x, LENGTH = %d\n  RAM (rwx) : ORIGIN = 0x%08x, LENGTH = %d\n}\n"
-        "__min_stack = %d;\nINCLUDE sections.ld\n" % (machine, flash_org, flash_size, ram_org, ram_size, min_stack))
-if not os.path.isfile(memory_ld) or open(memory_ld).read() != text:
-    with open(memory_ld, "w") as f:
-        f.write(text)
-
-defines = [uart, ("MCT_STORE_PATH", '\\"%s\\"' % store.replace("\\", "/"))]
-env.Append(
-    CPPDEFINES=defines,
-    ASFLAGS=cpu_flags,
-    ASPPFLAGS=cpu_flags,
-    CCFLAGS=["--specs=picolibc.specs"] + cpu_flags + [
-        opt, "-ffunction-sections", "-fdata-sections", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra"],
-    CFLAGS=["-std=c99"],
-    LINKFLAGS=["--specs=picolibc.specs"] + LINK_ARCH + [
-        opt, "-nostartfiles", "-Wl,--gc-sections", "-L" + os.path.join(platform.get_dir(), "ldscripts"),
-        "-T", memory_ld, "-Wl,-Map," + os.path.join(build_dir, "firmware.map")],
-)
-env.BuildSources(os.path.join("$BUILD_DIR", "qemu_startup"), os.path.join(platform.get_dir(), "startup"))
-
-program = env.BuildProgram()
-env.Depends(program, memory_ld)
-
-qemu = ("qemu-system-riscv32 -M %s -m 128M -bios none -nographic -monitor none -serial pty "
-        "-semihosting-config enable=on,target=native -kernel $SOURCE" % machine)
-for target in ("upload", "exec"):
-    AlwaysBuild(env.Alias(target, program, env.VerboseAction(
-        qemu, "Running in QEMU %s; the firmware's UART is on the pty printed below" % machine)))
-Default([program])

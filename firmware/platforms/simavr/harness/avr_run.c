@@ -1,1 +1,1 @@
-../../../sim/avr_run.c
+../../../host_tools/avr_run.c

@@ -1,4 +1,5 @@
 """`mcutrain eval`, `info`, `plot` and `boards`: look at models, logs and targets."""
+
 from __future__ import annotations
 
 import json
@@ -8,18 +9,29 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
-from . import losses as losses_mod
-from .cli_common import CliError, MissingTool, example, note, table, write_output
-from .cli_data import (DataSpec, FileSource, ProblemSource, Source, check_widths, data_options, load_inputs,
-                       metrics, open_source, pop_data_options)
-from .datasets import DataError
-from .losses import Loss
-from .modelfile import MAGIC, Checkpoint, load_model
+from mcutrain import losses as losses_mod
+from mcutrain.datasets import DataError
+from mcutrain.losses import Loss
+from mcutrain.modelfile import MAGIC, Checkpoint, load_model
+from mcutrain.sources import (
+    DataSettings,
+    FileSource,
+    ProblemSource,
+    Source,
+    check_widths,
+    load_inputs,
+    metrics,
+    open_source,
+)
+
+from .common import CliError, MissingTool, example, note, table, write_output
+from .data_options import data_options, pop_data_options
 
 QUANT_CHOICES = ["f32", "int8", "int8-full"]
 
 
 # ---------------------------------------------------------------- eval
+
 
 def model_loss(ck: Checkpoint, name: Optional[str]) -> Loss:
     """--loss if given, else the loss the model was trained with, else mse."""
@@ -30,13 +42,13 @@ def stored_source(ck: Checkpoint, missing_ok: bool = False) -> Optional[Source]:
     """The data source the model file records, opened with the run's seed and validation split (None
     when it records none; with missing_ok, also None when its data file is gone)."""
     stored = ck.metadata.get("train") or {}
-    spec = DataSpec.from_dict(stored.get("data") or {})
+    spec = DataSettings.from_dict(stored.get("data") or {})
     if not spec.given or (missing_ok and spec.path and not Path(spec.path).exists()):
         return None
     return open_source(spec, int(stored.get("seed", 0)), float(stored.get("val", 0.0)) if spec.path else 0.0)
 
 
-def eval_source(ck: Checkpoint, spec: DataSpec, samples: int) -> Tuple[Source, np.ndarray, np.ndarray, str]:
+def eval_source(ck: Checkpoint, spec: DataSettings, samples: int) -> Tuple[Source, np.ndarray, np.ndarray, str]:
     """(source, x, y, what) to evaluate on: the given data (all of it), else the model's own data source
     (its held-out split, or fresh samples of its problem)."""
     stored = ck.metadata.get("train") or {}
@@ -59,7 +71,7 @@ def model_samples(ck: Checkpoint, n: int) -> Optional[Tuple[np.ndarray, np.ndarr
     """The samples (x, y) `mcutrain eval MODEL` uses (n of them from a problem; a file's held-out part),
     or None when the model file records no data source or its data cannot be read."""
     try:
-        _, x, y, _ = eval_source(ck, DataSpec(), n)
+        _, x, y, _ = eval_source(ck, DataSettings(), n)
     except (DataError, CliError, OSError):
         return None
     return x, y
@@ -72,50 +84,73 @@ def calibration_inputs(ck: Checkpoint, path: Optional[str], x_eval: Optional[np.
     assert n_in is not None
     stored = (ck.metadata.get("train") or {}).get("data") or {}
     if path:
-        return load_inputs(path, n_in, layout=DataSpec.from_dict(stored))
+        return load_inputs(path, n_in, layout=DataSettings.from_dict(stored))
     src = stored_source(ck, missing_ok=True)
     if src is not None:
         return src.train.x[:1000] if isinstance(src, FileSource) else src.batch(0, 512)[0]
     if x_eval is None:
-        raise CliError("--quant int8-full needs calibration inputs to choose the int8 ranges, and the model file "
-                       "does not record its training data: give --calibration FILE (a few hundred typical inputs)")
+        raise CliError(
+            "--quant int8-full needs calibration inputs to choose the int8 ranges, and the model file "
+            "does not record its training data: give --calibration FILE (a few hundred typical inputs)"
+        )
     note("note: calibrating the int8 ranges on the evaluation inputs (give --calibration FILE for others)")
     return x_eval
 
 
-def device_model(ck: Checkpoint, quant: str, trainable: str, loss: Loss, board: Optional[Any] = None,
-                 calibration: Optional[np.ndarray] = None) -> Any:
+def device_model(
+    ck: Checkpoint,
+    quant: str,
+    trainable: str,
+    loss: Loss,
+    board: Optional[Any] = None,
+    calibration: Optional[np.ndarray] = None,
+) -> Any:
     """The device's model of a checkpoint (int8-full needs calibration inputs)."""
-    from exporter.device import build_device_model
+    from mcutrain.exporter.device import build_device_model
+
     return build_device_model(ck, trainable, quant, loss, board=board, calibration=calibration)
 
 
-TRAINABLE_HELP = ("Layers that keep training (f32, in RAM) on the device: all, none, last:N or biases. Only frozen "
-                  "layers are quantized, so --quant needs some: with 'all' it changes nothing.")
+TRAINABLE_HELP = (
+    "Layers that keep training (f32, in RAM) on the device: all, none, last:N or biases. Only frozen "
+    "layers are quantized, so --quant needs some: with 'all' it changes nothing."
+)
 
 
 def device_model_options(trainable_default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """--quant, --trainable (default trainable_default) and --calibration: the device model to build."""
+
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         opts = [
-            click.option("--quant", type=click.Choice(QUANT_CHOICES), default="f32", show_default=True,
-                         help="f32; int8: int8 weights in frozen layers (float math); int8-full: frozen layers "
-                              "run in integers (for boards without an FPU)."),
+            click.option(
+                "--quant",
+                type=click.Choice(QUANT_CHOICES),
+                default="f32",
+                show_default=True,
+                help="f32; int8: int8 weights in frozen layers (float math); int8-full: frozen layers "
+                "run in integers (for boards without an FPU).",
+            ),
             click.option("--trainable", default=trainable_default, show_default=True, help=TRAINABLE_HELP),
-            click.option("--calibration", type=click.Path(dir_okay=False, exists=True), default=None,
-                         help="Inputs (CSV/NPZ/IDX, laid out like the training data) that set int8-full's "
-                              "activation ranges [default: the training data]."),
+            click.option(
+                "--calibration",
+                type=click.Path(dir_okay=False, exists=True),
+                default=None,
+                help="Inputs (CSV/NPZ/IDX, laid out like the training data) that set int8-full's "
+                "activation ranges [default: the training data].",
+            ),
         ]
         for o in reversed(opts):
             f = o(f)
         return f
+
     return deco
 
 
 def sim_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """--sim: plan the memory against the board's simulated stand-in."""
-    return click.option("--sim", "for_sim", is_flag=True,
-                        help="Check the memory plan against the board's simulated stand-in.")(f)
+    return click.option(
+        "--sim", "for_sim", is_flag=True, help="Check the memory plan against the board's simulated stand-in."
+    )(f)
 
 
 def confusion(outputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -143,15 +178,24 @@ def confusion_text(m: np.ndarray, limit: int = 20) -> str:
 @data_options
 @click.option("--loss", "loss_name", default=None, help="Loss to report [default: the one it was trained with].")
 @device_model_options(trainable_default="none")
-@click.option("--samples", type=click.IntRange(1), default=1000, show_default=True,
-              help="Samples to draw from a problem.")
+@click.option(
+    "--samples", type=click.IntRange(1), default=1000, show_default=True, help="Samples to draw from a problem."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @example("""
 mcutrain eval model.mct                       # on the data it was trained on (its held-out part)
 mcutrain eval model.mct --problem modadd10 --quant int8
 mcutrain eval iris.mct --data iris_test.csv --classify --json""")
-def eval_cmd(model: str, loss_name: Optional[str], quant: str, trainable: str, calibration: Optional[str],
-             samples: int, as_json: bool, **kw: Any) -> None:
+def eval_cmd(
+    model: str,
+    loss_name: Optional[str],
+    quant: str,
+    trainable: str,
+    calibration: Optional[str],
+    samples: int,
+    as_json: bool,
+    **kw: Any,
+) -> None:
     """Loss and accuracy of a model file, with a confusion matrix for classifiers (one-hot targets).
 
     With --quant, the model the device would run (int8 weights, or full-integer int8) is evaluated
@@ -166,8 +210,9 @@ def eval_cmd(model: str, loss_name: Optional[str], quant: str, trainable: str, c
     if quant == "f32":
         outputs = ck.net.forward(x)
     else:
-        from exporter.quantize import evaluate
-        from exporter.twin import DeviceTwin
+        from mcutrain.exporter.quantize import evaluate
+        from mcutrain.exporter.twin import DeviceTwin
+
         cal = calibration_inputs(ck, calibration, x) if quant == "int8-full" else None
         dm = device_model(ck, quant, trainable, loss, calibration=cal)
         report = evaluate(ck, dm, x, y, loss, trainable)
@@ -192,10 +237,10 @@ def eval_cmd(model: str, loss_name: Optional[str], quant: str, trainable: str, c
 
 # ---------------------------------------------------------------- info
 
+
 def layer_rows(ck: Checkpoint) -> Tuple[List[List[Any]], int, int]:
     """Rows of the layer table and the totals of parameters and MACs."""
-    rows = [[i, r["layer"], r["op"], r["in"], r["out"], r["params"], r["macs"]]
-            for i, r in enumerate(ck.net.summary())]
+    rows = [[i, r["layer"], r["op"], r["in"], r["out"], r["params"], r["macs"]] for i, r in enumerate(ck.net.summary())]
     return rows, sum(r[5] for r in rows), sum(r[6] for r in rows)
 
 
@@ -210,17 +255,24 @@ def describe_training(ck: Checkpoint) -> List[str]:
         lines.append(f"loss        {ck.metadata['loss']}")
     run = ck.metadata.get("train")
     if run:
-        data = DataSpec.from_dict(run.get("data") or {})
-        lines.append(f"trained on  {data.describe()}, {run.get('batches', '?')} of {run.get('steps', '?')} steps, "
-                     f"batch {run.get('batch')}, seed {run.get('seed')}")
+        data = DataSettings.from_dict(run.get("data") or {})
+        lines.append(
+            f"trained on  {data.describe()}, {run.get('batches', '?')} of {run.get('steps', '?')} steps, "
+            f"batch {run.get('batch')}, seed {run.get('seed')}"
+        )
     return lines
 
 
 @click.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--board", default=None, help="Show the memory plan on this board (see `mcutrain boards`).")
-@click.option("--quant", type=click.Choice(["f32", "int8"]), default="f32", show_default=True,
-              help="Quantization assumed by the memory plan.")
+@click.option(
+    "--quant",
+    type=click.Choice(["f32", "int8"]),
+    default="f32",
+    show_default=True,
+    help="Quantization assumed by the memory plan.",
+)
 @click.option("--trainable", default="all", show_default=True, help=TRAINABLE_HELP)
 @sim_option
 @example("""
@@ -233,22 +285,31 @@ def info(model: str, board: Optional[str], quant: str, trainable: str, for_sim: 
     rows, params, macs = layer_rows(ck)
     click.echo(f"{model}: {ck.net.describe()}")
     click.echo(f"{ck.net.n_in} inputs, {ck.net.n_out} outputs, {params:,} parameters, {macs:,} MACs per sample")
-    click.echo(table(["#", "layer", "op", "in", "out", "params", "MACs"], rows + [["", "total", "", "", "", params, macs]],
-                     right=[True, False, False, True, True, True, True]))
+    click.echo(
+        table(
+            ["#", "layer", "op", "in", "out", "params", "MACs"],
+            rows + [["", "total", "", "", "", params, macs]],
+            right=[True, False, False, True, True, True, True],
+        )
+    )
     for line in describe_training(ck):
         click.echo(line)
     if board:
-        from exporter.boards import get_board
-        from exporter.memplan import plan
+        from mcutrain.exporter.boards import get_board
+        from mcutrain.exporter.memplan import plan
+
         b = get_board(board)
         mp = plan(device_model(ck, quant, trainable, model_loss(ck, None), board=b), b, for_sim)
         click.echo("")
         click.echo(mp.table())
-        click.echo(f"fits {b.name}: {'yes' if mp.fits() else 'NO'} ({mp.ram:,} of {mp.ram_budget:,} B RAM, "
-                   f"{mp.flash:,} of {mp.flash_budget:,} B flash)")
+        click.echo(
+            f"fits {b.name}: {'yes' if mp.fits() else 'NO'} ({mp.ram:,} of {mp.ram_budget:,} B RAM, "
+            f"{mp.flash:,} of {mp.flash_budget:,} B flash)"
+        )
 
 
 # ---------------------------------------------------------------- plot
+
 
 def is_model_file(path: str) -> bool:
     """Does the file start with the model file marker?"""
@@ -258,8 +319,9 @@ def is_model_file(path: str) -> bool:
 
 @click.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="PNG to write [default: SOURCE with .png].")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), default=None, help="PNG to write [default: SOURCE with .png]."
+)
 @click.option("--weights", is_flag=True, help="Weight heat maps of a model file (the default for model files).")
 @click.option("--force", is_flag=True, help="Replace an existing PNG.")
 @example("""
@@ -267,8 +329,9 @@ mcutrain plot run.jsonl -o loss.png           # loss, validation metric and lear
 mcutrain plot model.mct --weights -o w.png    # one heat map per layer""")
 def plot(source: str, output: Optional[str], weights: bool, force: bool) -> None:
     """Plot a training log (from `mcutrain train --log`) or a model file's weights as a PNG."""
-    from . import plot as plots
-    from .recorder import read_log
+    from mcutrain import plot as plots
+    from mcutrain.recorder import read_log
+
     out = Path(output or Path(source).with_suffix(".png"))
     if is_model_file(source):
         ck = load_model(source)
@@ -286,10 +349,13 @@ def plot(source: str, output: Optional[str], weights: bool, force: bool) -> None
 
 # ---------------------------------------------------------------- boards
 
+
 def simulator_status(board: Any) -> Tuple[str, str]:
     """(simulator kind, 'ready' or what is missing) for a board."""
     import shutil
-    from exporter import sim
+
+    from mcutrain.exporter import sim
+
     if board.sim_kind is None:
         return "-", "no simulator"
     try:
@@ -309,19 +375,46 @@ def _kib(n: int) -> str:
 @example("mcutrain boards")
 def boards(as_json: bool) -> None:
     """The boards mcutrain can export to: RAM, flash, FPU, and the simulator that stands in for each."""
-    from exporter.boards import all_boards
+    from mcutrain.exporter.boards import all_boards
+
     bs = all_boards()
     if not bs:
         raise MissingTool("no board files found: reinstall mcutrain")
     rows = []
     for b in bs:
         kind, status = simulator_status(b)
-        rows.append({"name": b.name, "title": b.title, "core": b.core, "ram": b.ram, "flash": b.flash, "fpu": b.fpu,
-                     "simulator": kind, "sim_ram": b.sim_ram, "simulator_status": status})
+        rows.append(
+            {
+                "name": b.name,
+                "title": b.title,
+                "core": b.core,
+                "ram": b.ram,
+                "flash": b.flash,
+                "fpu": b.fpu,
+                "simulator": kind,
+                "sim_ram": b.sim_ram,
+                "simulator_status": status,
+            }
+        )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(table(["board", "title", "core", "RAM", "flash", "FPU", "simulator", "status"],
-                     [[r["name"], r["title"], r["core"], _kib(r["ram"]), _kib(r["flash"]), r["fpu"], r["simulator"],
-                       r["simulator_status"]] for r in rows],
-                     right=[False, False, False, True, True, False, False, False]))
+    click.echo(
+        table(
+            ["board", "title", "core", "RAM", "flash", "FPU", "simulator", "status"],
+            [
+                [
+                    r["name"],
+                    r["title"],
+                    r["core"],
+                    _kib(r["ram"]),
+                    _kib(r["flash"]),
+                    r["fpu"],
+                    r["simulator"],
+                    r["simulator_status"],
+                ]
+                for r in rows
+            ],
+            right=[False, False, False, True, True, False, False, False],
+        )
+    )

@@ -14,12 +14,12 @@
 
 #define SYNC_IN 0xA5u
 #define SYNC_OUT 0x5Au
-#define SAVE_MAGIC 0x5354434Du /* "MCTS" */
-#define SAVE_HEADER 24u
-/* a save holds exactly the RAM parameters, the optimizer slots and the train state (the arrays may be
- * one float longer: C has no empty arrays) */
-#define SAVE_BLOB ((uint32_t)(sizeof(float) * MCT_MODEL_N_PARAMS * (1 + MCT_MODEL_SLOTS) + sizeof(mct_train_state)))
-#define SAVE_SLOT (SAVE_HEADER + SAVE_BLOB)
+/* the save layout is the core's (mct.h): a save holds exactly the RAM parameters, the optimizer slots and the
+ * train state (the arrays may be one float longer: C has no empty arrays) */
+#define SAVE_MAGIC MCT_SAVE_MAGIC
+#define SAVE_HEADER MCT_SAVE_HEADER
+#define SAVE_BLOB MCT_SAVE_BLOB_BYTES(MCT_MODEL_N_PARAMS, MCT_MODEL_SLOTS)
+#define SAVE_SLOT MCT_SAVE_SLOT_BYTES(MCT_MODEL_N_PARAMS, MCT_MODEL_SLOTS)
 #define STACK_PATTERN 0xA5u
 /* The longest payload any valid frame has (TRAIN's, or the frame buffer's). */
 #define TRAIN_PAYLOAD ((MCT_MODEL_N_IN + MCT_MODEL_N_OUT) * 4)
@@ -230,7 +230,8 @@ static void cmd_train(mct_app *a) {
     memcpy(d, &loss, 4);
     put_u32(d + 4, a->ts.step);
     uint8_t st = rc == MCT_OK ? MCT_ST_OK
-               : rc == MCT_E_NONFINITE || rc == MCT_E_NONFINITE_GRAD ? MCT_ST_NONFINITE : MCT_ST_UNSUPPORTED;
+               : rc == MCT_E_NONFINITE || rc == MCT_E_NONFINITE_GRAD || rc == MCT_E_NONFINITE_INPUT ? MCT_ST_NONFINITE
+               : MCT_ST_UNSUPPORTED;
     reply_t r;
     reply_begin(&r, MCT_CMD_TRAIN, st, 8);
     reply_bytes(&r, d, 8);

@@ -8,36 +8,40 @@ run would have produced.
 Ctrl-C does not break a step in half: the first one asks the loop to stop after the current step,
 which then saves a checkpoint; a second Ctrl-C stops at once.
 """
+
 from __future__ import annotations
 
 import signal
 import threading
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from .cli_data import DataSpec, Source, metrics
+from .checks import settings_from_dict
+from .errors import ModelFileError
 from .losses import Loss
 from .modelfile import save_model
 from .module import Module
 from .optim import Optimizer
 from .recorder import Recorder
-from .train import train_batch
+from .sources import DataSettings, Source, metrics
+from .train import MAX_THREADS, train_batch
 
 
 @dataclass
 class RunSettings:
     """How a run trains (everything but the network and the optimizer, which the model file holds)."""
-    data: DataSpec = field(default_factory=DataSpec)
+
+    data: DataSettings = field(default_factory=DataSettings)
     loss: str = "mse"
     batch: int = 32
     threads: int = 1
     seed: int = 0
     val: float = 0.0
-    steps: int = 0                 # total steps of the run, counting steps before a resume
-    epochs: Optional[int] = None   # what --epochs was, for the record
+    steps: int = 0  # total steps of the run, counting steps before a resume
+    epochs: Optional[int] = None  # what --epochs was, for the record
     init_scale: float = 1.0
-    eval_every: int = 0            # 0: about 20 times per run
+    eval_every: int = 0  # 0: about 20 times per run
     log_every: int = 10
 
     def to_dict(self) -> Dict[str, Any]:
@@ -47,12 +51,22 @@ class RunSettings:
         return d
 
     @staticmethod
-    def from_dict(d: Dict[str, Any]) -> "RunSettings":
-        """Inverse of to_dict (unknown keys are ignored)."""
-        names = {f.name for f in fields(RunSettings)}
-        kw = {k: v for k, v in d.items() if k in names}
-        kw["data"] = DataSpec.from_dict(d.get("data") or {})
-        return RunSettings(**kw)
+    def from_dict(d: Any, where: str = "metadata train") -> RunSettings:
+        """Inverse of to_dict (unknown keys are ignored); ModelFileError naming a field of the wrong type."""
+        s = settings_from_dict(RunSettings, d, where, ModelFileError, data=DataSettings.from_dict)
+        for name, lo, hi in (
+            ("batch", 1, 2**31 - 1),
+            ("threads", 1, MAX_THREADS),
+            ("seed", 0, 2**63 - 1),
+            ("steps", 0, 2**63 - 1),
+            ("eval_every", 0, 2**63 - 1),
+            ("log_every", 0, 2**63 - 1),
+        ):
+            if not lo <= getattr(s, name) <= hi:
+                raise ModelFileError(f"{where}.{name} must be from {lo} to {hi}, got {getattr(s, name)!r}")
+        if not 0.0 <= s.val < 1.0:
+            raise ModelFileError(f"{where}.val must be in [0, 1), got {s.val!r}")
+        return s
 
     def evaluation_interval(self) -> int:
         """Steps between validation checks."""
@@ -61,8 +75,7 @@ class RunSettings:
 
 def run_metadata(settings: RunSettings, batches: int, fingerprint: Optional[int]) -> Dict[str, Any]:
     """What the model file records about the run (the loss also tells the exporter what to train with)."""
-    return {"loss": settings.loss,
-            "train": {**settings.to_dict(), "batches": batches, "data_crc": fingerprint}}
+    return {"loss": settings.loss, "train": {**settings.to_dict(), "batches": batches, "data_crc": fingerprint}}
 
 
 class StopRequest:
@@ -77,7 +90,7 @@ class StopRequest:
             raise KeyboardInterrupt
         self.requested = True
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGINT, self._handler)
         return self
@@ -90,6 +103,7 @@ class StopRequest:
 @dataclass
 class RunResult:
     """How a run ended."""
+
     batches: int
     loss: float
     val: Dict[str, float]
@@ -99,10 +113,20 @@ class RunResult:
 class TrainingRun:
     """One invocation of the training loop, from batch `start` up to settings.steps."""
 
-    def __init__(self, net: Module, opt: Optimizer, loss: Loss, source: Source, settings: RunSettings,
-                 out: Path, start: int = 0, recorder: Optional[Recorder] = None,
-                 on_progress: Optional[Callable[[int, str], None]] = None, checkpoint_every: int = 0,
-                 stop_after: int = 0) -> None:
+    def __init__(
+        self,
+        net: Module,
+        opt: Optimizer,
+        loss: Loss,
+        source: Source,
+        settings: RunSettings,
+        out: Path,
+        start: int = 0,
+        recorder: Optional[Recorder] = None,
+        on_progress: Optional[Callable[[int, str], None]] = None,
+        checkpoint_every: int = 0,
+        stop_after: int = 0,
+    ) -> None:
         self.net, self.opt, self.loss, self.source, self.s = net, opt, loss, source, settings
         self.out, self.batches, self.recorder = out, start, recorder
         self.on_progress = on_progress or (lambda n, text: None)
@@ -144,7 +168,7 @@ class TrainingRun:
         extra: Dict[str, float] = {}
         if self.batches % self.s.evaluation_interval() == 0 or last:
             extra = {f"val_{k}": v for k, v in self.validate().items()}
-        if self.recorder is not None:   # every recorder.every steps, and whenever there is more to say
+        if self.recorder is not None:  # every recorder.every steps, and whenever there is more to say
             self.recorder.step(self.batches, value, lr, force=bool(extra) or last, **extra)
         if self.checkpoint_every and self.batches % self.checkpoint_every == 0 and not last:
             self.save()
@@ -160,7 +184,7 @@ class TrainingRun:
                 done_here += 1
                 self.on_progress(1, self.status())
                 if self.stop_after and done_here >= self.stop_after:
-                    stop.requested = True       # the test hook: behave as if Ctrl-C came now
+                    stop.requested = True  # the test hook: behave as if Ctrl-C came now
                 if stop.requested:
                     break
         interrupted = self.batches < self.s.steps

@@ -10,7 +10,7 @@
  * Bytes never written read as 0xFF, like erased flash; the file grows as saves are written.
  *
  * Markers: port_mark(region, begin) calls one of the noinline, never-merged functions
- * mct_mark_<region>_<begin|end> below; the QEMU plugin (firmware/sim/insn_plugin.c) counts the
+ * mct_mark_<region>_<begin|end> below; the QEMU plugin (firmware/host_tools/insn_plugin.c) counts the
  * guest instructions from the first instruction of a begin marker to the first instruction of the
  * matching end marker. Every call goes through the same table, so each pair costs the same few
  * instructions; port_init runs one empty pair (region "empty") so a report can state that cost.

@@ -5,7 +5,7 @@
  * Usage:  avr_run FIRMWARE.elf [mcu=atmega328p] [freq=16000000] [serial=pty|stdio] [eeprom=FILE]
  *                 [ram_floor=ADDR|auto] [max_cycles=N] [report=FILE]
  *
- * What it does (the firmware side is firmware/template/ports/port_simavr.c):
+ * What it does (the firmware side is firmware/app/ports/port_simavr.c):
  *  - serial: USART0 is bridged to a pseudo terminal (serial=pty: prints "PTY /dev/pts/N" on stdout,
  *    then serves it) or to stdin/stdout (serial=stdio). Host bytes enter the UART receiver under
  *    simavr's flow control: never more than its FIFO holds (XOFF), more after it drained (XON).

@@ -1,5 +1,6 @@
 """`mcutrain device ...`: the device client on the command line (a board's serial port, the native
 firmware's pty, or a simulator's serial line)."""
+
 from __future__ import annotations
 
 import io
@@ -9,28 +10,34 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
-from exporter.cgen import Segments, segments_from_host, segments_to_host
+from mcutrain.corefacts import OptKind, by_name, names
+from mcutrain.exporter.device_model import Segments, segments_from_host, segments_to_host
+from mcutrain.modelfile import Checkpoint, encode_model
+from mcutrain.run import StopRequest
+from mcutrain.sources import check_widths, load_inputs, open_source
 
-from .cli_common import CliError, Interrupted, Progress, check_output, example, note, table, write_output
-from .cli_data import check_widths, data_options, load_inputs, open_source, pop_data_options
-from .modelfile import Checkpoint, encode_model
-from .optim import KINDS
-from .runner import StopRequest
+from .common import CliError, Interrupted, Progress, check_output, example, note, table, write_output
+from .data_options import data_options, pop_data_options
 
-OPT_KINDS = list(KINDS)          # enum mct_opt_kind order
+OPT_KINDS = names(OptKind)  # the core's optimizer names, in enum mct_opt_kind order
 
 
 def port_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """--port, --baud and --timeout."""
     f = click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for replies.")(f)
     f = click.option("--baud", type=int, default=115200, show_default=True, help="Serial speed.")(f)
-    return click.option("--port", required=True, envvar="MCUTRAIN_PORT",
-                        help="Serial port of the device (or a pty), e.g. /dev/ttyACM0; or set MCUTRAIN_PORT.")(f)
+    return click.option(
+        "--port",
+        required=True,
+        envvar="MCUTRAIN_PORT",
+        help="Serial port of the device (or a pty), e.g. /dev/ttyACM0; or set MCUTRAIN_PORT.",
+    )(f)
 
 
 def connect(port: str, baud: int, timeout: float) -> Any:
     """An open Device."""
-    from exporter.client import Device
+    from mcutrain.exporter.client import Device
+
     return Device.open(port, baud, timeout)
 
 
@@ -38,9 +45,10 @@ def checked_project(dev: Any, project: Optional[str]) -> Optional[Dict[str, Any]
     """The project's mcutrain.json after checking that the device runs its model (None without --project)."""
     if not project:
         return None
-    from exporter.client import DeviceError
+    from mcutrain.exporter.client import DeviceError
 
-    from .cli_export import read_project
+    from .export import read_project
+
     meta = read_project(project)
     try:
         dev.check_hash(meta["hash"])
@@ -56,8 +64,7 @@ def project_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..
 
 def base_model_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """--model: the host model of the project [default: the project's model.mct]."""
-    return click.option("--model", "base", type=click.Path(exists=True, dir_okay=False), default=None,
-                        help=help_text)
+    return click.option("--model", "base", type=click.Path(exists=True, dir_okay=False), default=None, help=help_text)
 
 
 def segments(meta: Dict[str, Any]) -> Segments:
@@ -80,26 +87,43 @@ def device() -> None:
 
 @device.command("info")
 @port_options
-@click.option("--project", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Exported project to check the device against.")
+@click.option(
+    "--project",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="Exported project to check the device against.",
+)
 @example("mcutrain device info --port /dev/ttyACM0 --project fw")
 def info_cmd(port: str, baud: int, timeout: float, project: Optional[str]) -> None:
     """The device's model hash, sizes, optimizer, training step and storage."""
     with connect(port, baud, timeout) as dev:
         i = dev.info()
         checked_project(dev, project)
-    rows = [["model hash", i.hash + (f" (matches {project})" if project else "")], ["inputs", i.n_in],
-            ["outputs", i.n_out], ["parameters in RAM", i.n_params], ["trainable parameters", i.n_trainable],
-            ["optimizer", OPT_KINDS[i.opt_kind] if i.opt_kind < len(OPT_KINDS) else i.opt_kind],
-            ["training step", i.step], ["can save", i.can_save], ["loaded a save at boot", i.loaded_save],
-            ["protocol version", i.version], ["max payload (B)", i.max_payload]]
+    rows = [
+        ["model hash", i.hash + (f" (matches {project})" if project else "")],
+        ["inputs", i.n_in],
+        ["outputs", i.n_out],
+        ["parameters in RAM", i.n_params],
+        ["trainable parameters", i.n_trainable],
+        ["optimizer", OPT_KINDS[i.opt_kind] if i.opt_kind < len(OPT_KINDS) else i.opt_kind],
+        ["training step", i.step],
+        ["can save", i.can_save],
+        ["loaded a save at boot", i.loaded_save],
+        ["protocol version", i.version],
+        ["max payload (B)", i.max_payload],
+    ]
     click.echo(table(["", port], rows, right=[False, False]))
 
 
 @device.command("predict")
 @port_options
-@click.option("--data", "data_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Inputs: CSV (one sample per row), NPZ (array --x-key) or IDX images.")
+@click.option(
+    "--data",
+    "data_path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Inputs: CSV (one sample per row), NPZ (array --x-key) or IDX images.",
+)
 @click.option("--inputs", default=None, help="CSV columns that are the inputs [default: all].")
 @click.option("--x-key", default="x", show_default=True, help="NPZ array with the inputs.")
 @click.option("--values", default=None, help="One sample inline: comma-separated numbers.")
@@ -109,8 +133,18 @@ def info_cmd(port: str, baud: int, timeout: float, project: Optional[str]) -> No
 @example("""
 mcutrain device predict --port /dev/ttyACM0 --data samples.csv -o predictions.csv
 mcutrain device predict --port /dev/ttyACM0 --values 0,1,0,0,1 --argmax""")
-def predict_cmd(port: str, baud: int, timeout: float, data_path: Optional[str], inputs: Optional[str], x_key: str,
-                values: Optional[str], argmax: bool, output: Optional[str], force: bool) -> None:
+def predict_cmd(
+    port: str,
+    baud: int,
+    timeout: float,
+    data_path: Optional[str],
+    inputs: Optional[str],
+    x_key: str,
+    values: Optional[str],
+    argmax: bool,
+    output: Optional[str],
+    force: bool,
+) -> None:
     """Run the device's model on samples and print (or write) its outputs as CSV."""
     if bool(data_path) == bool(values):
         raise CliError("give the samples either as a file (--data) or inline (--values)")
@@ -153,18 +187,33 @@ def _csv(y: np.ndarray, argmax: bool) -> str:
 @device.command("train")
 @port_options
 @data_options
-@click.option("--samples", "n_samples", type=click.IntRange(1), default=None,
-              help="Samples to send [default: each row of a file once, 1000 from a problem].")
+@click.option(
+    "--samples",
+    "n_samples",
+    type=click.IntRange(1),
+    default=None,
+    help="Samples to send [default: each row of a file once, 1000 from a problem].",
+)
 @click.option("--shuffle", is_flag=True, help="Send a file's rows in a seeded random order (default: file order).")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
-              help="Seed of --shuffle and of problem samples.")
+@click.option(
+    "--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of --shuffle and of problem samples."
+)
 @click.option("--save", "save_after", is_flag=True, help="SAVE on the device afterwards (persist what it learned).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @example("""
 mcutrain device train --port /dev/ttyACM0 --data field.csv --classify --save
 mcutrain device train --port /dev/pts/5 --problem modadd10 --samples 200""")
-def train_cmd(port: str, baud: int, timeout: float, n_samples: Optional[int], shuffle: bool, seed: int,
-              save_after: bool, quiet: bool, **kw: Any) -> None:
+def train_cmd(
+    port: str,
+    baud: int,
+    timeout: float,
+    n_samples: Optional[int],
+    shuffle: bool,
+    seed: int,
+    save_after: bool,
+    quiet: bool,
+    **kw: Any,
+) -> None:
     """Stream labelled samples to the device, which trains on each one (TRAIN), with a progress bar."""
     spec = pop_data_options(kw)
     src = open_source(spec, seed)
@@ -172,24 +221,31 @@ def train_cmd(port: str, baud: int, timeout: float, n_samples: Optional[int], sh
         i = dev.info()
         check_widths(i.n_in, i.n_out, src, "the device's model", advice="use data that fits the exported model")
         if i.n_trainable == 0:
-            raise CliError("the device's model has no trainable layers (exported with --trainable none): export "
-                           "with --trainable all, last:N or biases to train on the device")
+            raise CliError(
+                "the device's model has no trainable layers (exported with --trainable none): export "
+                "with --trainable all, last:N or biases to train on the device"
+            )
         x, y = _stream(src, n_samples, shuffle, seed)
         done, losses = _train_stream(dev, x, y, quiet)
         step = dev.info().step
         seq = dev.save() if save_after and done == len(x) else None
-    tail = losses[-min(len(losses), 100):]
-    click.echo(f"trained on {done} samples: mean loss {float(np.mean(tail)) if tail else float('nan'):.4g} "
-               f"over the last {len(tail)}; device step {step}" + (f"; saved (#{seq})" if seq is not None else ""))
+    tail = losses[-min(len(losses), 100) :]
+    click.echo(
+        f"trained on {done} samples: mean loss {float(np.mean(tail)) if tail else float('nan'):.4g} "
+        f"over the last {len(tail)}; device step {step}" + (f"; saved (#{seq})" if seq is not None else "")
+    )
     if done < len(x):
-        raise Interrupted(f"interrupted after {done} of {len(x)} samples; the device keeps what it learned "
-                          f"(`mcutrain device save` persists it)")
+        raise Interrupted(
+            f"interrupted after {done} of {len(x)} samples; the device keeps what it learned "
+            f"(`mcutrain device save` persists it)"
+        )
 
 
 def _stream(src: Any, n: Optional[int], shuffle: bool, seed: int) -> Tuple[np.ndarray, np.ndarray]:
     """The samples to send: a file's rows in order (or shuffled, seeded), repeated up to n samples;
     or n samples of a problem."""
-    from .cli_data import FileSource
+    from mcutrain.sources import FileSource
+
     if not isinstance(src, FileSource):
         return src.batch(0, n or 1000)
     rows = len(src.full)
@@ -220,8 +276,7 @@ def _train_stream(dev: Any, x: np.ndarray, y: np.ndarray, quiet: bool) -> Tuple[
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Model file to write.")
 @click.option("--force", is_flag=True, help="Replace an existing model file.")
 @example("mcutrain device pull --port /dev/ttyACM0 --project fw -o learned.mct")
-def pull_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[str], output: str,
-             force: bool) -> None:
+def pull_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[str], output: str, force: bool) -> None:
     """Read the device's learned parameters (and optimizer state) back into a model file."""
     out = check_output(Path(output), force, "model file")
     ck = _base_model(project, base)
@@ -236,34 +291,39 @@ def pull_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[
     kept_state = _pull_state(ck, segs, state, ts, len(params), opt_kind)
     metadata = {**ck.metadata, "device": {"hash": meta["hash"], "board": meta["board"], "step": step, "port": port}}
     write_output(out, encode_model(ck.net, ck.optimizer, metadata), True)
-    click.echo(f"pulled {len(params):,} parameters (device step {step}) into {out}"
-               + ("" if kept_state else "; the optimizer state was not pulled (the host model has another optimizer)"))
+    click.echo(
+        f"pulled {len(params):,} parameters (device step {step}) into {out}"
+        + ("" if kept_state else "; the optimizer state was not pulled (the host model has another optimizer)")
+    )
 
 
 def _base_model(project: str, base: Optional[str]) -> Checkpoint:
     """The host model: --model, else the project's model.mct; CliError when there is neither."""
-    from .cli_export import host_model
+    from .export import host_model
+
     ck = host_model(project, base)
     if ck is None:
-        raise CliError(f"{project} has no model.mct (exported by an older mcutrain?): give the exported model "
-                       f"with --model")
+        raise CliError(
+            f"{project} has no model.mct (exported by an older mcutrain?): give the exported model with --model"
+        )
     return ck
 
 
 def _check_base(ck: Checkpoint, meta: Dict[str, Any], project: str) -> None:
     """CliError unless the host model has the network exported to the project (same layers and sizes)."""
-    if ck.net.spec() != meta.get("architecture", ck.net.spec()):
-        raise CliError(f"the model's network is not the one exported to {project}: give a model with the same "
-                       f"layers and sizes (the exported one is the project's model.mct)")
+    if ck.net.architecture() != meta.get("architecture", ck.net.architecture()):
+        raise CliError(
+            f"the model's network is not the one exported to {project}: give a model with the same "
+            f"layers and sizes (the exported one is the project's model.mct)"
+        )
 
 
 def _same_optimizer(ck: Checkpoint, opt_kind: int) -> bool:
     """Does the host model's optimizer keep the same kind of state as the device's (enum mct_opt_kind)?"""
-    return ck.optimizer is not None and KINDS[ck.optimizer.kind] == opt_kind
+    return ck.optimizer is not None and by_name(OptKind, ck.optimizer.kind) == opt_kind
 
 
-def _pull_state(ck: Checkpoint, segs: Segments, state: np.ndarray, ts: np.ndarray, n_ram: int,
-                opt_kind: int) -> bool:
+def _pull_state(ck: Checkpoint, segs: Segments, state: np.ndarray, ts: np.ndarray, n_ram: int, opt_kind: int) -> bool:
     """Put the device's optimizer slots and train state into the host optimizer when they belong together
     (the same optimizer kind)."""
     opt = ck.optimizer
@@ -273,8 +333,8 @@ def _pull_state(ck: Checkpoint, segs: Segments, state: np.ndarray, ts: np.ndarra
     if state.size != slots * n_ram:
         return False
     for s in range(slots):
-        opt.state[s] = segments_to_host(segs, state[s * n_ram:(s + 1) * n_ram], opt.state[s])
-    opt.train_state.view(np.uint8)[...] = np.asarray(ts, np.uint8)[:opt.train_state.nbytes]
+        opt.state[s] = segments_to_host(segs, state[s * n_ram : (s + 1) * n_ram], opt.state[s])
+    opt.train_state.view(np.uint8)[...] = np.asarray(ts, np.uint8)[: opt.train_state.nbytes]
     return True
 
 
@@ -296,12 +356,16 @@ def push_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[
         segs = segments(meta)
         state, ts = _push_state(ck, segs, n_ram, info.slots, info.opt_kind) if with_state else (None, None)
         dev.push(segments_from_host(segs, ck.net.params, n_ram), state, ts)
-    click.echo(f"pushed {n_ram:,} parameters" + (" and the optimizer state" if state is not None else "")
-               + " to the device; `mcutrain device save` persists them")
+    click.echo(
+        f"pushed {n_ram:,} parameters"
+        + (" and the optimizer state" if state is not None else "")
+        + " to the device; `mcutrain device save` persists them"
+    )
 
 
-def _push_state(ck: Checkpoint, segs: Segments, n_ram: int, slots: int,
-                opt_kind: int) -> Tuple[Optional[np.ndarray], Any]:
+def _push_state(
+    ck: Checkpoint, segs: Segments, n_ram: int, slots: int, opt_kind: int
+) -> Tuple[Optional[np.ndarray], Any]:
     """The device's view of the host optimizer state (None when the optimizers do not match)."""
     opt = ck.optimizer
     if opt is None or not _same_optimizer(ck, opt_kind) or opt.state.shape[0] != slots:

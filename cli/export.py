@@ -1,5 +1,6 @@
 """`mcutrain export`, `build`, `flash` and `sim`: from a model file to firmware running on a board or
 in the simulator that stands in for it."""
+
 from __future__ import annotations
 
 import configparser
@@ -11,16 +12,18 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
-from .cli_common import CliError, MissingTool, check_output, example, note, table, write_output
-from .cli_model import (calibration_inputs, device_model, device_model_options, model_loss, model_samples,
-                        sim_option)
-from .modelfile import Checkpoint, atomic_write, load_model
+from mcutrain.files import atomic_write
+from mcutrain.modelfile import Checkpoint, load_model
 
-HOST_MODEL = "model.mct"          # the exported model, kept in the project for `sim` and `device pull`
-CALIBRATION = "calibration.npz"   # int8-full's calibration inputs, to rebuild the same device model
+from .common import CliError, MissingTool, check_output, example, note, table, write_output
+from .model import calibration_inputs, device_model, device_model_options, model_loss, model_samples, sim_option
+
+HOST_MODEL = "model.mct"  # the exported model, kept in the project for `sim` and `device pull`
+CALIBRATION = "calibration.npz"  # int8-full's calibration inputs, to rebuild the same device model
 
 
 # ---------------------------------------------------------------- project helpers
+
 
 def read_project(project: str) -> Dict[str, Any]:
     """The project's mcutrain.json; CliError if the folder is not an exported project."""
@@ -42,7 +45,8 @@ def project_envs(project: str) -> List[str]:
 
 def require_pio() -> List[str]:
     """The PlatformIO command; MissingTool when it is not installed."""
-    from exporter import pio
+    from mcutrain.exporter import pio
+
     try:
         return pio.pio_command()
     except pio.PioError as e:
@@ -51,7 +55,8 @@ def require_pio() -> List[str]:
 
 def require_simulator(board: Any) -> Any:
     """The simulator that stands in for the board, with its tools installed; MissingTool otherwise."""
-    from exporter import sim
+    from mcutrain.exporter import sim
+
     try:
         s = sim.simulator_for(board)
         sim.require_tools(*s.tools)
@@ -62,11 +67,14 @@ def require_simulator(board: Any) -> Any:
 
 def project_board(meta: Dict[str, Any], name: Optional[str], project: str) -> Any:
     """The board to build/run for: the project's own, or native (every project has env:native)."""
-    from exporter.boards import get_board
+    from mcutrain.exporter.boards import get_board
+
     b = get_board(name or meta["board"])
     if b.name not in (meta["board"], "native"):
-        raise CliError(f"{project} was exported for {meta['board']}, not {b.name}: export the model for "
-                       f"{b.name} first (mcutrain export MODEL --board {b.name})")
+        raise CliError(
+            f"{project} was exported for {meta['board']}, not {b.name}: export the model for "
+            f"{b.name} first (mcutrain export MODEL --board {b.name})"
+        )
     return b
 
 
@@ -76,8 +84,7 @@ def host_model(project: str, model: Optional[str]) -> Optional[Checkpoint]:
     return load_model(path) if (model or path.is_file()) else None
 
 
-def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, board: Any,
-                         model_name: str) -> Any:
+def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, board: Any, model_name: str) -> Any:
     """The device model the project was generated from, rebuilt on the host from ck (None if it cannot
     be: int8-full without the stored calibration inputs). CliError when ck (named model_name) is not
     the model the project was exported from."""
@@ -91,12 +98,15 @@ def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, boa
     loss = model_loss(ck, meta.get("loss"))
     m = device_model(ck, meta.get("quant", "f32"), meta.get("trainable", "all"), loss, board=board, calibration=cal)
     if m.hash().hex() != meta.get("hash"):
-        raise CliError(f"{model_name} is not the model exported to {project} (its device model {m.hash().hex()} is "
-                       f"not {meta.get('hash')}): give the exported model with --model, or export this one")
+        raise CliError(
+            f"{model_name} is not the model exported to {project} (its device model {m.hash().hex()} is "
+            f"not {meta.get('hash')}): give the exported model with --model, or export this one"
+        )
     return m
 
 
 # ---------------------------------------------------------------- export
+
 
 def _npz_bytes(x: np.ndarray) -> bytes:
     buf = io.BytesIO()
@@ -110,30 +120,51 @@ def _npz_bytes(x: np.ndarray) -> bytes:
 @device_model_options(trainable_default="all")
 @click.option("--loss", "loss_name", default=None, help="Loss the device trains with [default: the model's].")
 @sim_option
-@click.option("-o", "--output", type=click.Path(file_okay=False), default=None,
-              help="Project folder [default: MODEL-BOARD].")
+@click.option(
+    "-o", "--output", type=click.Path(file_okay=False), default=None, help="Project folder [default: MODEL-BOARD]."
+)
 @click.option("--force", is_flag=True, help="Replace an existing project folder.")
 @example("""
 mcutrain export model.mct --board native -o fw
 mcutrain export model.mct --board uno --trainable last:1 --quant int8-full -o fw-uno""")
-def export(model: str, board: str, quant: str, trainable: str, calibration: Optional[str], loss_name: Optional[str],
-           for_sim: bool, output: Optional[str], force: bool) -> None:
+def export(
+    model: str,
+    board: str,
+    quant: str,
+    trainable: str,
+    calibration: Optional[str],
+    loss_name: Optional[str],
+    for_sim: bool,
+    output: Optional[str],
+    force: bool,
+) -> None:
     """Turn a model file into a PlatformIO project for a board: generated C model, firmware, the C core
     as a library and offline platforms for the simulator and the native build.
 
     The memory plan is checked first; a model that does not fit exits with code 3 and says what to
     change. Quantized exports print how the device model compares with the f32 network.
     """
-    from exporter.boards import get_board
-    from exporter.export import export_project
+    from mcutrain.exporter.boards import get_board
+    from mcutrain.exporter.export import export_project
+
     b = get_board(board)
     ck = load_model(model)
     out = Path(output or f"{Path(model).stem}-{b.name}")
     loss = model_loss(ck, loss_name)
     eval_data = model_samples(ck, 1000) if quant != "f32" else None
     cal = calibration_inputs(ck, calibration, eval_data[0] if eval_data else None) if quant == "int8-full" else None
-    res = export_project(model, b.name, out, quant=quant, trainable=trainable, loss=loss, force=force,
-                         sim=for_sim, calibration=cal, eval_data=eval_data)
+    res = export_project(
+        model,
+        b.name,
+        out,
+        quant=quant,
+        trainable=trainable,
+        loss=loss,
+        force=force,
+        sim=for_sim,
+        calibration=cal,
+        eval_data=eval_data,
+    )
     atomic_write(res.path / HOST_MODEL, Path(model).read_bytes())
     if cal is not None:
         atomic_write(res.path / CALIBRATION, _npz_bytes(cal))
@@ -148,6 +179,7 @@ def export(model: str, board: str, quant: str, trainable: str, calibration: Opti
 
 
 # ---------------------------------------------------------------- build and flash
+
 
 def _resolve_env(project: str, meta: Dict[str, Any], board: Optional[str], env: Optional[str], sim: bool) -> str:
     """The env to build: --env, the simulator's env (--sim), or the board's own."""
@@ -181,7 +213,8 @@ mcutrain build fw-uno --sim           # the simulated stand-in, offline
 mcutrain build fw-uno --env native""")
 def build(project: str, board: Optional[str], env: Optional[str], for_sim: bool, verbose: bool) -> None:
     """Build an exported project with PlatformIO (`pio run -e ENV`)."""
-    from exporter import pio
+    from mcutrain.exporter import pio
+
     meta = read_project(project)
     env_name = _resolve_env(project, meta, board, env, for_sim)
     require_pio()
@@ -204,7 +237,8 @@ def flash(project: str, board: Optional[str], port: Optional[str], verbose: bool
 
     For the native board, "upload" runs the program on this terminal; use `mcutrain sim` instead.
     """
-    from exporter import pio
+    from mcutrain.exporter import pio
+
     meta = read_project(project)
     b = project_board(meta, board, project)
     require_pio()
@@ -212,8 +246,10 @@ def flash(project: str, board: Optional[str], port: Optional[str], verbose: bool
     r = pio.run(args, Path(project))
     if r.returncode != 0:
         tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-20:])
-        raise CliError(f"pio {' '.join(args)} failed: check the board is connected (and --port), then see "
-                       f"PlatformIO's output:\n{tail}")
+        raise CliError(
+            f"pio {' '.join(args)} failed: check the board is connected (and --port), then see "
+            f"PlatformIO's output:\n{tail}"
+        )
     if verbose:
         click.echo(r.stdout)
     click.echo(f"flashed {project} to {b.name}" + (f" on {port}" if port else ""))
@@ -221,11 +257,12 @@ def flash(project: str, board: Optional[str], port: Optional[str], verbose: bool
 
 # ---------------------------------------------------------------- sim
 
+
 def check_samples(ck: Checkpoint, n: int) -> Tuple[np.ndarray, Optional[np.ndarray]]:
     """Inputs (and targets, if known) to compare device and host on: the model's own data, else seeded
     random inputs."""
     own = model_samples(ck, max(n, 1))
-    if own is None:   # no stored source (or its file is gone): random inputs, no targets
+    if own is None:  # no stored source (or its file is gone): random inputs, no targets
         return np.random.default_rng(0).uniform(-1, 1, (n, ck.net.n_in)).astype(np.float32), None
     return np.ascontiguousarray(own[0][:n], np.float32), np.ascontiguousarray(own[1][:n], np.float32)
 
@@ -249,7 +286,8 @@ def _verdict(same: bool, diff: float, scale: float) -> Tuple[str, bool]:
 def predict_check(dev: Any, m: Any, ck: Checkpoint, x: np.ndarray) -> Dict[str, Any]:
     """The device's outputs against the host's (the same device model through the host's C core, or the
     f32 network when the quantized device model cannot be rebuilt: int8-full without its calibration)."""
-    from exporter.twin import DeviceTwin
+    from mcutrain.exporter.twin import DeviceTwin
+
     got = dev.predict(x)
     if m is not None:
         want = DeviceTwin(m).predict(x)
@@ -265,7 +303,8 @@ def predict_check(dev: Any, m: Any, ck: Checkpoint, x: np.ndarray) -> Dict[str, 
 
 def train_check(dev: Any, m: Any, x: np.ndarray, t: np.ndarray) -> Dict[str, Any]:
     """One TRAIN on the device against the same update on the host (from the exported state)."""
-    from exporter.twin import DeviceTwin
+    from mcutrain.exporter.twin import DeviceTwin
+
     twin = DeviceTwin(m)
     try:
         host_loss, refused = twin.train(x, t), False
@@ -273,39 +312,66 @@ def train_check(dev: Any, m: Any, x: np.ndarray, t: np.ndarray) -> Dict[str, Any
         host_loss, refused = float("nan"), True
     dev_loss, _ = dev.train(x, t)
     got = dev.read_region(0)
-    text, ok = _verdict(_same_bits(got, twin.params) and np.float32(dev_loss) == np.float32(host_loss),
-                        _max_diff(got, twin.params), float(np.abs(twin.params).max(initial=0)))
+    text, ok = _verdict(
+        _same_bits(got, twin.params) and np.float32(dev_loss) == np.float32(host_loss),
+        _max_diff(got, twin.params),
+        float(np.abs(twin.params).max(initial=0)),
+    )
     return {"result": text, "ok": ok and not refused, "device_loss": float(dev_loss), "host_loss": float(host_loss)}
 
 
 def _report_rows(report: Dict[str, Any]) -> List[List[Any]]:
     """The simulator's measurements as (what, value) rows."""
     unit = report.get("unit") or ""
-    names = {"predict": f"per PREDICT ({unit})" if unit else "per PREDICT",
-             "train": f"per TRAIN ({unit})" if unit else "per TRAIN",
-             "ram_static": "static RAM (B)", "stack_peak": "peak stack (B)", "flash": "flash (B)"}
-    return [[names.get(k, k), v] for k, v in report.items()
-            if k not in ("unit", "check", "board", "simulator") and v is not None]
+    names = {
+        "predict": f"per PREDICT ({unit})" if unit else "per PREDICT",
+        "train": f"per TRAIN ({unit})" if unit else "per TRAIN",
+        "ram_static": "static RAM (B)",
+        "stack_peak": "peak stack (B)",
+        "flash": "flash (B)",
+    }
+    return [
+        [names.get(k, k), v]
+        for k, v in report.items()
+        if k not in ("unit", "check", "board", "simulator") and v is not None
+    ]
 
 
 @click.command()
 @click.argument("project", type=click.Path(exists=True, file_okay=False))
 @click.option("--board", default=None, help="Board whose simulator runs it [default: the project's board].")
-@click.option("--model", type=click.Path(exists=True, dir_okay=False), default=None,
-              help=f"Host model to compare with [default: the project's {HOST_MODEL}].")
+@click.option(
+    "--model",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help=f"Host model to compare with [default: the project's {HOST_MODEL}].",
+)
 @click.option("--samples", type=click.IntRange(1), default=5, show_default=True, help="Samples to compare.")
-@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the measurements and the checks as JSON.")
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the measurements and the checks as JSON.",
+)
 @click.option("--no-build", is_flag=True, help="Run the firmware built before.")
 @click.option("--force", is_flag=True, help="Replace an existing --report file.")
 @example("""
 mcutrain sim fw
 mcutrain sim fw-uno --report uno.json""")
-def sim(project: str, board: Optional[str], model: Optional[str], samples: int, report_path: Optional[str],
-        no_build: bool, force: bool) -> None:
+def sim(
+    project: str,
+    board: Optional[str],
+    model: Optional[str],
+    samples: int,
+    report_path: Optional[str],
+    no_build: bool,
+    force: bool,
+) -> None:
     """Build the project for the board's simulator (QEMU, simavr, or natively), run it, check that the
     device's predictions (and a training step) match the host's, and report what it measured."""
-    from exporter import sim as sim_mod
+    from mcutrain.exporter import sim as sim_mod
+
     meta = read_project(project)
     b = project_board(meta, board, project)
     require_simulator(b)
@@ -319,8 +385,10 @@ def sim(project: str, board: Optional[str], model: Optional[str], samples: int, 
     with sim_mod.start(Path(project), b, measure=True, build=not no_build) as s:
         info = s.device.info()
         if info.hash != meta["hash"]:
-            raise CliError(f"the firmware runs model {info.hash}, but {project} holds {meta['hash']}: "
-                           f"build it again (without --no-build)")
+            raise CliError(
+                f"the firmware runs model {info.hash}, but {project} holds {meta['hash']}: "
+                f"build it again (without --no-build)"
+            )
         s.device.reset()
         if ck is None:
             note(f"note: {project} has no {HOST_MODEL}: give --model to compare the device with the host")
@@ -333,16 +401,22 @@ def sim(project: str, board: Optional[str], model: Optional[str], samples: int, 
     report["check"] = checks
     _print_sim(project, b, info, checks, report)
     if report_path:
-        write_output(Path(report_path), (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode(),
-                     force, "report")
+        write_output(
+            Path(report_path),
+            (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode(),
+            force,
+            "report",
+        )
     if not all(c["ok"] for c in checks.values()):
         raise CliError("the device does not match the host: see the check above")
 
 
 def _print_sim(project: str, b: Any, info: Any, checks: Dict[str, Any], report: Dict[str, Any]) -> None:
     """The checks and the measurement table."""
-    click.echo(f"{project} on {b.name} ({report.get('simulator', b.sim_kind)}): model {info.hash}, "
-               f"{info.n_in} inputs, {info.n_out} outputs, {info.n_trainable:,} trainable parameters")
+    click.echo(
+        f"{project} on {b.name} ({report.get('simulator', b.sim_kind)}): model {info.hash}, "
+        f"{info.n_in} inputs, {info.n_out} outputs, {info.n_trainable:,} trainable parameters"
+    )
     if "predict" in checks:
         c = checks["predict"]
         click.echo(f"predictions on {c['samples']} samples: device and {c['reference']} {c['result']}")

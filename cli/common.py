@@ -1,22 +1,20 @@
 """Shared pieces of the `mcutrain` command line: exit codes, the error policy, tables, progress
 bars and the rules for output files (written atomically, never replaced without --force)."""
+
 from __future__ import annotations
 
 import inspect
 import math
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
 import click
 
-# Exit codes scripts can rely on (also listed in `mcutrain --help`).
-EXIT_ERROR = 1          # anything that went wrong; the message says what to do
-EXIT_USAGE = 2          # the command line itself is wrong (click's own code)
-EXIT_NO_FIT = 3         # the model does not fit the board's memory
-EXIT_MISSING_TOOL = 4   # PlatformIO, a simulator or a toolchain is not installed
-EXIT_INTERRUPTED = 130  # Ctrl-C (what was kept depends on the command and on how often it was pressed)
+from .exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_MISSING_TOOL, EXIT_NO_FIT, EXIT_USAGE
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
@@ -64,45 +62,41 @@ class Interrupted(CliError):
 
 def _user_error_types() -> tuple:
     """Exceptions whose message is written for the user: shown as they are, exit code 1."""
-    from . import datasets, modelfile, module, optim, spec, train
-    types: List[type] = [spec.SpecError, datasets.DataError, modelfile.ModelFileError, module.ShapeError,
-                         optim.ConfigError, train.TrainingError, FileNotFoundError, PermissionError,
-                         IsADirectoryError, NotADirectoryError]
-    try:
-        from exporter import boards, client, device, export, pio, protocol, sim
-        types += [boards.BoardError, export.ExportError, device.DeviceSpecError, client.DeviceError,
-                  protocol.ProtocolError, pio.PioError, sim.SimError]
-        from exporter import quantize
-        types.append(quantize.QuantError)
-    except ImportError:  # pragma: no cover - the exporter is part of the same distribution
-        pass
-    return tuple(types)
+    from mcutrain.errors import McuTrainError
+
+    return (McuTrainError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
 def translate(exc: BaseException) -> Optional[CliError]:
     """The CliError to show for an exception, or None to let it through (click's own exceptions)."""
     if isinstance(exc, (click.exceptions.Exit, click.ClickException, SystemExit, BrokenPipeError)):
-        return None       # click's own handling (a closed pipe, e.g. `| head`, ends quietly)
+        return None  # click's own handling (a closed pipe, e.g. `| head`, ends quietly)
     if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
         return Interrupted("interrupted")
-    try:
-        from exporter.memplan import MemoryPlanError
-        if isinstance(exc, MemoryPlanError):
-            return NoFit(str(exc))
-    except ImportError:  # pragma: no cover
-        pass
+    from mcutrain.exporter.memplan import MemoryPlanError
+
+    if isinstance(exc, MemoryPlanError):
+        return NoFit(str(exc))
     if isinstance(exc, _user_error_types()):
         if isinstance(exc, OSError) and exc.filename:
             return CliError(f"{exc.filename}: {exc.strerror or exc}")
         return CliError(str(exc))
     if isinstance(exc, OSError):
         return CliError(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
-    return CliError(f"unexpected {type(exc).__name__}: {exc} (run again with --debug to see where; "
-                    f"please report it)")
+    return CliError(f"unexpected {type(exc).__name__}: {exc} (run again with --debug to see where; please report it)")
 
 
 class ErrorPolicyGroup(click.Group):
     """A group that turns exceptions into one-line messages with exit codes, unless --debug is on."""
+
+    def make_context(
+        self, info_name: Optional[str], args: List[str], parent: Optional[click.Context] = None, **extra: Any
+    ) -> click.Context:
+        """click's, with a Ctrl-C while the command line is read ending as any other: exit code 130."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted") from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -117,23 +111,43 @@ class ErrorPolicyGroup(click.Group):
 
 # ---- output files ----
 
+
 def check_output(path: Path, force: bool, what: str = "output") -> Path:
-    """CliError if path exists and force is off; make its folder. Returns the path."""
+    """Check, before any work starts, that the output file can be written: CliError for an empty name, a
+    folder, an existing file without force, a folder on the way that is a file, or a folder that cannot
+    be written (tried with a temporary file, removed at once). Makes the missing folders. Returns the path."""
+    if not str(path) or str(path) in (".", ".."):
+        raise CliError(f"give the {what} a file name")
+    if path.is_dir():
+        raise CliError(f"{path} is a folder; give the {what} a file name")
     if path.exists() and not force:
         raise CliError(f"{path} exists; pass --force to replace it or choose another {what} name")
-    if not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CliError(f"cannot write the {what} {path}: {folder} is a file, not a folder") from None
+    except OSError as e:
+        raise CliError(f"cannot write the {what} {path}: cannot make the folder {folder} ({e.strerror})") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=str(folder))
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise CliError(f"cannot write the {what} {path}: {folder} is not writable ({e.strerror})") from None
     return path
 
 
 def write_output(path: Path, data: bytes, force: bool, what: str = "output") -> None:
     """Write a file atomically, refusing to replace an existing one without force."""
-    from .modelfile import atomic_write
+    from mcutrain.files import atomic_write
+
     check_output(path, force, what)
     atomic_write(path, data)
 
 
 # ---- text output ----
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Optional[Sequence[bool]] = None) -> str:
     """A plain text table; numbers are right-aligned unless `right` says otherwise."""
@@ -170,6 +184,7 @@ def note(message: str) -> None:
 
 # ---- progress ----
 
+
 class Progress:
     """A progress bar on stderr, shown only when stderr is a terminal and not --quiet."""
 
@@ -182,10 +197,16 @@ class Progress:
         self._pending = 0
         self._drawn = 0.0
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.enabled:
-            self._bar = click.progressbar(length=max(self.total, 1), label=self._label, file=sys.stderr,
-                                          show_pos=True, show_eta=True, item_show_func=lambda _: self.status)
+            self._bar = click.progressbar(
+                length=max(self.total, 1),
+                label=self._label,
+                file=sys.stderr,
+                show_pos=True,
+                show_eta=True,
+                item_show_func=lambda _: self.status,
+            )
             self._bar.__enter__()
         return self
 
@@ -207,8 +228,10 @@ class Progress:
 
 def example(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Append an 'Example' section (kept as written) to a command's help."""
+
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         lines = "\n".join("  " + ln for ln in text.strip().splitlines())
         f.__doc__ = inspect.cleandoc(f.__doc__ or "") + "\n\n\b\nExample:\n" + lines + "\n"
         return f
+
     return deco

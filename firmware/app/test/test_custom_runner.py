@@ -25,22 +25,28 @@ from platformio.test.exception import UnitTestError
 from platformio.test.result import TestCase, TestCaseSource, TestStatus
 from platformio.test.runners.base import TestRunnerBase
 
-CASE_RE = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?P<name>\w+):(?P<status>PASS|FAIL|IGNORE)"
-                     r"(?::\s*(?P<msg>.*))?$")
+CASE_RE = re.compile(
+    r"^(?P<file>[^:\s]+):(?P<line>\d+):(?P<name>\w+):(?P<status>PASS|FAIL|IGNORE)"
+    r"(?::\s*(?P<msg>.*))?$"
+)
 DONE_RE = re.compile(r"^TESTS_DONE (\d+)$")
-EXIT_GRACE = 10.0          # seconds the program may take to exit after TESTS_DONE
-# exit statuses of the simulators that explain themselves (see firmware/sim/avr_run.c, ports/port_qemu_*.c)
-EXIT_MEANING = {97: "stack overflow (simavr harness)", 98: "the simulated CPU crashed (simavr harness)",
-                99: "CPU fault, trap or stack overflow on the target", 124: "cycle limit of the simulator"}
+EXIT_GRACE = 10.0  # seconds the program may take to exit after TESTS_DONE
+# exit statuses of the simulators that explain themselves (see firmware/host_tools/avr_run.c, ports/port_qemu_*.c)
+EXIT_MEANING = {
+    97: "stack overflow (simavr harness)",
+    98: "the simulated CPU crashed (simavr harness)",
+    99: "CPU fault, trap or stack overflow on the target",
+    124: "cycle limit of the simulator",
+}
 
 
 class CustomTestRunner(TestRunnerBase):
     """Runs the self-test program and turns its lines into PlatformIO test cases."""
 
     def setup(self):
-        self._done = None             # the failures TESTS_DONE reported
-        self._fail_lines = 0          # FAIL lines seen
-        self._tail = collections.deque(maxlen=25)   # the last lines that were not results
+        self._done = None  # the failures TESTS_DONE reported
+        self._fail_lines = 0  # FAIL lines seen
+        self._tail = collections.deque(maxlen=25)  # the last lines that were not results
 
     # ---- the program's output ----
     def on_testing_line_output(self, line):
@@ -49,8 +55,13 @@ class CustomTestRunner(TestRunnerBase):
             click.echo(line)
         m = CASE_RE.match(line)
         if m:
-            case = TestCase(name=m["name"], status=TestStatus.from_string(m["status"]), message=m["msg"],
-                            stdout=line, source=TestCaseSource(m["file"], int(m["line"])))
+            case = TestCase(
+                name=m["name"],
+                status=TestStatus.from_string(m["status"]),
+                message=m["msg"],
+                stdout=line,
+                source=TestCaseSource(m["file"], int(m["line"])),
+            )
             self.test_suite.add_case(case)
             self._fail_lines += case.status == TestStatus.FAILED
             if not self.options.verbose:
@@ -59,7 +70,7 @@ class CustomTestRunner(TestRunnerBase):
         d = DONE_RE.match(line)
         if d and self._done is None:
             self._done = int(d.group(1))
-            self.test_suite.on_finish()       # ends the serial reader of a real board
+            self.test_suite.on_finish()  # ends the serial reader of a real board
             return
         self._tail.append(line)
 
@@ -72,8 +83,9 @@ class CustomTestRunner(TestRunnerBase):
         """The run must have ended with TESTS_DONE, agreeing with the FAIL lines and the exit status."""
         if self._done is None:
             meaning = EXIT_MEANING.get(code, "") if code is not None else ""
-            ended = f"ended with status {code}{' (' + meaning + ')' if meaning else ''}" if code is not None \
-                else "ended"
+            ended = (
+                f"ended with status {code}{' (' + meaning + ')' if meaning else ''}" if code is not None else "ended"
+            )
             self._error(f"the test program {ended} before TESTS_DONE")
         if not self.test_suite.cases:
             self._error("the test program ran no tests")
@@ -101,7 +113,7 @@ class CustomTestRunner(TestRunnerBase):
             return None
         env = f"env:{self.test_suite.env_name}"
         if self.platform.is_embedded() and not self.project_config.get(env, "test_testing_command"):
-            super().stage_testing()           # a real board: PlatformIO reads its serial port
+            super().stage_testing()  # a real board: PlatformIO reads its serial port
             self._check_done()
             return None
         click.secho("Testing...", bold=True)
@@ -146,9 +158,11 @@ class CustomTestRunner(TestRunnerBase):
                 proc.kill()
                 proc.wait()
                 self._flush_rest()
-                self._error("the test program did not exit %.0f s after TESTS_DONE" % EXIT_GRACE
-                            if self._done is not None else
-                            "the test program timed out after %.0f s (custom_test_timeout)" % timeout)
+                self._error(
+                    f"the test program did not exit {EXIT_GRACE:.0f} s after TESTS_DONE"
+                    if self._done is not None
+                    else f"the test program timed out after {timeout:.0f} s (custom_test_timeout)"
+                )
         code = proc.wait()
         self._flush_rest()
         self._check_done(code)

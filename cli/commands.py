@@ -1,11 +1,13 @@
 """`mcutrain`: train small networks on the host, export them to a board, build, flash, simulate, and
 talk to the device. Each command lives in its own module; this one ties them together."""
+
 from __future__ import annotations
 
 import click
 
-from . import __version__
-from .cli_common import EXIT_CODES_HELP, ErrorPolicyGroup
+from mcutrain.version import __version__
+
+from .common import EXIT_CODES_HELP, ErrorPolicyGroup
 
 
 @click.group(cls=ErrorPolicyGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,10 +32,11 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 def _register() -> None:
     """Add every command to the group."""
-    from .cli_device import device
-    from .cli_export import build, export, flash, sim
-    from .cli_model import boards, eval_cmd, info, plot
-    from .cli_train import train
+    from .device import device
+    from .export import build, export, flash, sim
+    from .model import boards, eval_cmd, info, plot
+    from .train import train
+
     for cmd in (train, eval_cmd, info, plot, boards, export, build, flash, sim, device):
         main.add_command(cmd)
 

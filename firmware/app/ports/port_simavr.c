@@ -1,5 +1,5 @@
 /* port_simavr.c - ATmega328P (and other classic megaAVR) firmware run under simavr by mcutrain's
- * harness (firmware/sim/avr_run.c); the same code works on a real chip.
+ * harness (firmware/host_tools/avr_run.c); the same code works on a real chip.
  *
  *  - serial: USART0, polled, 8N1 at 1 Mbit/s (U2X, UBRR = 1 at 16 MHz). The harness paces the host's
  *    bytes into the receiver with simavr's XON/XOFF flow control and sends every transmitted byte to

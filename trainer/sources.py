@@ -1,22 +1,24 @@
-"""Where the command line's samples come from: a data file (CSV, NPZ, IDX) or a built-in problem.
+"""Where training samples come from: a data file (CSV, NPZ, IDX) or a built-in problem.
 
 Every batch is a pure function of (seed, batch index): a problem draws batch i from a generator
 seeded with (seed, i); a file is shuffled once per epoch with a generator seeded with (seed, epoch).
 So a resumed run only needs the source, the seed, the batch size and how many batches were used
 to continue with exactly the batches an uninterrupted run would have seen.
 """
+
 from __future__ import annotations
 
 import zlib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-import click
 import numpy as np
 
 from . import datasets, problems
-from .datasets import DataError, Dataset
+from .checks import settings_from_dict
+from .datasets import Dataset
+from .errors import DataError, ModelFileError
 
 Batch = Tuple[np.ndarray, np.ndarray]
 
@@ -26,8 +28,9 @@ PROBLEM_VAL_SAMPLES = 512
 
 
 @dataclass
-class DataSpec:
+class DataSettings:
     """A data source as plain data (stored in the model file so that --resume and eval find it again)."""
+
     problem: Optional[str] = None
     path: Optional[str] = None
     inputs: Optional[str] = None
@@ -42,10 +45,9 @@ class DataSpec:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: Dict[str, Any]) -> "DataSpec":
-        """Inverse of to_dict (unknown keys are ignored)."""
-        names = {f.name for f in fields(DataSpec)}
-        return DataSpec(**{k: v for k, v in d.items() if k in names})
+    def from_dict(d: Any, where: str = "metadata train.data") -> DataSettings:
+        """Inverse of to_dict (unknown keys are ignored); ModelFileError naming a field of the wrong type."""
+        return settings_from_dict(DataSettings, d, where, ModelFileError)
 
     @property
     def given(self) -> bool:
@@ -80,22 +82,27 @@ def file_format(path: str) -> str:
     raise DataError(f"don't know how to read {p}: use a .csv, .npz or IDX (MNIST-style) file")
 
 
-def load_dataset(spec: DataSpec) -> Dataset:
-    """Read the file a DataSpec names, with the options that fit its format."""
+def load_dataset(spec: DataSettings) -> Dataset:
+    """Read the file a DataSettings names, with the options that fit its format."""
     assert spec.path is not None
     fmt = file_format(spec.path)
-    wrong = {"csv": [("--labels", spec.labels), ("--x-key", spec.x_key != "x"), ("--y-key", spec.y_key != "y")],
-             "npz": [("--labels", spec.labels), ("--inputs", spec.inputs), ("--targets", spec.targets)],
-             "idx": [("--inputs", spec.inputs), ("--targets", spec.targets), ("--x-key", spec.x_key != "x"),
-                     ("--y-key", spec.y_key != "y")]}[fmt]
+    wrong = {
+        "csv": [("--labels", spec.labels), ("--x-key", spec.x_key != "x"), ("--y-key", spec.y_key != "y")],
+        "npz": [("--labels", spec.labels), ("--inputs", spec.inputs), ("--targets", spec.targets)],
+        "idx": [
+            ("--inputs", spec.inputs),
+            ("--targets", spec.targets),
+            ("--x-key", spec.x_key != "x"),
+            ("--y-key", spec.y_key != "y"),
+        ],
+    }[fmt]
     for opt, used in wrong:
         if used:
             raise DataError(f"{opt} does not apply to {fmt.upper()} files like {spec.path}")
     if not Path(spec.path).exists():
         raise DataError(f"data file {spec.path} does not exist")
     if fmt == "csv":
-        return datasets.load_csv(spec.path, inputs=spec.inputs, targets=spec.targets or "-1",
-                                 classify=spec.classify)
+        return datasets.load_csv(spec.path, inputs=spec.inputs, targets=spec.targets or "-1", classify=spec.classify)
     if fmt == "npz":
         return datasets.load_npz(spec.path, spec.x_key, spec.y_key, classify=spec.classify)
     if not spec.labels:
@@ -105,6 +112,7 @@ def load_dataset(spec: DataSpec) -> Dataset:
 
 class Source:
     """Samples for training (batch i), validation and evaluation."""
+
     name: str
     n_in: int
     n_out: int
@@ -175,7 +183,7 @@ class FileSource(Source):
         if epoch != self._epoch:
             self._order = np.random.default_rng([self.seed, _EPOCH, epoch]).permutation(len(self.train))
             self._epoch = epoch
-        idx = self._order[j * size:(j + 1) * size]
+        idx = self._order[j * size : (j + 1) * size]
         return np.ascontiguousarray(self.train.x[idx]), np.ascontiguousarray(self.train.y[idx])
 
     def validation(self) -> Optional[Batch]:
@@ -185,8 +193,8 @@ class FileSource(Source):
         return self.full.x, self.full.y
 
 
-def open_source(spec: DataSpec, seed: int, val: float = 0.0) -> Source:
-    """The Source a DataSpec names."""
+def open_source(spec: DataSettings, seed: int, val: float = 0.0) -> Source:
+    """The Source a DataSettings names."""
     if spec.problem and spec.path:
         raise DataError("give either --data or --problem, not both")
     if spec.problem:
@@ -196,57 +204,24 @@ def open_source(spec: DataSpec, seed: int, val: float = 0.0) -> Source:
     raise DataError("say where the samples come from: --data FILE or --problem NAME (e.g. --problem modadd10)")
 
 
-def check_widths(n_in: int, n_out: int, source: Source, what: str = "the network",
-                 advice: Optional[str] = None) -> None:
+def check_widths(
+    n_in: int, n_out: int, source: Source, what: str = "the network", advice: Optional[str] = None
+) -> None:
     """DataError (one sentence) when the data's widths do not match a model's. advice replaces the
     default remedy (changing the network's first or last layer), e.g. for a model that is fixed."""
     from_file = isinstance(source, FileSource)
     if source.n_in != n_in:
-        raise DataError(f"{what} takes {n_in} inputs but {source.name} has {source.n_in} per sample: "
-                        + (advice or f"make the first layer take {source.n_in} inputs")
-                        + (" or choose other input columns (--inputs)" if from_file else ""))
+        raise DataError(
+            f"{what} takes {n_in} inputs but {source.name} has {source.n_in} per sample: "
+            + (advice or f"make the first layer take {source.n_in} inputs")
+            + (" or choose other input columns (--inputs)" if from_file else "")
+        )
     if source.n_out != n_out:
-        raise DataError(f"{what} outputs {n_out} values but {source.name} has {source.n_out} targets per sample: "
-                        + (advice or f"make the last layer output {source.n_out}")
-                        + (" (for integer class labels, add --classify)" if from_file else ""))
-
-
-def data_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The options that name a data source (--data, --problem and the per-format settings)."""
-    opts = [
-        click.option("--data", "data_path", type=click.Path(dir_okay=False), default=None,
-                     help="Data file: .csv, .npz or IDX images (MNIST format; give --labels)."),
-        click.option("--problem", default=None, help="Built-in problem instead of a file: parityN (e.g. parity8), "
-                     "modaddN (e.g. modadd10) or axplusb."),
-        click.option("--inputs", default=None, help="CSV input columns: '0-19', '1,3,5' or header names "
-                     "[default: all but the targets]."),
-        click.option("--targets", default=None, help="CSV target columns [default: the last one]."),
-        click.option("--labels", type=click.Path(dir_okay=False), default=None,
-                     help="IDX labels file that goes with IDX images."),
-        click.option("--x-key", default="x", show_default=True, help="NPZ array with the inputs."),
-        click.option("--y-key", default="y", show_default=True, help="NPZ array with the targets."),
-        click.option("--classify", is_flag=True, help="Targets are integer class labels: make them one-hot."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
-
-
-def spec_from_options(data_path: Optional[str], problem: Optional[str], inputs: Optional[str],
-                      targets: Optional[str], labels: Optional[str], x_key: str, y_key: str,
-                      classify: bool) -> DataSpec:
-    """A DataSpec from data_options' values (file paths made absolute, so a resumed run finds them)."""
-    return DataSpec(problem=problem, path=str(Path(data_path).resolve()) if data_path else None, inputs=inputs,
-                    targets=targets, labels=str(Path(labels).resolve()) if labels else None, x_key=x_key,
-                    y_key=y_key, classify=classify)
-
-
-DATA_KEYS = ("data_path", "problem", "inputs", "targets", "labels", "x_key", "y_key", "classify")
-
-
-def pop_data_options(kw: Dict[str, Any]) -> DataSpec:
-    """Take data_options' values out of a command's keyword arguments."""
-    return spec_from_options(*(kw.pop(k) for k in DATA_KEYS))
+        raise DataError(
+            f"{what} outputs {n_out} values but {source.name} has {source.n_out} targets per sample: "
+            + (advice or f"make the last layer output {source.n_out}")
+            + (" (for integer class labels, add --classify)" if from_file else "")
+        )
 
 
 def metrics(outputs: np.ndarray, targets: np.ndarray, loss: Any, classification: bool) -> Dict[str, float]:
@@ -257,8 +232,9 @@ def metrics(outputs: np.ndarray, targets: np.ndarray, loss: Any, classification:
     return out
 
 
-def load_inputs(path: str, n_in: int, inputs: Optional[str] = None, x_key: str = "x",
-                layout: Optional[DataSpec] = None) -> np.ndarray:
+def load_inputs(
+    path: str, n_in: int, inputs: Optional[str] = None, x_key: str = "x", layout: Optional[DataSettings] = None
+) -> np.ndarray:
     """Network inputs only (no targets), e.g. to predict or to calibrate: a CSV (all columns, or the
     --inputs columns), an NPZ array x_key, or IDX images. The width must be n_in.
 
@@ -269,18 +245,26 @@ def load_inputs(path: str, n_in: int, inputs: Optional[str] = None, x_key: str =
     if not Path(path).exists():
         raise DataError(f"data file {path} does not exist")
     if fmt == "npz":
-        with np.load(path, allow_pickle=False) as z:
-            key = layout.x_key if layout is not None and layout.x_key in z.files else x_key
-            if key not in z.files:
-                raise DataError(f"{path} has no array {key!r}; it has {', '.join(z.files) or 'none'}")
-            x = z[key]
+        keys = ([layout.x_key] if layout is not None else []) + [x_key]
+        last: Optional[DataError] = None
+        for key in keys:
+            try:
+                x = datasets.npz_array(path, key)
+                break
+            except DataError as e:
+                last = e
+        else:
+            assert last is not None
+            raise last
+        if x.ndim < 1:
+            raise DataError(f"{path}: array {key!r} is a single number, not samples")
         x = x.reshape(x.shape[0], -1)
     elif fmt == "idx":
         x = datasets.idx_images(path)
     else:
         header, x = datasets.read_csv_table(path)
         if inputs is not None:
-            x = x[:, datasets._columns(inputs, header, x.shape[1], "input")]
+            x = x[:, datasets.columns(inputs, header, x.shape[1], "input")]
         elif layout is not None and x.shape[1] != n_in:
             x = x[:, datasets.csv_columns(header, x.shape[1], layout.inputs, layout.targets or "-1")[0]]
     if x.ndim != 2 or x.shape[1] != n_in:
@@ -289,8 +273,7 @@ def load_inputs(path: str, n_in: int, inputs: Optional[str] = None, x_key: str =
         if fmt == "csv" and layout is None:
             hint = f" (pick the columns with --inputs, e.g. --inputs 0-{n_in - 1})"
         elif fmt == "csv":
-            hint = (f" (give {n_in} columns, or the columns of the training data: its inputs and its target "
-                    f"column(s))")
+            hint = f" (give {n_in} columns, or the columns of the training data: its inputs and its target column(s))"
         raise DataError(f"{path} has {cols} input values per sample, the model takes {n_in}{hint}")
     if not np.all(np.isfinite(x)):
         raise DataError(f"{path} has NaN or infinite inputs")

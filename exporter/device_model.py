@@ -1,0 +1,105 @@
+"""The device model: everything an export is generated from (the device's layer table, its RAM parameters,
+optimizer and loss), how the device's RAM parameters map back to the host network's, and the build flags
+that leave out of the firmware what the model does not use. mcutrain.exporter.device builds it from a
+checkpoint; cgen writes it out as C; twin runs it on the host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from mcutrain.corefacts import CONST_STORAGE_OPS, Op, Storage
+from mcutrain.program import Program
+
+Segments = Sequence[Tuple[int, int, int]]  # (device RAM offset, host offset, count) of each RAM block
+
+
+def segments_to_host(segments: Segments, ram: np.ndarray, host_params: np.ndarray) -> np.ndarray:
+    """A copy of the host network's values (parameters, or one optimizer slot) with the device's RAM
+    values written in, block by block."""
+    out = np.array(host_params, np.float32, copy=True)
+    for r, h, n in segments:
+        out[h : h + n] = ram[r : r + n]
+    return out
+
+
+def segments_from_host(segments: Segments, host_params: np.ndarray, n: int) -> np.ndarray:
+    """The device's n RAM values taken from the host network's values, block by block."""
+    out = np.zeros(n, np.float32)
+    for r, h, c in segments:
+        out[r : r + c] = host_params[h : h + c]
+    return out
+
+
+@dataclass
+class DeviceModel:
+    """Everything the firmware is generated from."""
+
+    program: Program  # the layer table as the device runs it (trainable flags set)
+    params: np.ndarray  # float32 parameters, in the program's order
+    opt_cfg: np.ndarray  # one struct mct_opt (corefacts.OPT_DTYPE)
+    opt_slots: int
+    loss_kind: int
+    loss_param: float
+    scratch: int  # floats of scratch: mct_scratch_size(net, 1, 0, 0) + n_out
+    rx_max: int  # bytes of the firmware's frame buffer
+    source: str = "model"  # where it came from, for the header comment
+    segments: List[Tuple[int, int, int]] = field(default_factory=list)  # (RAM offset, host offset, count)
+    quant: str = "f32"  # 'f32', 'int8' or 'int8-full' (see mcutrain.exporter.quantize)
+    # the f32 export with the same trainable layers, for quantized models (the memory plan's comparison)
+    baseline: Optional[DeviceModel] = field(default=None, repr=False, compare=False)
+
+    def build_flags(self) -> List[str]:
+        """Compiler flags that leave out of the firmware what this model does not use (see mct.h)."""
+        ops = acts = 0
+        for d in self.program.layers:
+            ops |= 1 << int(d.op)
+            if d.op in CONST_STORAGE_OPS and d.storage in (Storage.F32, Storage.I8):
+                ops |= 1  # bit 0: layers kept in the const blob
+            if d.op in (Op.ACT, Op.GLU):
+                acts |= 1 << d.kind
+        return [
+            f"-DMCT_OPT_ONLY={int(self.opt_cfg[0]['kind'])}",
+            f"-DMCT_LOSS_ONLY={self.loss_kind}",
+            f"-DMCT_OPS_MASK=0x{ops:x}u",
+            f"-DMCT_ACTS_MASK=0x{acts:x}u",
+        ]
+
+    def core(self) -> Any:
+        """The host's C core running this very layer table (flash blob included)."""
+        from mcutrain.module import core_net
+
+        return core_net(self.program)
+
+    def to_host_params(self, ram: np.ndarray, host_params: np.ndarray) -> np.ndarray:
+        """The host network's parameters with the device's RAM parameters written in."""
+        return segments_to_host(self.segments, ram, host_params)
+
+    def from_host_params(self, host_params: np.ndarray) -> np.ndarray:
+        """The device's RAM parameters taken from the host network's."""
+        return segments_from_host(self.segments, host_params, self.program.n_params)
+
+    @property
+    def n_trainable(self) -> int:
+        """Parameters of trainable layers."""
+        return sum(d.n_p for d in self.program.layers if d.trainable)
+
+    def hash(self) -> bytes:
+        """8 bytes identifying this export: layer table, optimizer, loss, parameters."""
+        h = hashlib.sha256()
+        h.update(b"mcutrain-model-v1")
+        h.update(self.program.table().tobytes())
+        h.update(
+            np.array(
+                [self.program.n_in, self.program.n_out, self.program.n_params, self.program.arena], "<u4"
+            ).tobytes()
+        )
+        h.update(self.opt_cfg.tobytes())
+        h.update(np.array([self.loss_kind], "<u4").tobytes() + np.float32(self.loss_param).tobytes())
+        h.update(np.ascontiguousarray(self.params, "<f4").tobytes())
+        h.update(bytes(self.program.cdata))
+        return h.digest()[:8]

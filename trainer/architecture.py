@@ -1,0 +1,134 @@
+"""A network's architecture as plain data, and back: what model files store (Module.architecture()) and
+what the command line reads (a TOML or JSON file, or an inline string like
+"linear:20x35,sigmoid,linear:35x10,softmax")."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Union
+
+from . import layers as L
+from .compose import LR, Residual, Sequential
+from .errors import ArchitectureError, ShapeError
+from .files import read_bounded
+from .module import Module
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+_LOWER = {name.lower(): cls for name, cls in L.LAYER_TYPES.items()}
+_LOWER.update(
+    {"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarScale, "glu_leaky_relu": L.GLULeakyRelu}
+)  # aliases besides the lower-case class names
+
+
+MAX_NESTING = 64  # compositions inside compositions, at most
+MAX_LAYERS = 65535  # layers in one Sequential (the layer table counts them in 16 bits)
+MAX_ARCHITECTURE_BYTES = 1 << 20
+
+
+def from_architecture(spec: Dict[str, Any], where: str = "network", _depth: int = 0) -> Module:
+    """Build a module from plain data, e.g. {"type": "Linear", "n_in": 20, "n_out": 35}. Nothing is
+    allocated for the parameters until they are used (so the size can be checked first)."""
+    if _depth > MAX_NESTING:
+        raise ArchitectureError(f"{where}: compositions nest deeper than {MAX_NESTING} levels")
+    if not isinstance(spec, dict) or "type" not in spec:
+        raise ArchitectureError(f"{where}: each layer needs a 'type', got {_short(spec)}")
+    if not isinstance(spec["type"], str):
+        raise ArchitectureError(f"{where}: the layer type must be a name, got {_short(spec['type'])}")
+    t = spec["type"]
+    args = {k: v for k, v in spec.items() if k != "type"}
+    try:
+        if t.lower() == "sequential":
+            items = args.get("layers")
+            if not isinstance(items, list) or not items:
+                raise ArchitectureError(f"{where}: Sequential needs a non-empty 'layers' list")
+            if len(items) > MAX_LAYERS:
+                raise ArchitectureError(f"{where}: {len(items)} layers; a network has at most {MAX_LAYERS}")
+            return Sequential(
+                *[from_architecture(s, f"{where} layer {i + 1}", _depth + 1) for i, s in enumerate(items)]
+            )
+        if t.lower() == "residual":
+            return Residual(from_architecture(args["inner"], f"{where} (residual body)", _depth + 1))
+        if t.lower() == "lr":
+            return LR(from_architecture(args["inner"], f"{where} (LR body)", _depth + 1), args["divisor"])
+        cls = _LOWER.get(t.lower())
+        if cls is None:
+            raise ArchitectureError(
+                f"{where}: unknown layer type {t!r}; known: {', '.join(sorted(L.LAYER_TYPES))}, "
+                f"Sequential, Residual, LR"
+            )
+        if args.get("n", 0) is None:  # a size left to the Sequential
+            del args["n"]
+        return cls(**args)
+    except ShapeError as e:
+        raise ArchitectureError(f"{where}: {e}") from None
+    except (TypeError, KeyError) as e:
+        raise ArchitectureError(f"{where}: bad arguments for {t}: {e}") from None
+
+
+def _short(v: Any) -> str:
+    """repr(v), cut to 80 characters for messages."""
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def parse_inline(text: str) -> Sequential:
+    """'linear:20x35,sigmoid,linear:35x10,softmax' -> Sequential. Sizes: IxO for Dense/Linear/GLUs,
+    IxOxF for Conv1d, N for sized same-size layers; a number after leaky_relu/softmax is alpha/T."""
+    mods: List[Module] = []
+    for i, item in enumerate(p.strip() for p in text.split(",")):
+        if not item:
+            raise ArchitectureError(f"--net item {i + 1} is empty")
+        name, _, arg = item.partition(":")
+        cls = _LOWER.get(name.strip().lower())
+        if cls is None:
+            raise ArchitectureError(
+                f"--net item {i + 1}: unknown layer {name!r}; known: "
+                f"{', '.join(sorted(k.lower() for k in L.LAYER_TYPES))}"
+            )
+        try:
+            if issubclass(cls, (L._Sized,)):
+                dims = [int(d) for d in arg.lower().split("x")] if arg else []
+                want = 3 if cls is L.Conv1d else 2
+                if len(dims) != want:
+                    shape = "IxOxF" if cls is L.Conv1d else "IxO"
+                    raise ArchitectureError(
+                        f"--net item {i + 1}: {name} needs sizes as {name}:{shape}, e.g. "
+                        f"{name}:{'16x14x3' if want == 3 else '20x35'}"
+                    )
+                mods.append(cls(*dims))
+            elif cls in (L.LeakyRelu, L.Softmax):
+                mods.append(cls(float(arg)) if arg else cls())
+            else:
+                mods.append(cls(int(arg)) if arg else cls())
+        except ValueError as e:
+            if isinstance(e, ArchitectureError):
+                raise
+            raise ArchitectureError(f"--net item {i + 1} ({item}): {e}") from None
+    try:
+        return Sequential(*mods)
+    except ShapeError as e:
+        raise ArchitectureError(str(e)) from None
+
+
+def load_architecture_file(path: Union[str, Path]) -> Module:
+    """Read a TOML or JSON architecture file: {type = "Sequential", layers = [...]} or just a 'layers' list."""
+    p = Path(path)
+    raw = read_bounded(p, MAX_ARCHITECTURE_BYTES, "architecture file", ArchitectureError)
+    try:
+        data = json.loads(raw) if p.suffix.lower() == ".json" else tomllib.loads(raw.decode("utf-8-sig"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise ArchitectureError(f"{p} is not valid {'JSON' if p.suffix.lower() == '.json' else 'TOML'}: {e}") from None
+    if isinstance(data, dict) and "network" in data:
+        data = data["network"]
+    if isinstance(data, list):
+        data = {"type": "Sequential", "layers": data}
+    if isinstance(data, dict) and "type" not in data and "layers" in data:
+        data = {"type": "Sequential", "layers": data["layers"]}
+    return from_architecture(data, str(p))
