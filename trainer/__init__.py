@@ -39,6 +39,10 @@ _EXPORTS: Dict[str, str] = {
     "train_batch": "train",
     "train_batch_parallel": "train",
     "train_step": "train",
+    "fit": "train",
+    "shuffle_order": "train",
+    "FitProgress": "train",
+    "FitResult": "train",
     "McuTrainError": "errors",
     "ShapeError": "errors",
     "ConfigError": "errors",
@@ -79,4 +83,4 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .modelfile import Checkpoint, load_model, save_model
     from .module import Gradients, Module, Trace
     from .optim import Optimizer, TrainParams
-    from .train import train_batch, train_batch_parallel, train_step
+    from .train import FitProgress, FitResult, fit, shuffle_order, train_batch, train_batch_parallel, train_step

@@ -10,6 +10,7 @@ cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+from libc.math cimport NAN
 
 cdef extern from "mct.h" nogil:
     ctypedef struct mct_layer:
@@ -231,13 +232,112 @@ def lr_at(uint8_t[::1] opt, uint32_t step):
     return mct_lr_at(<const mct_opt *>&opt[0], step)
 
 
+cdef inline uint32_t _parts(uint32_t nb, uint32_t threads) noexcept nogil:
+    """How many parts train_batch splits a batch of nb samples into for `threads` threads."""
+    cdef uint32_t nt = threads if threads > 0 else 1, per
+    if nt > nb:
+        nt = nb
+    per = (nb + nt - 1) // nt
+    return (nb + per - 1) // per
+
+
+cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_train_state *tsp, uint8_t loss_kind,
+               float loss_param, const float *xp, const float *tp, uint32_t nb, uint32_t threads, float *b,
+               float *mean) noexcept nogil:
+    """One buffered update on nb samples (train_batch and every step of fit): the finite check, the
+    gradient sums (in `threads` contiguous parts, each on its own thread, the parts then added in order),
+    the mean loss and mct_update. b: the work buffer (CoreNet._work_floats). Returns the core's status;
+    *mean is the mean loss (NaN for a non-finite input)."""
+    cdef uint32_t nt = _parts(nb, threads)
+    cdef uint32_t per = (nb + nt - 1) // nt
+    cdef uint32_t A = net.arena, P = net.n_params if net.n_params else 1
+    cdef uint32_t S = mct_scratch_size(net, per, 1, 0) + net.n_out * per
+    cdef size_t stride = <size_t>A * per + S + P
+    cdef float *ls = b + nt * stride
+    cdef uint32_t c, s0, n, j
+    cdef float total = 0
+    cdef float *g0
+    cdef float *gc
+    cdef uint32_t in_w = net.n_in, out_w = net.n_out
+    if not mct_all_finite(xp, nb * in_w) or not mct_all_finite(tp, nb * out_w):
+        mean[0] = <float>NAN
+        return MCT_E_NONFINITE_INPUT
+    if nt == 1:
+        ls[0] = mct_batch_grads(net, pp, loss_kind, loss_param, xp, tp, nb, b, b + <size_t>A * per, S, 1,
+                                b + <size_t>A * per + S)
+    else:
+        for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
+            s0 = c * per
+            n = nb - s0 if nb - s0 < per else per
+            ls[c] = mct_batch_grads(net, pp, loss_kind, loss_param, xp + <size_t>s0 * in_w, tp + <size_t>s0 * out_w,
+                                    n, b + c * stride, b + c * stride + <size_t>A * per, S, 1,
+                                    b + c * stride + <size_t>A * per + S)
+        g0 = b + <size_t>A * per + S
+        for c in range(1, nt):
+            gc = b + c * stride + <size_t>A * per + S
+            for j in range(P):
+                g0[j] = g0[j] + gc[j]
+    for c in range(nt):
+        total = total + ls[c]
+    total = mct_div(total, <float>nb)
+    mean[0] = total
+    return mct_update(net, pp, op, sp, tsp, b + <size_t>A * per + S, nb, total)
+
+
+cdef inline uint64_t _mix(uint64_t z) noexcept nogil:
+    """splitmix64's finaliser."""
+    z = (z ^ (z >> 30)) * <uint64_t>0xbf58476d1ce4e5b9ULL
+    z = (z ^ (z >> 27)) * <uint64_t>0x94d049bb133111ebULL
+    return z ^ (z >> 31)
+
+
+cdef void _shuffle(uint32_t *order, uint32_t n, uint64_t seed, uint64_t epoch) noexcept nogil:
+    """order = a permutation of 0 .. n-1, a pure function of (seed, epoch): Fisher-Yates driven by splitmix64
+    (the state seeded from both numbers), each index drawn without bias (Lemire's multiply and reject)."""
+    cdef uint64_t state = _mix(_mix(seed + <uint64_t>0x9e3779b97f4a7c15ULL) ^ epoch)
+    cdef uint64_t m, r
+    cdef uint32_t i, j, tmp, bound, low, threshold
+    for i in range(n):
+        order[i] = i
+    i = n
+    while i > 1:
+        bound = i
+        state = state + <uint64_t>0x9e3779b97f4a7c15ULL
+        r = _mix(state) >> 32
+        m = r * bound
+        low = <uint32_t>m
+        if low < bound:
+            threshold = (<uint32_t>(-bound)) % bound
+            while low < threshold:
+                state = state + <uint64_t>0x9e3779b97f4a7c15ULL
+                r = _mix(state) >> 32
+                m = r * bound
+                low = <uint32_t>m
+        j = <uint32_t>(m >> 32)
+        i -= 1
+        tmp = order[i]
+        order[i] = order[j]
+        order[j] = tmp
+
+
+def shuffle_order(uint64_t n, uint64_t seed, uint64_t epoch):
+    """The sample order fit uses in epoch `epoch` for n samples and a shuffle seed: a uint32 permutation."""
+    if n > 0xffffffff:
+        raise ValueError("at most 2**32 - 1 samples")
+    out = np.empty(n, np.uint32)
+    cdef uint32_t[::1] o = out
+    if n:
+        with nogil:
+            _shuffle(&o[0], <uint32_t>n, seed, epoch)
+    return out
+
+
 cdef class CoreNet:
     """A checked layer table plus the buffer sizes; runs the core's passes on NumPy buffers."""
     cdef mct_net net
     cdef object table          # keeps the layer table's memory alive
     cdef object cdata          # and the const blob's
-    cdef object work           # train_batch's buffers, kept between calls of the same size
-    cdef object work_sums
+    cdef object work           # train_batch's work buffer, kept between calls of the same size
     cdef public uint32_t n_params, arena, n_in, n_out
 
     def __init__(self, uint8_t[::1] table, int n_layers, int n_in, int n_out, int max_width,
@@ -331,6 +431,26 @@ cdef class CoreNet:
                             <mct_train_state *>&ts[0], _fp(grads, &empty), <uint32_t>div, loss)
         return rc
 
+    cdef object _check_train(self, cnp.ndarray opt, cnp.ndarray ts, cnp.ndarray params, cnp.ndarray state,
+                             cnp.ndarray x, cnp.ndarray t):
+        if (cnp.PyArray_NDIM(x) != 2 or cnp.PyArray_DIM(x, 1) != self.net.n_in or cnp.PyArray_NDIM(t) != 2
+                or cnp.PyArray_DIM(t, 0) != cnp.PyArray_DIM(x, 0) or cnp.PyArray_DIM(t, 1) != self.net.n_out
+                or cnp.PyArray_DIM(x, 0) == 0 or cnp.PyArray_DIM(x, 0) > 0xffffffff
+                or not cnp.PyArray_IS_C_CONTIGUOUS(x) or not cnp.PyArray_IS_C_CONTIGUOUS(t)
+                or cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or cnp.PyArray_TYPE(t) != cnp.NPY_FLOAT32):
+            raise ValueError("training needs C-contiguous float32 batches x (nb, n_in) and t (nb, n_out)")
+        _need(cnp.PyArray_NBYTES(opt), MCT_OPT_SIZE, "the optimizer config (bytes)")
+        _need(cnp.PyArray_NBYTES(ts), MCT_TRAIN_STATE_SIZE, "the train state (bytes)")
+        _need(cnp.PyArray_NBYTES(params) // 4, self.net.n_params, "params")
+        _need(cnp.PyArray_NBYTES(state) // 4,
+              mct_opt_slots((<const mct_opt *>cnp.PyArray_DATA(opt)).kind) * self.net.n_params, "the optimizer state")
+
+    cdef Py_ssize_t _work_floats(self, uint32_t nb, uint32_t threads):
+        """Floats of work buffer one step on nb samples with `threads` threads needs (see _step)."""
+        cdef uint32_t nt = _parts(nb, threads), per = (nb + nt - 1) // nt
+        cdef Py_ssize_t S = mct_scratch_size(&self.net, per, 1, 0) + self.net.n_out * per
+        return nt * (<Py_ssize_t>self.net.arena * per + S + (self.net.n_params if self.net.n_params else 1)) + nt
+
     def train_batch(self, cnp.ndarray opt, cnp.ndarray ts, cnp.ndarray params, cnp.ndarray state,
                     int loss_kind, float loss_param, cnp.ndarray x, cnp.ndarray t, int threads=1):
         """One update on a batch: (status, mean loss). Parameters are untouched unless status is MCT_OK.
@@ -342,69 +462,88 @@ cdef class CoreNet:
         plain pointers, which keeps a call for a small batch cheap.
 
         threads > 1 splits the batch into that many contiguous parts, each summed in sample order on
-        its own thread; the parts are then added in order (deterministic for a given thread count)."""
+        its own thread; the parts are then added in order (deterministic for a given thread count).
+
+        The work buffer is kept between calls of the same size; the caller serialises calls on one network
+        (Module.lock). Even without that, a call holds its own reference to the buffer it uses, so another
+        call that replaces it cannot free it underneath."""
+        self._check_train(opt, ts, params, state, x, t)
         cdef uint32_t nb = <uint32_t>cnp.PyArray_DIM(x, 0), nt = threads if threads > 0 else 1
-        if (cnp.PyArray_NDIM(x) != 2 or cnp.PyArray_DIM(x, 1) != self.net.n_in or cnp.PyArray_NDIM(t) != 2
-                or cnp.PyArray_DIM(t, 0) != nb or cnp.PyArray_DIM(t, 1) != self.net.n_out or nb == 0
-                or not cnp.PyArray_IS_C_CONTIGUOUS(x) or not cnp.PyArray_IS_C_CONTIGUOUS(t)
-                or cnp.PyArray_TYPE(x) != cnp.NPY_FLOAT32 or cnp.PyArray_TYPE(t) != cnp.NPY_FLOAT32):
-            raise ValueError("train_batch needs C-contiguous float32 batches x (nb, n_in) and t (nb, n_out)")
+        cdef Py_ssize_t need = self._work_floats(nb, nt)
+        work = self.work
+        if work is None or work.shape[0] != need:
+            work = self.work = np.empty(need, np.float32)
+        cdef float *b = <float *>cnp.PyArray_DATA(work)
+        cdef float total = 0
+        cdef int status
+        with nogil:
+            status = _step(&self.net, <float *>cnp.PyArray_DATA(params), <float *>cnp.PyArray_DATA(state),
+                           <const mct_opt *>cnp.PyArray_DATA(opt), <mct_train_state *>cnp.PyArray_DATA(ts),
+                           <uint8_t>loss_kind, loss_param, <float *>cnp.PyArray_DATA(x),
+                           <float *>cnp.PyArray_DATA(t), nb, nt, b, &total)
+        return status, total
+
+    def fit(self, cnp.ndarray opt, cnp.ndarray ts, cnp.ndarray params, cnp.ndarray state, int loss_kind,
+            float loss_param, cnp.ndarray x, cnp.ndarray t, uint32_t batch, int shuffle, uint64_t seed,
+            uint64_t start, uint64_t stop, int threads, float[::1] losses):
+        """Steps start .. stop-1 of a run over the samples x, t (epoch after epoch) in one call without the
+        GIL: (status, steps done, value of the failed step). Step g takes batch g % E (E = ceil(n / batch)
+        batches per epoch; the last one holds the remaining samples) of epoch g // E, whose sample order is
+        shuffle_order(n, seed, epoch) when shuffle, else 0 .. n-1. Each step is exactly train_batch on that
+        batch (the same _step); its mean loss goes to losses[g - start]. Stops at the first step whose status
+        is not MCT_OK, with the parameters as after the step before it."""
+        self._check_train(opt, ts, params, state, x, t)
+        cdef uint64_t n = <uint64_t>cnp.PyArray_DIM(x, 0)
+        if batch == 0:
+            raise ValueError("batch must be at least 1")
+        if stop < start or <uint64_t>losses.shape[0] < stop - start:
+            raise ValueError("losses needs stop - start floats")
+        cdef uint32_t nt = threads if threads > 0 else 1, bs = batch if batch < n else <uint32_t>n
+        cdef uint64_t per_epoch = (n + bs - 1) // bs
+        cdef uint32_t last = <uint32_t>(n - (per_epoch - 1) * bs)
+        cdef Py_ssize_t need = max(self._work_floats(bs, nt), self._work_floats(last, nt))
+        work = np.empty(need, np.float32)
+        order = np.empty(n if shuffle else 1, np.uint32)
+        xg = np.empty((bs if shuffle else 1) * self.net.n_in, np.float32)
+        tg = np.empty((bs if shuffle else 1) * self.net.n_out, np.float32)
+        cdef float *b = <float *>cnp.PyArray_DATA(work)
+        cdef uint32_t *ordp = <uint32_t *>cnp.PyArray_DATA(order)
+        cdef float *xgp = <float *>cnp.PyArray_DATA(xg)
+        cdef float *tgp = <float *>cnp.PyArray_DATA(tg)
         cdef float *xp = <float *>cnp.PyArray_DATA(x)
         cdef float *tp = <float *>cnp.PyArray_DATA(t)
-        _need(cnp.PyArray_NBYTES(opt), MCT_OPT_SIZE, "the optimizer config (bytes)")
-        _need(cnp.PyArray_NBYTES(ts), MCT_TRAIN_STATE_SIZE, "the train state (bytes)")
-        _need(cnp.PyArray_NBYTES(params) // 4, self.net.n_params, "params")
-        _need(cnp.PyArray_NBYTES(state) // 4,
-              mct_opt_slots((<const mct_opt *>cnp.PyArray_DATA(opt)).kind) * self.net.n_params, "the optimizer state")
         cdef float *pp = <float *>cnp.PyArray_DATA(params)
         cdef float *sp = <float *>cnp.PyArray_DATA(state)
         cdef const mct_opt *op = <const mct_opt *>cnp.PyArray_DATA(opt)
         cdef mct_train_state *tsp = <mct_train_state *>cnp.PyArray_DATA(ts)
-        if nt > nb:
-            nt = nb
-        cdef uint32_t per = (nb + nt - 1) // nt
-        nt = (nb + per - 1) // per
-        cdef uint32_t A = self.net.arena, P = self.net.n_params if self.net.n_params else 1
-        cdef uint32_t S = mct_scratch_size(&self.net, per, 1, 0) + self.net.n_out * per
-        cdef Py_ssize_t need = nt * (A * per + S + P)
-        if self.work is None or self.work.shape[0] != need:
-            self.work = np.empty(need, np.float32)
-            self.work_sums = np.empty(nt, np.float32)
-        cdef float *b = <float *>cnp.PyArray_DATA(self.work)
-        cdef float *ls = <float *>cnp.PyArray_DATA(self.work_sums)
-        cdef uint32_t c, s0, n, j
-        cdef float total = 0
-        cdef float *g0
-        cdef float *gc
-        cdef int status = 0, rc
-        cdef uint32_t in_w = self.net.n_in, out_w = self.net.n_out
+        cdef uint32_t I = self.net.n_in, O = self.net.n_out, nb, s
+        cdef uint64_t g, epoch, have = <uint64_t>-1, j, first
+        cdef float value = 0
+        cdef int status = MCT_OK
         with nogil:
-            if not mct_all_finite(xp, nb * in_w) or not mct_all_finite(tp, nb * out_w):
-                status = MCT_E_NONFINITE_INPUT
-            elif nt == 1:
-                ls[0] = mct_batch_grads(&self.net, pp, <uint8_t>loss_kind, loss_param, xp, tp, nb, b, b + A * per,
-                                        S, 1, b + A * per + S)
-            else:
-                for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
-                    s0 = c * per
-                    n = nb - s0 if nb - s0 < per else per
-                    ls[c] = mct_batch_grads(&self.net, pp, <uint8_t>loss_kind, loss_param, xp + s0 * in_w,
-                                            tp + s0 * out_w, n, b + c * (A * per + S + P),
-                                            b + c * (A * per + S + P) + A * per, S, 1,
-                                            b + c * (A * per + S + P) + A * per + S)
-                g0 = b + A * per + S
-                for c in range(1, nt):
-                    gc = b + c * (A * per + S + P) + A * per + S
-                    for j in range(P):
-                        g0[j] = g0[j] + gc[j]
-            if status == MCT_OK:
-                for c in range(nt):
-                    total = total + ls[c]
-                total = mct_div(total, <float>nb)
-                status = mct_update(&self.net, pp, op, sp, tsp, b + A * per + S, nb, total)
-        if status == MCT_E_NONFINITE_INPUT:
-            total = float("nan")
-        return status, total
+            g = start
+            while g < stop:
+                epoch = g // per_epoch
+                j = g - epoch * per_epoch
+                first = j * bs
+                nb = bs if j + 1 < per_epoch else last
+                if shuffle:
+                    if epoch != have:
+                        _shuffle(ordp, <uint32_t>n, seed, epoch)
+                        have = epoch
+                    for s in range(nb):
+                        memcpy(xgp + <size_t>s * I, xp + <size_t>ordp[first + s] * I, I * sizeof(float))
+                        memcpy(tgp + <size_t>s * O, tp + <size_t>ordp[first + s] * O, O * sizeof(float))
+                    status = _step(&self.net, pp, sp, op, tsp, <uint8_t>loss_kind, loss_param, xgp, tgp, nb, nt,
+                                   b, &value)
+                else:
+                    status = _step(&self.net, pp, sp, op, tsp, <uint8_t>loss_kind, loss_param,
+                                   xp + first * I, tp + first * O, nb, nt, b, &value)
+                if status != MCT_OK:
+                    break
+                losses[g - start] = value
+                g += 1
+        return status, g - start, value
 
     def train_fused(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] state,
                     int loss_kind, float loss_param, float[:, ::1] x, float[:, ::1] t):

@@ -106,8 +106,16 @@ def save_model(
     optimizer: Optional[Optimizer] = None,
     metadata: Optional[Dict[str, Any]] = None,
 ) -> None:
-    """Write a model file atomically."""
-    atomic_write(path, encode_model(net, optimizer, metadata))
+    """Write a model file atomically. The parameters and optimizer state are read under the network's lock,
+    so a save while other threads train holds the state between two whole updates."""
+    opt_lock = getattr(optimizer, "_lock", None)  # an Optimizer's; a bare TrainParams keeps no state
+    with net.lock:
+        if opt_lock is None:
+            data = encode_model(net, optimizer, metadata)
+        else:
+            with opt_lock:
+                data = encode_model(net, optimizer, metadata)
+    atomic_write(path, data)
 
 
 # Limits that hold before anything is allocated: a model file (the largest network a 2-core host trains

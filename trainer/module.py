@@ -4,18 +4,29 @@ Each module offers forward, traced_forward, backprop, update and the new_* optim
 constructors (the contract of the Rust crate minidx). Parameters live in one flat float32 buffer
 per network; a module's `params` is a view of its slice. All numeric work is done by the C core
 through the module's compiled `Program`.
+
+Thread safety: every network has one lock (`Module.lock`, a re-entrant lock shared by the network and all
+its sub-modules). Each call that reads or writes parameters or optimizer state holds it for the whole call:
+forward, traced_forward, backprop, update, rand_params, the params setter, train_step, train_batch, each
+chunk of fit, and save_model. So several Python threads may train and query one network at once: their
+calls run one after another (in some order), never interleaved, and every update is kept. The C core runs
+without the GIL, so threads working on *different* networks run in parallel. A `params` view read or
+written directly by the caller bypasses the lock.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
 from .checks import as_batch, number, whole
 from .corefacts import Status
 from .errors import ConfigError, ShapeError, TrainingError
+from .fitloop import DEFAULT_CALLBACK_EVERY, FitProgress, FitResult, run_fit
+from .losses import Loss
 from .optim import Optimizer, TrainParams
 from .program import Program, ProgramBuilder, core_net
 
@@ -45,7 +56,11 @@ class Gradients:
 
 
 class Module:
-    """Base class of layers and compositions: sizes, parameters and the five operations."""
+    """Base class of layers and compositions: sizes, parameters and the five operations.
+
+    Thread-safe: the calls that read or write a network's parameters or optimizer state hold the
+    network's lock (`lock`) for their whole duration, so concurrent calls from several threads on one
+    network are serialised and none is lost (see the module docstring)."""
 
     n_in: Optional[int] = None
     n_out: Optional[int] = None
@@ -54,6 +69,7 @@ class Module:
         self._buf: Optional[np.ndarray] = None
         self._program: Optional[Program] = None
         self._core: Any = None
+        self._lock = threading.RLock()
 
     # ---- description (overridden by layers) ----
     def param_count(self) -> int:
@@ -83,12 +99,31 @@ class Module:
         """The architecture as plain data (see mcutrain.architecture)."""
         raise NotImplementedError
 
+    def __getstate__(self) -> Dict[str, Any]:
+        """Copies and pickles leave the lock behind (a copy gets its own, see __setstate__)."""
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+        for c in self.children():  # the children were restored first: they take this module's lock
+            c._share_lock(self._lock)
+
     def describe(self) -> str:
         """Short human name, e.g. 'Linear(20, 35)'."""
         return type(self).__name__
 
     def __repr__(self) -> str:
         return self.describe()
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The network's re-entrant lock, held by every call that reads or writes its parameters or
+        optimizer state; shared by a composition and all its sub-modules. Hold it yourself to make a
+        sequence of calls (or direct access to `params`) atomic."""
+        return self._lock
 
     # ---- parameters ----
     @property
@@ -105,8 +140,10 @@ class Module:
 
     def _ensure_buf(self) -> np.ndarray:
         if self._buf is None:
-            self._require_sizes()
-            self._bind(np.zeros(self.param_count(), np.float32))  # _bind writes the defaults
+            with self._lock:
+                if self._buf is None:
+                    self._require_sizes()
+                    self._bind(np.zeros(self.param_count(), np.float32))  # _bind writes the defaults
         assert self._buf is not None
         return self._buf
 
@@ -121,8 +158,15 @@ class Module:
         off = 0
         for c in self.children():
             cn = c.param_count()
+            c._share_lock(self._lock)
             c._bind(buf[off : off + cn])
             off += cn
+
+    def _share_lock(self, lock: threading.RLock) -> None:
+        """Use the enclosing network's lock (this module and its children)."""
+        self._lock = lock
+        for c in self.children():
+            c._share_lock(lock)
 
     @property
     def params(self) -> np.ndarray:
@@ -134,7 +178,8 @@ class Module:
         v = np.asarray(values, dtype=np.float32).ravel()
         if v.shape[0] != self.param_count():
             raise ShapeError(f"{self.describe()} has {self.param_count()} parameters, got {v.shape[0]} values")
-        self._ensure_buf()[: self.param_count()] = v
+        with self._lock:
+            self._ensure_buf()[: self.param_count()] = v
 
     def rand_params(self, seed: int = 0, scale: float = 1.0) -> Module:
         """Seeded, reproducible init: Glorot-style normal weights scaled by `scale` (a finite number; 0
@@ -173,7 +218,8 @@ class Module:
     def forward(self, x: Any) -> np.ndarray:
         """Output for one sample (n_in,) -> (n_out,) or a batch (nb, n_in) -> (nb, n_out)."""
         xb, single = as_batch(x, self._in_width())
-        y = self._corenet().forward(self._ensure_buf(), xb)
+        with self._lock:
+            y = self._corenet().forward(self._ensure_buf(), xb)
         return y[0] if single else y
 
     __call__ = forward
@@ -181,7 +227,8 @@ class Module:
     def traced_forward(self, x: Any) -> Tuple[np.ndarray, Trace]:
         """(output, trace): the trace is what backprop needs."""
         xb, single = as_batch(x, self._in_width())
-        y, arena = self._corenet().traced_forward(self._ensure_buf(), xb)
+        with self._lock:
+            y, arena = self._corenet().traced_forward(self._ensure_buf(), xb)
         return (y[0] if single else y), Trace(arena, xb.shape[0], single)
 
     def backprop(self, trace: Trace, grads_wrt_output: Any) -> Tuple[np.ndarray, Gradients]:
@@ -189,7 +236,8 @@ class Module:
         g, _ = as_batch(grads_wrt_output, self._out_width(), "grads_wrt_output")
         if g.shape[0] != trace.samples:
             raise ShapeError(f"grads_wrt_output has {g.shape[0]} samples, the trace has {trace.samples}")
-        gin, grads = self._corenet().backward(self._ensure_buf(), trace.arena, g)
+        with self._lock:
+            gin, grads = self._corenet().backward(self._ensure_buf(), trace.arena, g)
         return (gin[0] if trace.single else gin), Gradients(grads, trace.samples)
 
     def update(self, optimizer: Union[Optimizer, TrainParams], self_grads: Gradients, loss: float = 1.0) -> None:
@@ -201,12 +249,62 @@ class Module:
                 f"{self.describe()} has {self.param_count()} parameters"
             )
         g = np.ascontiguousarray(self_grads.values, np.float32)
-        rc = self._corenet().apply(
-            opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf, float(self_grads.samples), float(loss)
-        )
+        with self._lock, opt._lock:
+            rc = self._corenet().apply(
+                opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf, float(self_grads.samples), float(loss)
+            )
         if rc != Status.OK:
             what = "the loss" if rc == Status.E_NONFINITE else "a gradient"
             raise TrainingError(f"{what} is NaN or inf: update {opt.step + 1} was not applied")
+
+    def fit(
+        self,
+        optimizer: Union[Optimizer, TrainParams],
+        loss: Loss,
+        x: Any,
+        y: Any,
+        epochs: int = 1,
+        batch: int = 32,
+        shuffle: Optional[int] = 0,
+        threads: int = 1,
+        callback_every: int = DEFAULT_CALLBACK_EVERY,
+        callback: Optional[Callable[[FitProgress], Optional[bool]]] = None,
+        start: int = 0,
+        steps: Optional[int] = None,
+    ) -> FitResult:
+        """Train for `epochs` passes over the samples x (n, n_in), y (n, n_out), `batch` samples per step, in C
+        without the GIL; Python runs only every `callback_every` steps (the callback, Ctrl-C, other threads).
+
+        Each epoch visits the samples in the order mcutrain.shuffle_order(n, shuffle, epoch) (shuffle=None:
+        in the given order) and cuts it into ceil(n / batch) batches, the last one holding what remains.
+        Every step is exactly train_batch(optimizer, self, loss, xb, yb, threads) on its batch: the same
+        parameters bit for bit, and the same TrainingError (parameters left as after the step before) when a
+        sample, the loss or a gradient is not finite.
+
+        callback(progress: FitProgress) is called after every callback_every-th step (counted from the run's
+        step 0) and after the last one; returning False stops the run there. `start` skips the run's first
+        steps (to continue a run: a batch is a pure function of its step number); `steps` ends the run before
+        epochs * batches per epoch. The lock (see `lock`) is held during each chunk of steps, not during the
+        callback. Returns a FitResult: steps done (counting start), each step's mean loss, stopped or not."""
+        opt = as_optimizer(optimizer, self)
+        xb, tb = samples(self, x, y)
+        return run_fit(
+            self._corenet(),
+            self._lock,
+            self._ensure_buf(),
+            opt,
+            loss,
+            xb,
+            tb,
+            epochs,
+            batch,
+            shuffle,
+            threads,
+            callback_every,
+            callback,
+            start,
+            steps,
+        )
 
     def new_sgd(self, params: TrainParams) -> Optimizer:
         """Plain gradient descent with TrainParams (a TrainParams object also works directly)."""
@@ -261,6 +359,15 @@ class Module:
                 {"layer": d.name, "op": d.op.name.lower(), "in": d.n_in, "out": d.n_out, "params": d.n_p, "macs": macs}
             )
         return rows
+
+
+def samples(net: Module, x: Any, y: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """Inputs and targets as checked float32 batches of equal length."""
+    xb, _ = as_batch(x, net._in_width(), "input")
+    tb, _ = as_batch(y, net._out_width(), "target")
+    if xb.shape[0] != tb.shape[0]:
+        raise ShapeError(f"{xb.shape[0]} inputs but {tb.shape[0]} targets")
+    return xb, tb
 
 
 def as_optimizer(opt: Union[Optimizer, TrainParams], module: Module) -> Optimizer:

@@ -5,6 +5,7 @@ and mct_opt_elem); these objects hold the configuration, the per-parameter slots
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Dict, Optional
@@ -164,6 +165,17 @@ class Optimizer:
         self._cfg = _pack(params, kind, self.coeffs).view(np.uint8)
         self._state_buf = np.zeros(SLOTS[kind] * self.n_params, np.float32)
         self._ts = train_state_init().view(np.uint8)
+        self._lock = threading.RLock()  # held (inside the network's lock) by every call that updates the state
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """Copies and pickles leave the lock behind (a copy gets its own)."""
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     @property
     def params(self) -> TrainParams:

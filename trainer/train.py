@@ -1,21 +1,33 @@
-"""Training loops: train_step (one sample), train_batch (mean gradient over a batch) and its
-parallel variant (the batch split over threads that run without the GIL)."""
+"""Training loops: train_step (one sample), train_batch (mean gradient over a batch), its parallel variant
+(the batch split over threads that run without the GIL) and fit (whole epochs in C, without the GIL).
+
+Every one of them holds the network's lock (Module.lock) and the optimizer's while it reads or writes
+parameters or optimizer state (fit: during each chunk of callback_every steps), so concurrent calls on one
+network from several Python threads are serialised, each taking effect whole."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Optional, Union
 
-import numpy as np
-
 from .checks import as_batch, whole
 from .corefacts import Status
-from .errors import ShapeError, TrainingError
+from .errors import ShapeError
+from .fitloop import MAX_THREADS, FitProgress, FitResult, check_loss, shuffle_order, step_error
 from .losses import Loss
-from .module import Module, as_optimizer
+from .module import Module, as_optimizer, samples
 from .optim import Optimizer, TrainParams
 
-MAX_THREADS = 256  # threads=N: the batch is split into at most this many parts
+__all__ = [
+    "train_batch",
+    "train_step",
+    "train_batch_parallel",
+    "fit",
+    "shuffle_order",
+    "FitProgress",
+    "FitResult",
+    "MAX_THREADS",
+]
 
 
 def train_batch(
@@ -29,28 +41,14 @@ def train_batch(
     """
     threads = whole("threads", threads, 1, MAX_THREADS)
     opt = as_optimizer(optimizer, net)
-    if not isinstance(loss, Loss):
-        raise TypeError(f"loss must be one of mcutrain.losses (mse, huber(b), logit_bce, ...), got {loss!r}")
-    xb, _ = as_batch(x, net._in_width(), "input")
-    tb, _ = as_batch(y, net._out_width(), "target")
-    if xb.shape[0] != tb.shape[0]:
-        raise ShapeError(f"{xb.shape[0]} inputs but {tb.shape[0]} targets")
-    status, value = net._corenet().train_batch(
-        opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, loss.kind, loss.param, xb, tb, threads
-    )
-    if status != Status.OK:
-        step = opt.step + 1
-        if status == Status.E_NONFINITE_INPUT:
-            bad = np.argwhere(~(np.isfinite(xb).all(axis=1) & np.isfinite(tb).all(axis=1)))[0][0]
-            what = f"sample {bad} of the batch at step {step} has NaN or inf in its input or target"
-        elif status == Status.E_NONFINITE:
-            what = f"the loss became {value} at step {step}"
-        else:
-            what = f"a gradient became NaN or inf at step {step}"
-        raise TrainingError(
-            f"{what}; training stopped and the parameters are those after step {opt.step}. "
-            f"Check the data, lower the learning rate, or add gradient clipping"
+    check_loss(loss)
+    xb, tb = samples(net, x, y)
+    with net._lock, opt._lock:
+        status, value = net._corenet().train_batch(
+            opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, loss.kind, loss.param, xb, tb, threads
         )
+        if status != Status.OK:
+            raise step_error(status, value, opt.step, xb, tb)
     return value
 
 
@@ -70,3 +68,8 @@ def train_batch_parallel(
 ) -> float:
     """train_batch on several threads (default: every CPU core)."""
     return train_batch(optimizer, net, loss, x, y, threads=os.cpu_count() or 1 if threads is None else threads)
+
+
+def fit(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any, **kw: Any) -> FitResult:
+    """net.fit(optimizer, loss, x, y, **kw): whole epochs in C without the GIL (see Module.fit)."""
+    return net.fit(optimizer, loss, x, y, **kw)
