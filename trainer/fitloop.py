@@ -134,7 +134,9 @@ def run_fit(
                 epoch, j = divmod(g + done, per_epoch)
                 order = shuffle_order(n, seed, epoch) if shuffle is not None else np.arange(n)
                 sel = order[j * batch : (j + 1) * batch]
-                raise step_error(status, value, opt.step, xb[sel], tb[sel])
+                err = step_error(status, value, opt.step, xb[sel], tb[sel])
+                err.fit_result = FitResult(g + done, losses[: g + done - at], True)  # the steps that were done
+                raise err
         prev, g = g, stop
         if callback is not None:
             if callback(FitProgress(g, end, (g - 1) // per_epoch, losses[prev - at : g - at])) is False:

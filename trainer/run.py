@@ -5,27 +5,34 @@ the model file's parameters and optimizer state. Batches come from a Source as a
 the seed and the batch index, so continuing from a checkpoint gives the very bits an uninterrupted
 run would have produced.
 
-Ctrl-C does not break a step in half: the first one asks the loop to stop after the current step,
-which then saves a checkpoint; a second Ctrl-C stops at once.
+The steps run through Module.fit, in chunks that end where something must happen (validation, a
+checkpoint, the test hook's stop) and otherwise last about CHUNK_SECONDS, so Python (progress bar, log,
+Ctrl-C) runs only between chunks. Ctrl-C does not break a step in half: the first one asks the loop to
+stop after the current chunk, which then saves a checkpoint; a second Ctrl-C stops at once.
 """
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from .checks import settings_from_dict
-from .errors import ModelFileError
+from .errors import ModelFileError, TrainingError
 from .losses import Loss
 from .modelfile import save_model
 from .module import Module
 from .optim import Optimizer
 from .recorder import Recorder
 from .sources import DataSettings, Source, metrics
-from .train import MAX_THREADS, train_batch
+from .train import MAX_THREADS, FitResult
+
+CHUNK_SECONDS = 0.05  # about how long a chunk of steps in C runs before Python gets control back
+MAX_CHUNK = 1 << 16
 
 
 @dataclass
@@ -157,32 +164,80 @@ class TrainingRun:
             parts.append(f"val loss {self.val['loss']:.4g}")
         return "  ".join(p for p in parts if p)
 
-    def step(self) -> float:
-        """One batch: update, then bookkeeping."""
-        x, y = self.source.batch(self.batches, self.s.batch)
-        lr = self.opt.current_lr()
-        value = train_batch(self.opt, self.net, self.loss, x, y, threads=self.s.threads)
-        self.batches += 1
-        self.avg = value if self.avg is None else 0.95 * self.avg + 0.05 * value
-        last = self.batches == self.s.steps
-        extra: Dict[str, float] = {}
-        if self.batches % self.s.evaluation_interval() == 0 or last:
-            extra = {f"val_{k}": v for k, v in self.validate().items()}
-        if self.recorder is not None:  # every recorder.every steps, and whenever there is more to say
-            self.recorder.step(self.batches, value, lr, force=bool(extra) or last, **extra)
-        if self.checkpoint_every and self.batches % self.checkpoint_every == 0 and not last:
-            self.save()
-        return value
+    def _chunk_length(self, done_here: int) -> int:
+        """Steps of the next chunk: up to the next validation, checkpoint, test-hook stop or the end, and at
+        most what runs in about CHUNK_SECONDS."""
+        b, ends = self.batches, [self.s.steps, _next_multiple(self.batches, self.s.evaluation_interval())]
+        if self.checkpoint_every:
+            ends.append(_next_multiple(b, self.checkpoint_every))
+        if self.stop_after:
+            ends.append(b + max(1, self.stop_after - done_here))
+        return max(1, min(min(ends) - b, self._chunk))
+
+    def _train(self, count: int) -> FitResult:
+        """Batches self.batches .. + count - 1 through Module.fit."""
+        x, y, shuffle, first = self.source.chunk(self.batches, count, self.s.batch)
+        n = x.shape[0]
+        epochs = math.ceil((first + count) / math.ceil(n / self.s.batch))
+        return self.net.fit(
+            self.opt,
+            self.loss,
+            x,
+            y,
+            epochs=epochs,
+            batch=self.s.batch,
+            shuffle=shuffle,
+            threads=self.s.threads,
+            callback_every=count,
+            start=first,
+            steps=first + count,
+        )
+
+    def _record(self, values: Any) -> None:
+        """Bookkeeping of the steps just done (their losses, in order): the smoothed loss and the log; at the
+        chunk's end validation and a checkpoint when their step has come."""
+        for i, value in enumerate(values):
+            value = float(value)
+            step = self.batches - len(values) + i + 1
+            self.avg = value if self.avg is None else 0.95 * self.avg + 0.05 * value
+            last_here = i == len(values) - 1
+            last = step == self.s.steps
+            extra: Dict[str, float] = {}
+            if last_here and (step % self.s.evaluation_interval() == 0 or last):
+                extra = {f"val_{k}": v for k, v in self.validate().items()}
+            if self.recorder is not None and (extra or last or step % self.recorder.every == 0):
+                lr = self.opt.params.lr_at(step - 1)  # the rate of this step
+                self.recorder.step(step, value, lr, force=True, **extra)
+            if last_here and self.checkpoint_every and step % self.checkpoint_every == 0 and not last:
+                self.save()
 
     def run(self) -> RunResult:
         """Train until settings.steps or a stop request; always leaves a model file behind."""
         loss = float("nan")  # no step taken
         done_here = 0
+        self._chunk = 1
         with StopRequest() as stop:
             while self.batches < self.s.steps:
-                loss = self.step()
-                done_here += 1
-                self.on_progress(1, self.status())
+                count = self._chunk_length(done_here)
+                t0 = time.perf_counter()
+                try:
+                    res = self._train(count)
+                except TrainingError as e:
+                    partial = getattr(e, "fit_result", None)
+                    if partial is not None and len(partial.losses):
+                        self.batches += len(partial.losses)
+                        self._record(partial.losses)
+                    raise
+                took = time.perf_counter() - t0
+                self.batches += count
+                done_here += count
+                self._record(res.losses)
+                loss = float(res.losses[-1])
+                if took < CHUNK_SECONDS / 2 and count == self._chunk:
+                    self._chunk = min(MAX_CHUNK, self._chunk * 2)
+                elif took > CHUNK_SECONDS * 2:
+                    self._chunk = max(1, self._chunk // 2)
+                self.on_progress(count, self.status())
                 if self.stop_after and done_here >= self.stop_after:
                     stop.requested = True  # the test hook: behave as if Ctrl-C came now
                 if stop.requested:
@@ -192,3 +247,8 @@ class TrainingRun:
             self.validate()
         self.save()
         return RunResult(self.batches, self.avg if self.avg is not None else loss, self.val, interrupted)
+
+
+def _next_multiple(b: int, k: int) -> int:
+    """The first multiple of k above b."""
+    return (b // k + 1) * k

@@ -1,9 +1,10 @@
 """Where training samples come from: a data file (CSV, NPZ, IDX) or a built-in problem.
 
 Every batch is a pure function of (seed, batch index): a problem draws batch i from a generator
-seeded with (seed, i); a file is shuffled once per epoch with a generator seeded with (seed, epoch).
-So a resumed run only needs the source, the seed, the batch size and how many batches were used
-to continue with exactly the batches an uninterrupted run would have seen.
+seeded with (seed, i); a file is shuffled once per epoch by fit's own generator
+(mcutrain.shuffle_order(n, seed, epoch)). So a resumed run only needs the source, the seed, the batch
+size and how many batches were used to continue with exactly the batches an uninterrupted run would
+have seen. `Source.chunk` hands a run of batches to Module.fit in one piece.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from . import datasets, problems
 from .checks import settings_from_dict
 from .datasets import Dataset
 from .errors import DataError, ModelFileError
+from .fitloop import shuffle_order
 
 Batch = Tuple[np.ndarray, np.ndarray]
 
 # seed streams, so that training batches, the validation set and evaluation samples never overlap
-_TRAIN, _VALID, _EVAL, _EPOCH = 1, 2, 3, 4
+_TRAIN, _VALID, _EVAL = 1, 2, 3
 PROBLEM_VAL_SAMPLES = 512
 
 
@@ -122,6 +124,14 @@ class Source:
         """Training batch number `index` (a pure function of the seed and the index)."""
         raise NotImplementedError
 
+    def chunk(self, start: int, count: int, size: int) -> Tuple[np.ndarray, np.ndarray, Optional[int], int]:
+        """Batches start .. start + count - 1 for Module.fit: (x, y, shuffle, first) such that
+        fit(x, y, batch=size, shuffle=shuffle, start=first, steps=first + count, epochs=enough) trains on
+        exactly the batches batch(start), ..., batch(start + count - 1). By default the batches themselves,
+        one after another, unshuffled."""
+        parts = [self.batch(i, size) for i in range(start, start + count)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), None, 0
+
     def validation(self) -> Optional[Batch]:
         """The held-out samples checked while training (None: none)."""
         raise NotImplementedError
@@ -168,12 +178,14 @@ class FileSource(Source):
     def __init__(self, data: Dataset, val: float, seed: int) -> None:
         self.full = data
         self.train, self.val = data.split(val, seed)
+        self._x = np.ascontiguousarray(self.train.x, np.float32)  # what fit takes without a copy
+        self._y = np.ascontiguousarray(self.train.y, np.float32)
         self.seed = seed
         self.name = data.name
         self.n_in, self.n_out = data.x.shape[1], data.y.shape[1]
         self.classification = data.classification
         self._epoch = -1
-        self._order = np.zeros(0, np.int64)
+        self._order = np.zeros(0, np.uint32)
 
     def batches_per_epoch(self, size: int) -> int:
         return -(-len(self.train) // size)
@@ -181,10 +193,14 @@ class FileSource(Source):
     def batch(self, index: int, size: int) -> Batch:
         epoch, j = divmod(index, self.batches_per_epoch(size))
         if epoch != self._epoch:
-            self._order = np.random.default_rng([self.seed, _EPOCH, epoch]).permutation(len(self.train))
+            self._order = shuffle_order(len(self.train), self.seed, epoch)
             self._epoch = epoch
         idx = self._order[j * size : (j + 1) * size]
-        return np.ascontiguousarray(self.train.x[idx]), np.ascontiguousarray(self.train.y[idx])
+        return self._x[idx], self._y[idx]
+
+    def chunk(self, start: int, count: int, size: int) -> Tuple[np.ndarray, np.ndarray, Optional[int], int]:
+        """The whole training part, shuffled by fit itself (epoch by epoch, as batch() does)."""
+        return self._x, self._y, self.seed, start
 
     def validation(self) -> Optional[Batch]:
         return None if self.val is None else (self.val.x, self.val.y)
