@@ -70,14 +70,102 @@ MCT_NOINLINE static void gemm_tile(const float *A, const float *B, float *C, uin
             for (uint32_t n = 0; n < TN; n++) C[(size_t)m * N + n] = acc[m][n];                     \
     }
 MCT_GEMM_TILE(gemm_tile, MCT_TILE_M, MCT_TILE_N)
-#if MCT_HOST
-/* the host also has narrower tiles for the edges of a matrix: half as wide, and one row high */
-MCT_GEMM_TILE(gemm_tile_half, MCT_TILE_M, MCT_TILE_N / 2)
-MCT_GEMM_TILE(gemm_row, 1, MCT_TILE_N)
-MCT_GEMM_TILE(gemm_row_half, 1, MCT_TILE_N / 2)
+#if MCT_HOST && MCT_TILE_M > 1
+/* The host's tile for any layout: A's element (m, k) at A[m * sm + k * sk] (A given transposed: sm = 1,
+ * sk = its row length, e.g. x of a batch for dW = x^T gy, so no transpose is needed), C's element (m, n) at
+ * C[m * cm + n * cn] (C stored transposed: cm = 1). The same sums as gemm_tile. */
+MCT_NOINLINE static void gemm_tile_gen(const float *A, size_t sm, size_t sk, const float *B, float *C, size_t cm,
+                                       size_t cn, uint32_t K, uint32_t N) {
+    float acc[MCT_TILE_M][MCT_TILE_N], a[MCT_TILE_M];
+    for (uint32_t m = 0; m < MCT_TILE_M; m++) a[m] = A[m * sm];
+    for (uint32_t n = 0; n < MCT_TILE_N; n++) {
+        float b = B[n];
+        for (uint32_t m = 0; m < MCT_TILE_M; m++) acc[m][n] = a[m] * b;
+    }
+    for (uint32_t k = 1; k < K; k++) {
+        const float *b = B + (size_t)k * N;
+        for (uint32_t m = 0; m < MCT_TILE_M; m++) a[m] = A[m * sm + k * sk];
+        for (uint32_t n = 0; n < MCT_TILE_N; n++) {
+            float bn = b[n];
+            for (uint32_t m = 0; m < MCT_TILE_M; m++) acc[m][n] = acc[m][n] + a[m] * bn;
+        }
+    }
+    for (uint32_t m = 0; m < MCT_TILE_M; m++)
+        for (uint32_t n = 0; n < MCT_TILE_N; n++) C[m * cm + n * cn] = acc[m][n];
+}
+
+#define MCT_EDGE_KB 64   /* rows of B's strip copied to the stack at a time (4 KB with 16 columns) */
+/* A strip of C on the host, columns [0, nr) (nr <= TILE_N) of rows [0, M), at the speed of full tiles: the rows
+ * past the last full tile repeat its first row (computed, never stored) and, when nr < TILE_N, the columns past
+ * nr read zeros from a copy of B's strip, made one block of MCT_EDGE_KB rows of B at a time on the stack (and
+ * shared by every row tile); between blocks the partial sums wait in C. So every loop has the full tile's
+ * constant trip counts and vectorises, and each output is still its sum over k ascending from the k = 0
+ * product. A's and C's layouts are gemm_tile_gen's. */
+MCT_NOINLINE static void gemm_strip_host(const float *A, size_t sm, size_t sk, const float *B, float *C, size_t cm,
+                                         size_t cn, uint32_t M, uint32_t K, uint32_t N, uint32_t nr) {
+    float bp[MCT_EDGE_KB][MCT_TILE_N];
+    for (uint32_t k0 = 0; k0 < K; k0 += MCT_EDGE_KB) {
+        uint32_t kn = K - k0 < MCT_EDGE_KB ? K - k0 : MCT_EDGE_KB;
+        const float *b = B + (size_t)k0 * N;
+        size_t ldb = N;
+        if (nr < MCT_TILE_N) {
+            for (uint32_t r = 0; r < kn; r++) {
+                for (uint32_t n = 0; n < nr; n++) bp[r][n] = b[(size_t)r * N + n];
+                for (uint32_t n = nr; n < MCT_TILE_N; n++) bp[r][n] = 0.0f;
+            }
+            b = &bp[0][0];
+            ldb = MCT_TILE_N;
+        }
+        for (uint32_t m0 = 0; m0 < M; m0 += MCT_TILE_M) {
+            uint32_t mr = M - m0 < MCT_TILE_M ? M - m0 : MCT_TILE_M, k = 0;
+            float acc[MCT_TILE_M][MCT_TILE_N], a[MCT_TILE_M];
+            const float *rows[MCT_TILE_M];
+            float *c = C + (size_t)m0 * cm;
+            for (uint32_t m = 0; m < MCT_TILE_M; m++) rows[m] = A + (m0 + (m < mr ? m : 0)) * sm + (size_t)k0 * sk;
+            if (k0 == 0) {
+                for (uint32_t m = 0; m < MCT_TILE_M; m++) a[m] = rows[m][0];
+                for (uint32_t n = 0; n < MCT_TILE_N; n++) {
+                    float bn = b[n];
+                    for (uint32_t m = 0; m < MCT_TILE_M; m++) acc[m][n] = a[m] * bn;
+                }
+                k = 1;
+            } else {
+                for (uint32_t m = 0; m < MCT_TILE_M; m++)
+                    for (uint32_t n = 0; n < MCT_TILE_N; n++)
+                        acc[m][n] = m < mr && n < nr ? c[m * cm + n * cn] : 0.0f;
+            }
+            for (; k < kn; k++) {
+                const float *bk = b + (size_t)k * ldb;
+                for (uint32_t m = 0; m < MCT_TILE_M; m++) a[m] = rows[m][(size_t)k * sk];
+                for (uint32_t n = 0; n < MCT_TILE_N; n++) {
+                    float bn = bk[n];
+                    for (uint32_t m = 0; m < MCT_TILE_M; m++) acc[m][n] = acc[m][n] + a[m] * bn;
+                }
+            }
+            for (uint32_t m = 0; m < mr; m++)
+                for (uint32_t n = 0; n < nr; n++) c[m * cm + n * cn] = acc[m][n];
+        }
+    }
+}
+
+/* C = A B on the host in the layouts of gemm_tile_gen: full tiles, then each column strip's rest. */
+static void gemm_host(const float *A, size_t sm, size_t sk, const float *B, float *C, size_t cm, size_t cn,
+                      uint32_t M, uint32_t K, uint32_t N) {
+    for (uint32_t n = 0; n < N; n += MCT_TILE_N) {
+        uint32_t nr = N - n < MCT_TILE_N ? N - n : MCT_TILE_N;
+        uint32_t mfull = nr == MCT_TILE_N ? M - M % MCT_TILE_M : 0;
+        for (uint32_t m = 0; m < mfull; m += MCT_TILE_M) {
+            if (sk == 1 && cn == 1) gemm_tile(A + m * sm, B + n, C + m * cm + n, K, N);
+            else gemm_tile_gen(A + m * sm, sm, sk, B + n, C + m * cm + n * cn, cm, cn, K, N);
+        }
+        if (mfull < M)
+            gemm_strip_host(A + mfull * sm, sm, sk, B + n, C + mfull * cm + n * cn, cm, cn, M - mfull, K, N, nr);
+    }
+}
 #endif
 #endif
 
+#if !(MCT_HOST && MCT_TILE_M > 1)
 /* A partial tile (rows mr <= TILE_M, columns nr <= TILE_N), same summation order. */
 static void gemm_edge(const float *A, const float *B, float *C, uint32_t K, uint32_t N, uint32_t mr, uint32_t nr) {
 #if MCT_TILE_M == 1
@@ -104,44 +192,23 @@ static void gemm_edge(const float *A, const float *B, float *C, uint32_t K, uint
         for (uint32_t n = 0; n < nr; n++) C[(size_t)m * N + n] = acc[m][n];
 #endif
 }
+#endif
 
 void mct_gemm(const float *A, const float *B, float *C, uint32_t M, uint32_t K, uint32_t N) {
+#if MCT_HOST && MCT_TILE_M > 1
+    gemm_host(A, K, 1, B, C, N, 1, M, K, N);
+#else
     for (uint32_t m = 0; m < M; m += MCT_TILE_M) {
         uint32_t mr = M - m < MCT_TILE_M ? M - m : MCT_TILE_M;
         const float *a = A + (size_t)m * K;
         float *c = C + (size_t)m * N;
         for (uint32_t n = 0; n < N; n += MCT_TILE_N) {
             uint32_t nr = N - n < MCT_TILE_N ? N - n : MCT_TILE_N;
-            if (mr == MCT_TILE_M && nr == MCT_TILE_N) {
-                gemm_tile(a, B + n, c + n, K, N);
-                continue;
-            }
-#if MCT_HOST && MCT_TILE_M > 1
-            if (mr == MCT_TILE_M) {                /* a narrow column strip */
-                if (nr >= MCT_TILE_N / 2) {
-                    gemm_tile_half(a, B + n, c + n, K, N);
-                    gemm_edge(a, B + n + MCT_TILE_N / 2, c + n + MCT_TILE_N / 2, K, N, mr, nr - MCT_TILE_N / 2);
-                } else {
-                    gemm_edge(a, B + n, c + n, K, N, mr, nr);
-                }
-                continue;
-            }
-            for (uint32_t m2 = 0; m2 < mr; m2++) { /* the last rows, one at a time */
-                const float *a2 = a + (size_t)m2 * K;
-                float *c2 = c + (size_t)m2 * N;
-                if (nr == MCT_TILE_N) gemm_row(a2, B + n, c2 + n, K, N);
-                else if (nr >= MCT_TILE_N / 2) {
-                    gemm_row_half(a2, B + n, c2 + n, K, N);
-                    gemm_edge(a2, B + n + MCT_TILE_N / 2, c2 + n + MCT_TILE_N / 2, K, N, 1, nr - MCT_TILE_N / 2);
-                } else {
-                    gemm_edge(a2, B + n, c2 + n, K, N, 1, nr);
-                }
-            }
-#else
-            gemm_edge(a, B + n, c + n, K, N, mr, nr);
-#endif
+            if (mr == MCT_TILE_M && nr == MCT_TILE_N) gemm_tile(a, B + n, c + n, K, N);
+            else gemm_edge(a, B + n, c + n, K, N, mr, nr);
         }
     }
+#endif
 }
 
 void mct_gemm_bt(const float *A, const float *B, float *C, uint32_t M, uint32_t K, uint32_t N) {
@@ -217,6 +284,14 @@ void mct_matmul_backward(const mct_layer *L, float *p, uint32_t j0, const float 
     host = host && MCT_HOST;
     /* input gradient first: it needs the weights before an APPLY-mode sink changes them */
     if (gx) {
+#if MCT_HOST && MCT_TILE_M > 1
+        if (host && nb < n_in) {
+            /* dL/dx^T = W gy^T, stored transposed into gx: a transpose of gy (nb x n_out) instead of W's
+             * (n_in x n_out); each gx[s][i] is still the sum over o ascending of gy[s][o] * W[i][o] */
+            mct_transpose(gy, tmp, nb, n_out);           /* gy^T: [n_out][nb] */
+            gemm_host(W, n_out, 1, tmp, gx, 1, n_in, n_in, n_out, nb);
+        } else
+#endif
         if (host) {
             mct_transpose(W, tmp, n_in, n_out);          /* W^T: [n_out][n_in] */
             mct_gemm(gy, tmp, gx, nb, n_out, n_in);
@@ -227,16 +302,13 @@ void mct_matmul_backward(const mct_layer *L, float *p, uint32_t j0, const float 
     if (!sink) return;
     if (host && sink->grads) {                           /* dW = x^T gy, summed over samples in order */
         float *dW = sink->grads + L->p_off + j0;
-        if (n_out < MCT_TILE_N && n_in >= MCT_TILE_N) {
-            /* narrow outputs: dW^T = gy^T x has the wide side on the tile's columns; same sums */
-            float *gyT = tmp, *dWT = tmp + (size_t)n_out * nb;
-            mct_transpose(gy, gyT, nb, n_out);
-            mct_gemm(gyT, x, dWT, n_out, nb, n_in);
-            mct_transpose(dWT, dW, n_out, n_in);
-        } else {
-            mct_transpose(x, tmp, nb, n_in);             /* x^T: [n_in][nb] */
-            mct_gemm(tmp, gy, dW, n_in, nb, n_out);
-        }
+#if MCT_TILE_M > 1
+        (void)tmp;
+        gemm_host(x, 1, n_in, gy, dW, n_out, 1, n_in, nb, n_out);  /* x read as x^T: (i, s) at x[s * n_in + i] */
+#else
+        mct_transpose(x, tmp, nb, n_in);                 /* x^T: [n_in][nb] */
+        mct_gemm(tmp, gy, dW, n_in, nb, n_out);
+#endif
         return;
     }
     if (!sink->grads && nb == 1 && sink->div == 1.0f) {

@@ -81,6 +81,18 @@ void mct_step_end(const mct_opt *o, mct_train_state *ts) {
         else APPLY_LOOP_R(KIND, 0, WEIGHT, FROM, TO, G);                                          \
     } while (0)
 #if MCT_HOST
+/* g / div for div = 2^k >= 1 as g * 2^-k: the same correctly rounded quotient (and the same flush of a
+ * subnormal one as mct_div), without a division per element. */
+static inline float scaled_pow2(float g, float inv) {
+    float q = g * inv;
+    float m = q < 0.0f ? -q : q;
+    return m < 1.17549435e-38f ? q * 0.0f : q;
+}
+/* Is div a power of two from 1 to 2^126 (so that 1 / div is exact and normal)? */
+static inline int pow2_div(float div) {
+    uint32_t u = mct_f2u(div);
+    return (u & 0x807fffffu) == 0 && (u >> 23) >= 127u && (u >> 23) <= 253u;
+}
 #define APPLY_FN(NAME, KIND)                                                                      \
     static void NAME(const mct_opt *oc, const mct_step *sc, float lr, float *restrict w,         \
                      const float *restrict g, float *restrict st, uint32_t stride, uint32_t n,    \
@@ -89,6 +101,10 @@ void mct_step_end(const mct_opt *o, mct_train_state *ts) {
         if (div == 1.0f) {                                                                        \
             APPLY_LOOP(KIND, 1, 0, n_w, g[j]);                                                    \
             APPLY_LOOP(KIND, 0, n_w, n, g[j]);                                                    \
+        } else if (pow2_div(div)) {                                                               \
+            const float inv = mct_div(1.0f, div);                                                 \
+            APPLY_LOOP(KIND, 1, 0, n_w, scaled_pow2(g[j], inv));                                  \
+            APPLY_LOOP(KIND, 0, n_w, n, scaled_pow2(g[j], inv));                                  \
         } else {                                                                                  \
             APPLY_LOOP(KIND, 1, 0, n_w, mct_div(g[j], div));                                      \
             APPLY_LOOP(KIND, 0, n_w, n, mct_div(g[j], div));                                      \
