@@ -79,5 +79,6 @@ def test_the_optimizer_divides_by_the_batch_size_exactly(nb: int) -> None:
     )
     net.update(opt, mct.Gradients(grads, nb))
     q = grads / np.float32(nb)
-    q = np.where(np.abs(q) < np.float32(1.17549435e-38), q * np.float32(0), q).astype(np.float32)
+    if nb > 1:  # a batch of one is not divided at all
+        q = np.where(np.abs(q) < np.float32(1.17549435e-38), q * np.float32(0), q).astype(np.float32)
     assert np.array_equal(bits(net.params), bits(start - q))
