@@ -36,7 +36,7 @@ def test_the_benchmark_runs_and_reports_both_networks(tmp_path: Path) -> None:
     """A short run exits 0 and reports samples/s for both networks (NumPy and mcutrain rows), also as JSON."""
     out = tmp_path / "bench.json"
     r = subprocess.run(
-        [sys.executable, str(BENCH), "--seconds", "0.05", "--json", str(out)],
+        [sys.executable, str(BENCH), "--seconds", "0.05", "--rounds", "1", "--json", str(out)],
         cwd=str(tmp_path),
         capture_output=True,
         text=True,
@@ -52,6 +52,8 @@ def test_the_benchmark_runs_and_reports_both_networks(tmp_path: Path) -> None:
     assert set(figures) == {"A", "B"}
     for row in figures.values():
         assert row["numpy"] > 0 and row["mcutrain 1 thread"] > 0
+        assert row["numpy epochs"] > 0 and row["mcutrain fit 1 thread"] > 0  # whole epochs through fit
+    assert "mcutrain fit 1 thread" in r.stdout and ">= 25x" in r.stdout  # the row with its target beside it
 
 
 def bench_net(bench: ModuleType, sizes: List[int], acts: List[str]) -> Module:

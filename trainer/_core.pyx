@@ -241,6 +241,11 @@ cdef inline uint32_t _parts(uint32_t nb, uint32_t threads) noexcept nogil:
     return (nb + per - 1) // per
 
 
+# parameters x samples per part below which train_batch's parts run one after another on the calling thread
+# (about 20 microseconds of work: less than what waking and joining a thread costs on a busy machine)
+DEF MIN_PARALLEL_WORK = 100000
+
+
 cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_train_state *tsp, uint8_t loss_kind,
                float loss_param, const float *xp, const float *tp, uint32_t nb, uint32_t threads, float *b,
                float *mean) noexcept nogil:
@@ -265,6 +270,15 @@ cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_
     if nt == 1:
         ls[0] = mct_batch_grads(net, pp, loss_kind, loss_param, xp, tp, nb, b, b + <size_t>A * per, S, 1,
                                 b + <size_t>A * per + S)
+    elif <uint64_t>P * per < MIN_PARALLEL_WORK:
+        # too little work per part to pay for waking threads: the same parts, one after another (the bits
+        # depend only on how the batch is split, not on which thread sums a part)
+        for c in range(nt):
+            s0 = c * per
+            n = nb - s0 if nb - s0 < per else per
+            ls[c] = mct_batch_grads(net, pp, loss_kind, loss_param, xp + <size_t>s0 * in_w, tp + <size_t>s0 * out_w,
+                                    n, b + c * stride, b + c * stride + <size_t>A * per, S, 1,
+                                    b + c * stride + <size_t>A * per + S)
     else:
         for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
             s0 = c * per
@@ -272,6 +286,7 @@ cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_
             ls[c] = mct_batch_grads(net, pp, loss_kind, loss_param, xp + <size_t>s0 * in_w, tp + <size_t>s0 * out_w,
                                     n, b + c * stride, b + c * stride + <size_t>A * per, S, 1,
                                     b + c * stride + <size_t>A * per + S)
+    if nt > 1:  # the parts' gradient sums, added in part order
         g0 = b + <size_t>A * per + S
         for c in range(1, nt):
             gc = b + c * stride + <size_t>A * per + S
@@ -338,6 +353,10 @@ cdef class CoreNet:
     cdef object table          # keeps the layer table's memory alive
     cdef object cdata          # and the const blob's
     cdef object work           # train_batch's work buffer, kept between calls of the same size
+    cdef uint32_t work_nb, work_nt
+    cdef object fit_order      # fit's sample order of epoch fit_epoch for (samples, seed) fit_key
+    cdef object fit_key
+    cdef uint64_t fit_epoch
     cdef public uint32_t n_params, arena, n_in, n_out
 
     def __init__(self, uint8_t[::1] table, int n_layers, int n_in, int n_out, int max_width,
@@ -469,10 +488,10 @@ cdef class CoreNet:
         call that replaces it cannot free it underneath."""
         self._check_train(opt, ts, params, state, x, t)
         cdef uint32_t nb = <uint32_t>cnp.PyArray_DIM(x, 0), nt = threads if threads > 0 else 1
-        cdef Py_ssize_t need = self._work_floats(nb, nt)
         work = self.work
-        if work is None or work.shape[0] != need:
-            work = self.work = np.empty(need, np.float32)
+        if work is None or nb != self.work_nb or nt != self.work_nt:
+            work = self.work = np.empty(self._work_floats(nb, nt), np.float32)
+            self.work_nb, self.work_nt = nb, nt
         cdef float *b = <float *>cnp.PyArray_DATA(work)
         cdef float total = 0
         cdef int status
@@ -503,7 +522,16 @@ cdef class CoreNet:
         cdef uint32_t last = <uint32_t>(n - (per_epoch - 1) * bs)
         cdef Py_ssize_t need = max(self._work_floats(bs, nt), self._work_floats(last, nt))
         work = np.empty(need, np.float32)
-        order = np.empty(n if shuffle else 1, np.uint32)
+        # the last epoch's order is kept, so a run in many chunks shuffles each epoch once
+        order = self.fit_order
+        cdef uint64_t have = <uint64_t>-1
+        if shuffle and order is not None and self.fit_key == (n, seed) and order.shape[0] == n:
+            have = self.fit_epoch
+        elif shuffle:
+            order = self.fit_order = np.empty(n, np.uint32)
+            self.fit_key = (n, seed)
+        else:
+            order = np.empty(1, np.uint32)
         xg = np.empty((bs if shuffle else 1) * self.net.n_in, np.float32)
         tg = np.empty((bs if shuffle else 1) * self.net.n_out, np.float32)
         cdef float *b = <float *>cnp.PyArray_DATA(work)
@@ -517,7 +545,7 @@ cdef class CoreNet:
         cdef const mct_opt *op = <const mct_opt *>cnp.PyArray_DATA(opt)
         cdef mct_train_state *tsp = <mct_train_state *>cnp.PyArray_DATA(ts)
         cdef uint32_t I = self.net.n_in, O = self.net.n_out, nb, s
-        cdef uint64_t g, epoch, have = <uint64_t>-1, j, first
+        cdef uint64_t g, epoch, j, first
         cdef float value = 0
         cdef int status = MCT_OK
         with nogil:
@@ -543,6 +571,8 @@ cdef class CoreNet:
                     break
                 losses[g - start] = value
                 g += 1
+        if shuffle:
+            self.fit_epoch = have
         return status, g - start, value
 
     def train_fused(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] state,

@@ -43,6 +43,15 @@ def whole(name: str, value: Any, lo: int = 0, hi: int = 2**32 - 1, *, error: Typ
 
 def as_batch(x: Any, width: int, what: str = "input") -> Tuple[np.ndarray, bool]:
     """Check and convert x to a C-contiguous float32 batch (nb, width); returns (batch, was_single)."""
+    if (  # the common case, a batch that is already right, checked first and cheaply
+        type(x) is np.ndarray
+        and x.ndim == 2
+        and x.dtype is _F32
+        and x.shape[1] == width
+        and x.shape[0] > 0
+        and x.flags.c_contiguous
+    ):
+        return x, False
     if not isinstance(x, np.ndarray):
         try:
             x = np.asarray(x)
@@ -67,6 +76,7 @@ def as_batch(x: Any, width: int, what: str = "input") -> Tuple[np.ndarray, bool]
     return x, single
 
 
+_F32 = np.dtype(np.float32)
 _T = TypeVar("_T")
 # dataclass field annotations (as strings: the modules use postponed annotations) -> accepted types
 _PLAIN = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}

@@ -41,7 +41,11 @@ class _Composite(Module):
 
 class Sequential(_Composite):
     """Layers run one after another. Sizes must chain: Sequential(Linear(20, 35), Linear(36, 10))
-    fails at construction with a message naming both layers and both sizes."""
+    fails at construction with a message naming both layers and both sizes.
+
+    Thread-safe like every Module: the network and its layers share one lock (`lock`), held by each call
+    that reads or writes the parameters or optimizer state (forward, train_batch, fit chunks, update,
+    save_model, ...), so calls from several threads run one at a time and every update is kept."""
 
     def __init__(self, *modules: Module) -> None:
         super().__init__()

@@ -39,7 +39,8 @@ def train_batch(
     result is deterministic (the parts are summed in order), but it may differ in the last bits from
     the single-threaded sum.
     """
-    threads = whole("threads", threads, 1, MAX_THREADS)
+    if type(threads) is not int or not 1 <= threads <= MAX_THREADS:
+        threads = whole("threads", threads, 1, MAX_THREADS)
     opt = as_optimizer(optimizer, net)
     check_loss(loss)
     xb, tb = samples(net, x, y)
