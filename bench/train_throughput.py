@@ -142,7 +142,8 @@ class NumpyNet:
         for i, (W, b) in enumerate(zip(self.W, self.b)):
             z = hs[-1] @ W + b
             if i < len(self.acts):
-                z = 1 / (1 + np.exp(-z)) if self.acts[i] == "sigmoid" else np.maximum(z, 0)
+                with np.errstate(over="ignore"):  # exp(-z) = inf is fine: the sigmoid is then 0
+                    z = 1 / (1 + np.exp(-z)) if self.acts[i] == "sigmoid" else np.maximum(z, 0)
             else:
                 z = np.exp(z - z.max(axis=1, keepdims=True))
                 z /= z.sum(axis=1, keepdims=True)

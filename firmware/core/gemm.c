@@ -109,10 +109,12 @@ MCT_NOINLINE static void gemm_strip_host(const float *A, size_t sm, size_t sk, c
         const float *b = B + (size_t)k0 * N;
         size_t ldb = N;
         if (nr < MCT_TILE_N) {
-            for (uint32_t r = 0; r < kn; r++) {
-                for (uint32_t n = 0; n < nr; n++) bp[r][n] = b[(size_t)r * N + n];
-                for (uint32_t n = nr; n < MCT_TILE_N; n++) bp[r][n] = 0.0f;
-            }
+            /* zeros by whole rows, then the nr columns one by one (row by row, a compiler would turn the
+             * short copies into calls of memcpy, each costing more than the copy) */
+            for (uint32_t r = 0; r < kn; r++)
+                for (uint32_t n = 0; n < MCT_TILE_N; n++) bp[r][n] = 0.0f;
+            for (uint32_t n = 0; n < nr; n++)
+                for (uint32_t r = 0; r < kn; r++) bp[r][n] = b[(size_t)r * N + n];
             b = &bp[0][0];
             ldb = MCT_TILE_N;
         }
@@ -142,8 +144,13 @@ MCT_NOINLINE static void gemm_strip_host(const float *A, size_t sm, size_t sk, c
                     for (uint32_t m = 0; m < MCT_TILE_M; m++) acc[m][n] = acc[m][n] + a[m] * bn;
                 }
             }
-            for (uint32_t m = 0; m < mr; m++)
-                for (uint32_t n = 0; n < nr; n++) c[m * cm + n * cn] = acc[m][n];
+            if (mr == MCT_TILE_M && nr == MCT_TILE_N) {
+                for (uint32_t m = 0; m < MCT_TILE_M; m++)
+                    for (uint32_t n = 0; n < MCT_TILE_N; n++) c[m * cm + n * cn] = acc[m][n];
+            } else {   /* column by column, for the reason of the copy above */
+                for (uint32_t n = 0; n < nr; n++)
+                    for (uint32_t m = 0; m < mr; m++) c[m * cm + n * cn] = acc[m][n];
+            }
         }
     }
 }
