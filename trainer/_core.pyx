@@ -243,7 +243,8 @@ cdef inline uint32_t _parts(uint32_t nb, uint32_t threads) noexcept nogil:
 
 # parameters x samples per part below which train_batch's parts run one after another on the calling thread
 # (about 20 microseconds of work: less than what waking and joining a thread costs on a busy machine)
-DEF MIN_PARALLEL_WORK = 100000
+cdef enum:
+    MIN_PARALLEL_WORK = 100000
 
 
 cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_train_state *tsp, uint8_t loss_kind,

@@ -33,6 +33,7 @@ from .train import MAX_THREADS, FitResult
 
 CHUNK_SECONDS = 0.05  # about how long a chunk of steps in C runs before Python gets control back
 MAX_CHUNK = 1 << 16
+MAX_CHUNK_SAMPLES = 1 << 20  # a problem's chunk is drawn into memory at once: at most this many samples
 
 
 @dataclass
@@ -172,7 +173,7 @@ class TrainingRun:
             ends.append(_next_multiple(b, self.checkpoint_every))
         if self.stop_after:
             ends.append(b + max(1, self.stop_after - done_here))
-        return max(1, min(min(ends) - b, self._chunk))
+        return max(1, min(min(ends) - b, self._chunk, MAX_CHUNK_SAMPLES // self.s.batch))
 
     def _train(self, count: int) -> FitResult:
         """Batches self.batches .. + count - 1 through Module.fit."""
