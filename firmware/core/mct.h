@@ -296,6 +296,23 @@ float *mct_forward(const mct_net *net, const float *params, const float *x, floa
  * parameter gradients of trainable layers to sink (APPLY mode updates params); scratch_n >= mct_scratch_size. */
 void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,
                   const mct_sink *sink, float *scratch, uint32_t scratch_n, int host);
+/* mct_backward from the output of layer top - 1 (gout [nb][its n_out] is dL/d that output; top = n_layers is
+ * mct_backward, top = 0 copies gout to gin): the layers top .. n_layers - 1 are skipped. */
+void mct_backward_from(const mct_net *net, uint16_t top, float *params, float *arena, uint32_t nb, const float *gout,
+                       float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n, int host);
+/* Does the gradient of loss kind start below the network's last layer? Cross-entropy after a final Softmax:
+ * the loss and its gradient w.r.t. the Softmax's input come in one step, (p sum(t) - t) / T (1 = yes). */
+int mct_loss_fused(const mct_net *net, uint8_t kind);
+/* Summed loss of nb samples after mct_forward (targets t [nb][n_out]) and its gradient into g [nb][n_out]:
+ * dL/dy, or, when mct_loss_fused, dL/d(the last layer's input); training starts its backward pass from there. */
+float mct_net_loss(const mct_net *net, const float *arena, uint32_t nb, uint8_t kind, float param, const float *t,
+                   float *g);
+/* After mct_forward: mct_net_loss and the backward pass from its gradient (gin, sink as for mct_backward;
+ * scratch_n >= mct_scratch_size(net, nb, host, gin != NULL) + n_out * nb, the last n_out * nb floats take the
+ * loss gradient); returns the summed loss. */
+float mct_loss_backward(const mct_net *net, float *params, float *arena, uint32_t nb, uint8_t kind, float param,
+                        const float *t, float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n,
+                        int host);
 /* Apply gradient sums (divided by div) to the parameters of every trainable layer. */
 void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
                float *state, float div);
