@@ -36,6 +36,7 @@ cdef extern from "mct.h" nogil:
         float div
     enum: MCT_OK, MCT_E_NONFINITE, MCT_E_NONFINITE_GRAD, MCT_E_NONFINITE_INPUT
     enum: MCT_SAVE_MAGIC, MCT_SAVE_HEADER
+    enum: MCT_I8_WEIGHTS_BIT
     ctypedef struct mct_layer_size:
         uint32_t params, aux, out, scratch
         uint64_t consts
@@ -184,6 +185,11 @@ def train_state_init():
 def save_layout():
     """The firmware's save layout (mct.h): (magic, header bytes)."""
     return MCT_SAVE_MAGIC, MCT_SAVE_HEADER
+
+
+def i8_weights_bit():
+    """The MCT_OPS_MASK bit that compiles in int8-weight (MCT_STORE_I8) layers."""
+    return MCT_I8_WEIGHTS_BIT
 
 
 def save_slot_bytes(uint32_t n_params, uint32_t slots):

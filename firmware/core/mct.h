@@ -25,7 +25,8 @@ extern "C" {
  *   MCT_OPT_ONLY=k   the one optimizer kind (enum mct_opt_kind) the device trains with;
  *   MCT_LOSS_ONLY=k  the one loss (enum mct_loss_kind) it trains on;
  *   MCT_OPS_MASK=m   the layer ops it uses: bit op (enum mct_op) set, plus bit 0 for frozen Dense
- *                    layers kept in flash; ops left out are rejected by mct_net_check;
+ *                    layers kept in flash and bit MCT_I8_WEIGHTS_BIT (31) for those with int8 weights
+ *                    (MCT_STORE_I8); ops left out are rejected by mct_net_check;
  *   MCT_ACTS_MASK=m  the activations it uses: bit kind (enum mct_act).
  * Without them (the host) everything is compiled in. The host build also defines MCT_HOST_KERNELS
  * (batch paths that transpose into scratch, see gemm.c) and wider MCT_TILE_M / MCT_TILE_N. */
@@ -45,6 +46,8 @@ extern "C" {
 #ifndef MCT_ACTS_MASK
 #define MCT_ACTS_MASK 0xFFFFu
 #endif
+/* The MCT_OPS_MASK bit of int8-weight (MCT_STORE_I8) const layers (the ops stay below it). */
+#define MCT_I8_WEIGHTS_BIT 31
 /* Is layer op (or activation kind) compiled in? A constant for constant arguments. */
 #define MCT_WITH_OP(op) ((((uint32_t)(MCT_OPS_MASK)) >> (op)) & 1u)
 #define MCT_WITH_ACT(kind) ((((uint32_t)(MCT_ACTS_MASK)) >> (kind)) & 1u)
@@ -150,8 +153,11 @@ static inline uint32_t mct_i8_floats(uint32_t n) { return (n + 3u) / 4u; }
 /* Where a layer's parameters live (mct_layer.storage). Only frozen Dense/Linear layers may live in
  * the const blob (net->cdata, flash on a device), at byte offset p_off:
  *   MCT_STORE_F32: W f32 [n_in][n_out], then b f32 [n_out] for Linear.
- *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_in][n_out]:
- *                  y[o] = (sum_i x[i] * W[i][o]) * scale[o] (+ b[o]).
+ *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_in][n_out]. Each
+ *                  sample's input is quantized once, symmetric: m = max |x|, q[i] = round(x[i] * (127 / m))
+ *                  (ties to even, in [-127, 127]; q = 0 when m <= 1e-30), then in integers and one float
+ *                  step per output: y[o] = (float)(sum_i q[i] * W[i][o]) * ((m / 127) * scale[o]) (+ b[o]);
+ *                  a sample with an inf or NaN input gives NaN outputs.
  *   MCT_STORE_Q:   the constants of a full-integer op (MCT_OP_QUANT ... MCT_OP_QLUT, layouts there);
  *                  those ops always have this storage. */
 #define MCT_STORAGE_ENUM(NAME, VALUE) MCT_STORE_##NAME = VALUE,
