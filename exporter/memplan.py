@@ -42,7 +42,7 @@ AVR_OP_CODE = {
     Op.QDENSE: 2700,
 }
 AVR_OPT_CODE = {OptKind.RMSPROP: 1700, OptKind.RMSPROP_MOMENTUM: 2100, OptKind.ADAM: 2700}
-AVR_I8_WEIGHTS_CODE = 2200  # frozen layers with int8 weights (quant='int8': the input quantized in soft float)
+AVR_I8_WEIGHTS_CODE = 900  # frozen layers with int8 weights (quant="int8": the input quantized in soft float)
 
 
 class MemoryPlanError(McuTrainError, ValueError):
