@@ -12,7 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mcutrain.corefacts import CONST_STORAGE_OPS, Op, Storage
+from mcutrain.corefacts import CONST_STORAGE_OPS, I8_WEIGHTS_BIT, Op, Storage
 from mcutrain.program import Program
 
 Segments = Sequence[Tuple[int, int, int]]  # (device RAM offset, host offset, count) of each RAM block
@@ -60,6 +60,8 @@ class DeviceModel:
             ops |= 1 << int(d.op)
             if d.op in CONST_STORAGE_OPS and d.storage in (Storage.F32, Storage.I8):
                 ops |= 1  # bit 0: layers kept in the const blob
+            if d.op in CONST_STORAGE_OPS and d.storage == Storage.I8:
+                ops |= 1 << I8_WEIGHTS_BIT  # int8 weights (MCT_I8_WEIGHTS_BIT)
             if d.op in (Op.ACT, Op.GLU):
                 acts |= 1 << d.kind
         return [

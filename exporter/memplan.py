@@ -7,7 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from mcutrain.corefacts import LAYER_DTYPE, QUANT_OPS, WRITES_I8, Op, OptKind, layer_size_of, save_slot_bytes
+from mcutrain.corefacts import (
+    LAYER_DTYPE,
+    QUANT_OPS,
+    WRITES_I8,
+    Op,
+    OptKind,
+    Storage,
+    layer_size_of,
+    save_slot_bytes,
+)
 
 from ..errors import McuTrainError
 from .boards import Board
@@ -33,6 +42,7 @@ AVR_OP_CODE = {
     Op.QDENSE: 2700,
 }
 AVR_OPT_CODE = {OptKind.RMSPROP: 1700, OptKind.RMSPROP_MOMENTUM: 2100, OptKind.ADAM: 2700}
+AVR_I8_WEIGHTS_CODE = 900  # frozen layers with int8 weights (quant="int8": the input quantized in soft float)
 
 
 class MemoryPlanError(McuTrainError, ValueError):
@@ -107,7 +117,8 @@ def extra_code(m: DeviceModel, board: Board) -> int:
         return 0
     ops = {d.op for d in m.program.layers}
     kind = OptKind(int(m.opt_cfg[0]["kind"]))
-    return sum(AVR_OP_CODE.get(op, 0) for op in ops) + AVR_OPT_CODE.get(kind, 0)
+    i8 = any(d.storage == Storage.I8 for d in m.program.layers)
+    return sum(AVR_OP_CODE.get(op, 0) for op in ops) + AVR_OPT_CODE.get(kind, 0) + (AVR_I8_WEIGHTS_CODE if i8 else 0)
 
 
 def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:

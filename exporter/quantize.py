@@ -3,7 +3,8 @@
 Modes (`build_device_model(quant=...)`):
 - 'f32': every frozen Dense/Linear keeps f32 weights in flash.
 - 'int8': frozen Dense/Linear layers keep int8 weights (symmetric, one f32 scale per output) in flash
-  and compute in float (MCT_STORE_I8), for targets with an FPU.
+  (MCT_STORE_I8), for targets with an FPU: the device quantizes each input once (symmetric, per sample),
+  sums integer products and applies one float scale per output.
 - 'int8-full': full-integer int8 for targets without an FPU. Each run of consecutive frozen Dense/Linear
   layers and elementwise activations before the first trainable layer (with at least one Dense in it)
   becomes QUANT -> QDENSE / QLUT ... -> DEQUANT (enum mct_op in firmware/core/mct.h):

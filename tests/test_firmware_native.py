@@ -1029,3 +1029,42 @@ def test_firmware_links_only_the_ops_the_model_uses(roundtrip: RoundTrip, tmp_pa
     assert "mct_rmsnorm_forward" not in small and "mct_rmsnorm_backward" not in small
     every = defined_functions(roundtrip.program)
     assert {"mct_dense_forward", "mct_glu_forward", "mct_rmsnorm_forward"} <= every
+
+
+# ============================================================================ fused softmax cross-entropy
+
+
+def test_native_firmware_trains_a_confident_wrong_answer_like_pytorch(tmp_path: Path) -> None:
+    """The exported firmware fuses Softmax(T) and cross-entropy too (issue 9): on a sample it gets wrong with
+    a logit gap far beyond 69 T, one TRAIN step moves the weights as float64 PyTorch's cross_entropy(z / T)
+    does (through the clamped outputs the step was ~0), bit for bit as the host's twin."""
+    import torch
+
+    temperature, lr = 0.1, 0.01
+    net = Sequential(L.Linear(3, 4), L.Softmax(temperature)).rand_params(seed=5)
+    p = net.params.copy()
+    p[12] = 12.0  # the bias of output 0: class 0 wins every input by far
+    net.params = p
+    x = np.array([1.0, 0.5, -0.5], np.float32)
+    t = np.array([0.0, 1.0, 0.0, 0.0], np.float32)
+    assert net.forward(x)[1] < 1e-30
+    opt = net.new_sgd(TrainParams(lr=lr))
+    r = export_project(Checkpoint(net, opt), "native", tmp_path / "p", loss=losses.cross_entropy)
+    (build,) = gcc_build_all([(r.path, tmp_path / "program", ["-O2"])])
+    w = torch.tensor(p[:12].astype(np.float64).reshape(3, 4), requires_grad=True)
+    b = torch.tensor(p[12:].astype(np.float64), requires_grad=True)
+    z = torch.tensor(x.astype(np.float64)).reshape(1, 3) @ w + b
+    want_loss = torch.nn.functional.cross_entropy(z / temperature, torch.tensor(t.astype(np.float64)).reshape(1, 4))
+    want_loss.backward()
+    assert w.grad is not None and b.grad is not None
+    want = np.concatenate([(w - lr * w.grad).detach().numpy().ravel(), (b - lr * b.grad).detach().numpy()])
+    twin = DeviceTwin(r.model)
+    with firmware(build.program, tmp_path / "store.bin") as dev:
+        loss, step = dev.train(x, t)
+        assert step == 1 and same_bits(loss, twin.train(x, t))
+        params, _, _ = dev.pull()
+        assert_same_bits(params, twin.params, "parameters vs the twin")
+        assert quit_and_stderr(dev)[0] == 0
+    assert loss == pytest.approx(want_loss.item(), rel=1e-5)
+    np.testing.assert_allclose(params, want, rtol=1e-5, atol=1e-5)
+    assert params[12] < 12.0 - 0.5 * lr / temperature  # the wrong class's bias fell by about lr / T

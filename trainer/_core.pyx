@@ -37,6 +37,7 @@ cdef extern from "mct.h" nogil:
         float div
     enum: MCT_OK, MCT_E_NONFINITE, MCT_E_NONFINITE_GRAD, MCT_E_NONFINITE_INPUT
     enum: MCT_SAVE_MAGIC, MCT_SAVE_HEADER
+    enum: MCT_I8_WEIGHTS_BIT
     ctypedef struct mct_layer_size:
         uint32_t params, aux, out, scratch
         uint64_t consts
@@ -50,6 +51,9 @@ cdef extern from "mct.h" nogil:
     float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb)
     void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,
                       const mct_sink *sink, float *scratch, uint32_t scratch_n, int host)
+    float mct_loss_backward(const mct_net *net, float *params, float *arena, uint32_t nb, uint8_t kind, float param,
+                            const float *t, float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n,
+                            int host)
     void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
                    float *state, float div)
     float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind, float loss_param,
@@ -182,6 +186,11 @@ def train_state_init():
 def save_layout():
     """The firmware's save layout (mct.h): (magic, header bytes)."""
     return MCT_SAVE_MAGIC, MCT_SAVE_HEADER
+
+
+def i8_weights_bit():
+    """The MCT_OPS_MASK bit that compiles in int8-weight (MCT_STORE_I8) layers."""
+    return MCT_I8_WEIGHTS_BIT
 
 
 def save_slot_bytes(uint32_t n_params, uint32_t slots):
@@ -432,6 +441,31 @@ cdef class CoreNet:
             mct_backward(&self.net, _fp(params, &empty), &arena[0], nb, &gout[0, 0], &gi[0, 0], &sink, &sc[0],
                          sc.shape[0], 1)
         return gin, grads[:self.net.n_params]
+
+    def loss_backward(self, float[::1] params, float[::1] arena, int kind, float param, float[:, ::1] t):
+        """(summed loss, dL/dx (nb, n_in), parameter gradients summed over the batch (n_params,)) of the loss
+        after a traced forward pass, as training computes them (mct_loss_backward: cross-entropy after a final
+        Softmax in one fused step)."""
+        cdef uint32_t nb = t.shape[0]
+        if arena.shape[0] != self.net.arena * nb:
+            raise ValueError("the trace belongs to a batch of another size")
+        _need(params.shape[0], self.net.n_params, "params")
+        if t.shape[1] != self.net.n_out:
+            raise ValueError("targets have %d values per sample, the network %d" % (t.shape[1], self.net.n_out))
+        cdef float empty = 0
+        gin = np.empty((nb, self.net.n_in), np.float32)
+        grads = np.zeros(max(self.net.n_params, 1), np.float32)
+        scratch = np.empty(mct_scratch_size(&self.net, nb, 1, 1) + self.net.n_out * nb, np.float32)
+        cdef float[:, ::1] gi = gin
+        cdef float[::1] g = grads, sc = scratch
+        cdef mct_sink sink
+        cdef float total
+        sink.grads = &g[0]
+        sink.div = 1.0
+        with nogil:
+            total = mct_loss_backward(&self.net, _fp(params, &empty), &arena[0], nb, <uint8_t>kind, param, &t[0, 0],
+                                      &gi[0, 0], &sink, &sc[0], sc.shape[0], 1)
+        return total, gin, grads[:self.net.n_params]
 
     def apply(self, uint8_t[::1] opt, uint8_t[::1] ts, float[::1] params, float[::1] grads, float[::1] state,
               float div, float loss):

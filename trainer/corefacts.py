@@ -164,6 +164,7 @@ def i8_floats(n: int) -> int:
 
 
 SAVE_MAGIC, SAVE_HEADER = (int(v) for v in _core.save_layout())
+I8_WEIGHTS_BIT = int(_core.i8_weights_bit())  # the MCT_OPS_MASK bit of int8-weight const layers
 
 
 def save_slot_bytes(n_params: int, slots: int) -> int:
@@ -200,6 +201,7 @@ __all__ = [
     "layer_size_of",
     "i8_floats",
     "SAVE_MAGIC",
+    "I8_WEIGHTS_BIT",
     "SAVE_HEADER",
     "save_slot_bytes",
 ]

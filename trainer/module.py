@@ -240,6 +240,21 @@ class Module:
             gin, grads = self._corenet().backward(self._ensure_buf(), trace.arena, g)
         return (gin[0] if trace.single else gin), Gradients(grads, trace.samples)
 
+    def backprop_loss(self, trace: Trace, loss: Any, targets: Any) -> Tuple[float, np.ndarray, Gradients]:
+        """(mean loss, grads w.r.t. the input, parameter gradients summed over the trace's samples) of a loss
+        (mcutrain.losses) on the traced outputs, computed as training computes them: cross-entropy after a final
+        Softmax(T) takes its gradient w.r.t. the Softmax's input in one step, (p - t) / T, and its value from
+        log-softmax, so a confidently wrong answer keeps its full gradient (backprop with the loss's dL/dy goes
+        through the softmax outputs, clamped at 1e-30)."""
+        t, _ = as_batch(targets, self._out_width(), "targets")
+        if t.shape[0] != trace.samples:
+            raise ShapeError(f"targets have {t.shape[0]} samples, the trace has {trace.samples}")
+        total, gin, grads = self._corenet().loss_backward(
+            self._ensure_buf(), trace.arena, int(loss.kind), float(loss.param), t
+        )
+        mean = float(np.float32(total) / np.float32(trace.samples))
+        return mean, (gin[0] if trace.single else gin), Gradients(grads, trace.samples)
+
     def update(self, optimizer: Union[Optimizer, TrainParams], self_grads: Gradients, loss: float = 1.0) -> None:
         """Apply one optimizer step with the mean of self_grads (loss is used by scale_by_loss)."""
         opt = as_optimizer(optimizer, self)

@@ -258,18 +258,43 @@ void mct_transpose(const float *A, float *AT, uint32_t rows, uint32_t cols) {
 }
 
 /* The fused update of one sample's weight gradients x[i] * gy[o] (the device path), with a loop per
- * optimizer kind so that no per-weight branch on the kind remains; the update is mct_opt_elem_k's. */
+ * optimizer kind so that no per-weight branch on the kind remains; the update is mct_opt_elem_k's. With gx,
+ * the same pass over a row of W first adds the row's term of dL/dx (gx[i] = sum over o ascending of
+ * gy[o] * W[i][o], from the o = 0 product, as mct_gemm_bt sums it) from each weight before its update. */
+#if !defined(__AVR__)
 #define FUSED_LOOP(KIND, REG)                                                                              \
     for (uint32_t i = 0; i < n_in; i++) {                                                                 \
         float xi = x[i], *wr = W + (size_t)i * n_out, *sr = st + (size_t)i * n_out;                      \
+        if (gx) {                                                                                         \
+            float a = gy[0] * wr[0];                                                                      \
+            mct_opt_elem_k((KIND), (REG), oc, sc, lr, &wr[0], xi * gy[0], sr, stride, 1);                \
+            for (uint32_t o = 1; o < n_out; o++) {                                                        \
+                a = a + gy[o] * wr[o];                                                                    \
+                mct_opt_elem_k((KIND), (REG), oc, sc, lr, &wr[o], xi * gy[o], sr + o, stride, 1);        \
+            }                                                                                             \
+            gx[i] = a;                                                                                    \
+            continue;                                                                                     \
+        }                                                                                                 \
         for (uint32_t o = 0; o < n_out; o++)                                                            \
             mct_opt_elem_k((KIND), (REG), oc, sc, lr, &wr[o], xi * gy[o], sr + o, stride, 1);           \
     }
+#else   /* AVR: one copy of the loop (flash is scarce), the same sums */
+#define FUSED_LOOP(KIND, REG)                                                                              \
+    for (uint32_t i = 0; i < n_in; i++) {                                                                 \
+        float xi = x[i], *wr = W + (size_t)i * n_out, *sr = st + (size_t)i * n_out, a = 0.0f;            \
+        for (uint32_t o = 0; o < n_out; o++) {                                                            \
+            if (gx) a = o ? a + gy[o] * wr[o] : gy[o] * wr[o];                                            \
+            mct_opt_elem_k((KIND), (REG), oc, sc, lr, &wr[o], xi * gy[o], sr + o, stride, 1);            \
+        }                                                                                                 \
+        if (gx) gx[i] = a;                                                                                \
+    }
+#endif
 #define FUSED_ROWS(KIND)                                                                                   \
     if (mct_opt_regularizes(oc)) FUSED_LOOP(KIND, 1) else FUSED_LOOP(KIND, 0)
 
-/* Weights of one sample (batch of 1, so the gradient sum is the single product) updated in place. */
-static void fused_weights_1(const mct_layer *L, float *W, uint32_t q0, const float *x, const float *gy,
+/* Weights of one sample (batch of 1, so the gradient sum is the single product) updated in place, and
+ * dL/dx into gx unless NULL, in one pass over W. */
+static void fused_weights_1(const mct_layer *L, float *W, uint32_t q0, const float *x, const float *gy, float *gx,
                             uint32_t n_in, uint32_t n_out, const mct_sink *sink) {
     const mct_opt *oc = sink->opt;      /* pointers, not copies: this runs on the device, stack is tight */
     const mct_step *sc = sink->step;
@@ -289,6 +314,10 @@ void mct_matmul_backward(const mct_layer *L, float *p, uint32_t j0, const float 
                          uint32_t nb, uint32_t n_in, uint32_t n_out, const mct_sink *sink, float *tmp, int host) {
     const float *W = p + j0;
     host = host && MCT_HOST;
+    if (sink && !sink->grads && nb == 1 && sink->div == 1.0f && !host) {
+        fused_weights_1(L, p + j0, L->p_off + j0, x, gy, gx, n_in, n_out, sink);   /* one pass: dL/dx and update */
+        return;
+    }
     /* input gradient first: it needs the weights before an APPLY-mode sink changes them */
     if (gx) {
 #if MCT_HOST && MCT_TILE_M > 1
@@ -319,7 +348,7 @@ void mct_matmul_backward(const mct_layer *L, float *p, uint32_t j0, const float 
         return;
     }
     if (!sink->grads && nb == 1 && sink->div == 1.0f) {
-        fused_weights_1(L, p + j0, L->p_off + j0, x, gy, n_in, n_out, sink);
+        fused_weights_1(L, p + j0, L->p_off + j0, x, gy, NULL, n_in, n_out, sink);
         return;
     }
     for (uint32_t i = 0; i < n_in; i++)          /* stored, or applied for a batch on a device */

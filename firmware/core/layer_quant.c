@@ -3,11 +3,15 @@
  * without an FPU. Their constants and byte layouts are described at enum mct_op (mct.h).
  *
  * QDENSE and QLUT use integers only; QUANT and DEQUANT use one float multiply per element. Nothing here
- * can overflow a signed type or shift a negative number, whatever the blob holds: the sum of int8 products
- * is bounded by 65535 * 255 * 128 < 2^31, the biased accumulator saturates to 31 bits before the int64
+ * can overflow a signed type or shift a negative number, whatever the blob holds: the sums of int8 products
+ * and of weights are bounded by 65535 * 128 * 128 < 2^30 (their difference by 65535 * 255 * 128 < 2^31),
+ * the biased accumulator saturates to 31 bits before the int64
  * product with the 31-bit multiplier, shifts are clamped to [1, 62] and rounding works on magnitudes.
  * Rounding is to nearest, ties away from zero, everywhere. */
 #include "mct_layers.h"
+#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+#include <arm_acle.h>
+#endif
 
 /* A zero point read from the blob, clamped to the int8 range. */
 static int32_t zero_point(const uint8_t *c) {
@@ -89,12 +93,81 @@ void mct_dequantize_forward(const mct_layer *L, const uint8_t *c, const float *x
     }
 }
 
-/* round(a * mult / 2^shift), ties away from zero, for |a| < 2^31 and |mult| <= 2^31. */
-static int64_t requantize(int32_t a, int32_t mult, int32_t shift) {
-    int32_t n = shift < 1 ? 1 : (shift > 62 ? 62 : shift);
-    int64_t p = (int64_t)a * (int64_t)mult;     /* |p| <= 2^62 */
-    int64_t half = (int64_t)1 << (n - 1);
-    return p >= 0 ? (p + half) >> n : -((-p + half) >> n);
+/* a * b of two int8 as a 16-bit product: one 8 x 8 multiply (AVR's muls, which a compiler would widen to a
+ * 16 x 16 -> 32 call inside a 32-bit sum). */
+static MCT_INLINE int16_t mul8(int8_t a, int8_t b) {
+#if defined(__AVR__) && defined(__AVR_HAVE_MUL__)
+    int16_t r;
+    __asm__("muls %1, %2\n\tmovw %0, r0\n\tclr __zero_reg__" : "=r"(r) : "d"(a), "d"(b) : "r0", "r1");
+    return r;
+#else
+    return (int16_t)(a * b);
+#endif
+}
+
+/* sum of x[i] * w[i] (w in const memory) over n < 256 values, and the sum of the w[i] into *wsum; a function of
+ * its own so that its few accumulators get registers on AVR. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n, int16_t *wsum) {
+    int32_t acc = 0;
+    int16_t ws = 0;
+#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+    /* Cortex-M4/M7/M33: four bytes per load, two 16 x 16 products per SMLAD; the integer sums are exact, so
+     * they equal the plain loop's below (and every other target's) */
+    int32_t ws32 = 0;
+    for (; n >= 4u; n -= 4u, x += 4, w += 4) {
+        uint32_t xv, wv;
+        memcpy(&xv, x, 4);
+        memcpy(&wv, w, 4);
+        int16x2_t w02 = __sxtb16(wv), w13 = __sxtb16(wv >> 8);
+        acc = __smlad(__sxtb16(xv), w02, acc);
+        acc = __smlad(__sxtb16(xv >> 8), w13, acc);
+        ws32 = __smlad(w02, 0x00010001, ws32);
+        ws32 = __smlad(w13, 0x00010001, ws32);
+    }
+    ws = (int16_t)ws32;
+#endif
+    for (; n; n--) {
+        int8_t wv = mct_cload_i8(w++);
+        acc += mul8(*x++, wv);
+        ws = (int16_t)(ws + wv);
+    }
+    *wsum = ws;
+    return acc;
+}
+
+/* round(a * mult / 2^shift), ties away from zero, for |a| < 2^31 and |mult| <= 2^31, saturated to +-2^30 (the
+ * caller adds a zero point and clamps to int8, so that changes nothing). In 32-bit pieces: the 64-bit product
+ * of the magnitudes from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves (on
+ * AVR a 64-bit multiply or shift is a slow library call); exact, so every target gets the same integer. */
+static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
+    uint32_t n = shift < 1 ? 1u : (shift > 62 ? 62u : (uint32_t)shift);
+    uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
+    uint16_t a0 = (uint16_t)ma, a1 = (uint16_t)(ma >> 16), b0 = (uint16_t)mm, b1 = (uint16_t)(mm >> 16);
+    uint32_t lo = (uint32_t)a0 * b0, m1 = (uint32_t)a0 * b1, m2 = (uint32_t)a1 * b0, hi = (uint32_t)a1 * b1;
+    uint32_t t = lo + (m1 << 16);
+    hi += (m1 >> 16) + (m2 >> 16) + (t < lo);
+    lo = t + (m2 << 16);
+    hi += lo < t;                                    /* hi:lo = ma * mm <= 2^62 */
+    if (n <= 32u) {                                  /* + 2^(n - 1): no carry out of hi (the sum is < 2^63) */
+        t = lo + ((uint32_t)1 << (n - 1u));
+        hi += t < lo;
+        lo = t;
+    } else {
+        hi += (uint32_t)1 << (n - 33u);
+    }
+    uint32_t r, over;
+    if (n < 32u) {
+        r = (lo >> n) | (hi << (32u - n));
+        over = hi >> n;
+    } else {
+        r = hi >> (n - 32u);
+        over = 0;
+    }
+    if (over || r > 0x40000000u) r = 0x40000000u;
+    return ((a < 0) != (mult < 0)) ? -(int32_t)r : (int32_t)r;
 }
 
 void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
@@ -107,16 +180,20 @@ void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, fl
         int8_t *ys = (int8_t *)y + (size_t)s * sy;
         for (uint32_t o = 0; o < O; o++) {
             const uint8_t *wo = w + (size_t)o * I;
-            int32_t acc = 0;
-            for (uint32_t i = 0; i < I; i++) {
-                /* |x - zx| <= 255 and |w| <= 128: the product fits a 16-bit int (AVR) */
-                int16_t d = (int16_t)((int16_t)xs[i] - (int16_t)zx);
-                acc += (int32_t)(d * (int16_t)mct_cload_i8(wo + i));
+            /* sum (x - zx) w = sum x w - zx sum w: each product of two int8 is an 8 x 8 multiply whose
+             * result fits 16 bits (AVR's muls), summed in 32 bits; both sums are exact (|.| < 2^30) */
+            int32_t xw = 0, ws = 0;
+            for (uint32_t i0 = 0; i0 < I; i0 += 255u) {   /* at most 255 weights at a time: their sum fits 16 bits */
+                uint32_t n = I - i0 < 255u ? I - i0 : 255u;
+                int16_t ws16;
+                xw += dot8(xs + i0, wo + i0, n, &ws16);
+                ws += ws16;
             }
-            int64_t a = (int64_t)mct_cload_i32(bias + 4u * o) + acc;
-            if (a > INT32_MAX) a = INT32_MAX;
-            else if (a < -INT32_MAX) a = -INT32_MAX;
-            int64_t r = requantize((int32_t)a, mct_cload_i32(mult + 4u * o), mct_cload_i32(shift + 4u * o)) + zy;
+            int32_t acc = xw - zx * ws;
+            int32_t bo = mct_cload_i32(bias + 4u * o), a;   /* bias + acc saturated to +-(2^31 - 1) */
+            if (acc >= 0) a = bo > INT32_MAX - acc ? INT32_MAX : (bo + acc < -INT32_MAX ? -INT32_MAX : bo + acc);
+            else a = bo < -INT32_MAX - acc ? -INT32_MAX : bo + acc;
+            int32_t r = requantize(a, mct_cload_i32(mult + 4u * o), mct_cload_i32(shift + 4u * o)) + zy;
             ys[o] = (int8_t)(r < -128 ? -128 : (r > 127 ? 127 : r));
         }
     }

@@ -2,7 +2,8 @@
  *   MSE        mean (y - t)^2                              grad 2 (y - t) / n
  *   Huber(b)   mean of d^2/2 if |d| < b else b (|d| - b/2)  grad d / n or b sign(d) / n
  *   BCE        -mean t log y + (1 - t) log(1 - y), y in (0, 1) (clamped to [1e-7, 1 - 1e-7])
- *   XENT       -sum t log y on softmax outputs (y clamped at 1e-30)
+ *   XENT       -sum t log y on softmax outputs (y clamped at 1e-30); a network that ends in Softmax trains
+ *              through the fused mct_softmax_xent instead (mct_net_loss, train.c)
  *   COSINE     1 - cos(y, t) (0 gradient when a norm is 0) */
 #include "mct_layers.h"
 

@@ -25,7 +25,8 @@ extern "C" {
  *   MCT_OPT_ONLY=k   the one optimizer kind (enum mct_opt_kind) the device trains with;
  *   MCT_LOSS_ONLY=k  the one loss (enum mct_loss_kind) it trains on;
  *   MCT_OPS_MASK=m   the layer ops it uses: bit op (enum mct_op) set, plus bit 0 for frozen Dense
- *                    layers kept in flash; ops left out are rejected by mct_net_check;
+ *                    layers kept in flash and bit MCT_I8_WEIGHTS_BIT (31) for those with int8 weights
+ *                    (MCT_STORE_I8); ops left out are rejected by mct_net_check;
  *   MCT_ACTS_MASK=m  the activations it uses: bit kind (enum mct_act).
  * Without them (the host) everything is compiled in. The host build also defines MCT_HOST_KERNELS
  * (batch paths that transpose into scratch, see gemm.c) and wider MCT_TILE_M / MCT_TILE_N. */
@@ -45,6 +46,8 @@ extern "C" {
 #ifndef MCT_ACTS_MASK
 #define MCT_ACTS_MASK 0xFFFFu
 #endif
+/* The MCT_OPS_MASK bit of int8-weight (MCT_STORE_I8) const layers (the ops stay below it). */
+#define MCT_I8_WEIGHTS_BIT 31
 /* Is layer op (or activation kind) compiled in? A constant for constant arguments. */
 #define MCT_WITH_OP(op) ((((uint32_t)(MCT_OPS_MASK)) >> (op)) & 1u)
 #define MCT_WITH_ACT(kind) ((((uint32_t)(MCT_ACTS_MASK)) >> (kind)) & 1u)
@@ -150,8 +153,11 @@ static inline uint32_t mct_i8_floats(uint32_t n) { return (n + 3u) / 4u; }
 /* Where a layer's parameters live (mct_layer.storage). Only frozen Dense/Linear layers may live in
  * the const blob (net->cdata, flash on a device), at byte offset p_off:
  *   MCT_STORE_F32: W f32 [n_in][n_out], then b f32 [n_out] for Linear.
- *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_in][n_out]:
- *                  y[o] = (sum_i x[i] * W[i][o]) * scale[o] (+ b[o]).
+ *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_in][n_out]. Each
+ *                  sample's input is quantized once, symmetric: m = max |x|, q[i] = round(x[i] * (127 / m))
+ *                  (ties to even, in [-127, 127]; q = 0 when m <= 1e-30), then in integers and one float
+ *                  step per output: y[o] = (float)(sum_i q[i] * W[i][o]) * ((m / 127) * scale[o]) (+ b[o]);
+ *                  a sample with an inf or NaN input gives NaN outputs.
  *   MCT_STORE_Q:   the constants of a full-integer op (MCT_OP_QUANT ... MCT_OP_QLUT, layouts there);
  *                  those ops always have this storage. */
 #define MCT_STORAGE_ENUM(NAME, VALUE) MCT_STORE_##NAME = VALUE,
@@ -296,6 +302,23 @@ float *mct_forward(const mct_net *net, const float *params, const float *x, floa
  * parameter gradients of trainable layers to sink (APPLY mode updates params); scratch_n >= mct_scratch_size. */
 void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,
                   const mct_sink *sink, float *scratch, uint32_t scratch_n, int host);
+/* mct_backward from the output of layer top - 1 (gout [nb][its n_out] is dL/d that output; top = n_layers is
+ * mct_backward, top = 0 copies gout to gin): the layers top .. n_layers - 1 are skipped. */
+void mct_backward_from(const mct_net *net, uint16_t top, float *params, float *arena, uint32_t nb, const float *gout,
+                       float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n, int host);
+/* Does the gradient of loss kind start below the network's last layer? Cross-entropy after a final Softmax:
+ * the loss and its gradient w.r.t. the Softmax's input come in one step, (p sum(t) - t) / T (1 = yes). */
+int mct_loss_fused(const mct_net *net, uint8_t kind);
+/* Summed loss of nb samples after mct_forward (targets t [nb][n_out]) and its gradient into g [nb][n_out]:
+ * dL/dy, or, when mct_loss_fused, dL/d(the last layer's input); training starts its backward pass from there. */
+float mct_net_loss(const mct_net *net, const float *arena, uint32_t nb, uint8_t kind, float param, const float *t,
+                   float *g);
+/* After mct_forward: mct_net_loss and the backward pass from its gradient (gin, sink as for mct_backward;
+ * scratch_n >= mct_scratch_size(net, nb, host, gin != NULL) + n_out * nb, the last n_out * nb floats take the
+ * loss gradient); returns the summed loss. */
+float mct_loss_backward(const mct_net *net, float *params, float *arena, uint32_t nb, uint8_t kind, float param,
+                        const float *t, float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n,
+                        int host);
 /* Apply gradient sums (divided by div) to the parameters of every trainable layer. */
 void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
                float *state, float div);

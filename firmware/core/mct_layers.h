@@ -218,6 +218,9 @@ void mct_act_backward(const mct_layer *L, float *p, const mct_bwd *b);
 void mct_softmax_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Softmax backward. */
 void mct_softmax_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Cross-entropy -sum t log p of one sample on a Softmax's output p (input x), from log-softmax; its gradient
+ * w.r.t. x, (p sum(t) - t) / T, into gx (layer_softmax.c). */
+float mct_softmax_xent(const mct_layer *L, const float *x, const float *p, const float *t, float *gx);
 /* Swish with learned beta forward (layer_swish.c). */
 void mct_swish_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Swish backward. */

@@ -23,7 +23,8 @@
  *                     backward(net, L, arena, &b) (residual blocks);
  *   reads_i8 / writes_i8  1 when the op's input / output is an int8 tensor in the arena.
  * What each op computes is described at its entry; the byte layouts of the const blob at enum mct_storage
- * (mct.h). Ops are numbered from 1 (bit 0 of MCT_OPS_MASK is the const-blob Dense) and stay below 32. */
+ * (mct.h). Ops are numbered from 1 (bit 0 of MCT_OPS_MASK is the const-blob Dense) and stay below 31
+ * (bit 31: int8 weights, MCT_I8_WEIGHTS_BIT). */
 #define MCT_OP_LIST(X)                                                                                        \
     /* y = x W (+ b if kind == 1); W is [n_in][n_out] row-major, then b[n_out] */                             \
     X(DENSE, 1, dense, CONST, 0, 0)                                                                           \

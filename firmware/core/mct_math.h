@@ -58,9 +58,9 @@ static inline float mct_expf(float x) {
     p = p * r * r + r;
     p = p + 1.0f;
     int32_t n = mct_rint_to_i32(k);                            /* -124 .. 128 */
-    /* 2^n split in two factors so n = 128 does not overflow the exponent field */
-    int32_t n1 = n >> 1, n2 = n - n1;
-    float y = p * mct_u2f((uint32_t)(n1 + 127) << 23) * mct_u2f((uint32_t)(n2 + 127) << 23);
+    /* p * 2^n by adding n to p's exponent field: p is in [0.7, 1.42] (below 1 when n = 128), so the result
+     * is a normal number and exactly the product */
+    float y = mct_u2f(mct_f2u(p) + ((uint32_t)n << 23));
     y = x < -86.0f ? 0.0f : y;
     y = x > 88.5f ? mct_u2f(0x7f800000u) : y;
     return x != x ? x : y;

@@ -54,7 +54,7 @@ int mct_net_check(const mct_net *net) {
         } else if (L->storage != MCT_STORE_RAM) {
             /* only frozen layers of ops with const storage (Dense/Linear) live in the const blob */
             if (!MCT_WITH_OP(0) || !mct_bit(MCT_OPS_CONST_STORAGE, L->op) || L->storage > MCT_STORE_I8 ||
-                L->trainable)
+                (L->storage == MCT_STORE_I8 && !MCT_WITH_OP(MCT_I8_WEIGHTS_BIT)) || L->trainable)
                 return MCT_E_NET;
         } else if ((uint64_t)L->p_off + L->n_p > net->n_params) {
             return MCT_E_NET;
@@ -142,13 +142,20 @@ float *mct_forward(const mct_net *net, const float *params, const float *x, floa
 
 void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,
                   const mct_sink *sink, float *scratch, uint32_t scratch_n, int host) {
+    mct_backward_from(net, net->n_layers, params, arena, nb, gout, gin, sink, scratch, scratch_n, host);
+}
+
+void mct_backward_from(const mct_net *net, uint16_t top, float *params, float *arena, uint32_t nb, const float *gout,
+                       float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n, int host) {
     uint16_t stop = backward_stop(net, gin != NULL);
     size_t w = (size_t)(gin ? net->max_width : grad_width(net, stop)) * nb;
     float *bufs[2] = {scratch, scratch + w}, *tmp = scratch + 2 * w;
     const float *gy = gout;
     int cur = 0;
     (void)scratch_n;
-    for (int l = (int)net->n_layers - 1; l >= (int)stop; l--) {
+    if (gin && top == 0)   /* no layer below the gradient: it is dL/dx itself */
+        for (size_t j = 0; j < (size_t)net->n_in * nb; j++) gin[j] = gout[j];
+    for (int l = (int)top - 1; l >= (int)stop; l--) {
         mct_layer Lc;
         const mct_layer *L = mct_get_layer(net, (uint16_t)l, &Lc);
         mct_bwd b;

@@ -4,14 +4,41 @@
  * needs no grads buffer. Both reach the same mct_opt_elem and give the same bits. */
 #include "mct_layers.h"
 
-/* Loss of nb samples (outputs y, targets t) summed in sample order; dL/dy of each sample into g. */
-static float batch_loss(const mct_net *net, uint8_t kind, float param, const float *y, const float *t,
-                        uint32_t nb, float *g) {
-    float sum = 0.0f;
+int mct_loss_fused(const mct_net *net, uint8_t kind) {
+    if (!MCT_WITH_OP(MCT_OP_SOFTMAX) || MCT_LOSS_KIND(kind) != MCT_LOSS_XENT) return 0;
+    mct_layer Lc;
+    return mct_get_layer(net, (uint16_t)(net->n_layers - 1), &Lc)->op == MCT_OP_SOFTMAX;
+}
+
+float mct_net_loss(const mct_net *net, const float *arena, uint32_t nb, uint8_t kind, float param, const float *t,
+                   float *g) {
+    const float *y = arena + (size_t)net->out_off * nb;
+    float sum = 0.0f;   /* summed in sample order */
+    if (mct_loss_fused(net, kind)) {
+        mct_layer Lc;
+        const mct_layer *L = mct_get_layer(net, (uint16_t)(net->n_layers - 1), &Lc);
+        const float *x = arena + (size_t)L->in_off * nb;
+        for (uint32_t s = 0; s < nb; s++) {
+            size_t o = (size_t)s * net->n_out;
+            sum = sum + mct_softmax_xent(L, x + o, y + o, t + o, g + o);
+        }
+        return sum;
+    }
     for (uint32_t s = 0; s < nb; s++) {
         size_t o = (size_t)s * net->n_out;
         sum = sum + mct_loss(kind, param, y + o, t + o, net->n_out, g + o);
     }
+    return sum;
+}
+
+float mct_loss_backward(const mct_net *net, float *params, float *arena, uint32_t nb, uint8_t kind, float param,
+                        const float *t, float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n,
+                        int host) {
+    /* the loss gradient lives in the last n_out * nb floats of scratch, past what the backward pass uses */
+    float *g = scratch + scratch_n - (size_t)net->n_out * nb;
+    float sum = mct_net_loss(net, arena, nb, kind, param, t, g);
+    uint16_t top = (uint16_t)(mct_loss_fused(net, kind) ? net->n_layers - 1 : net->n_layers);
+    mct_backward_from(net, top, params, arena, nb, g, gin, sink, scratch, scratch_n - net->n_out * nb, host);
     return sum;
 }
 
@@ -31,13 +58,10 @@ float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind
         if (!L->trainable && L->storage == MCT_STORE_RAM)
             for (uint32_t j = 0; j < L->n_p; j++) grads[L->p_off + j] = 0.0f;
     }
-    float *y = mct_forward(net, params, x, arena, nb);
-    /* dL/dy lives in the last n_out * nb floats of scratch, past what the backward pass uses */
-    float *gout = scratch + scratch_n - (size_t)net->n_out * nb;
-    float sum = batch_loss(net, loss_kind, loss_param, y, t, nb, gout);
+    mct_forward(net, params, x, arena, nb);
     mct_sink sink = {grads, 0, 0, 0, 0, 1.0f};
-    mct_backward(net, (float *)params, arena, nb, gout, NULL, &sink, scratch, scratch_n - net->n_out * nb, host);
-    return sum;
+    return mct_loss_backward(net, (float *)params, arena, nb, loss_kind, loss_param, t, NULL, &sink, scratch,
+                             scratch_n, host);
 }
 
 int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
@@ -67,14 +91,15 @@ int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *s
     }
     if (o->sim_penalty > 0.0f && (o->kind == MCT_OPT_MOMENTUM || o->kind == MCT_OPT_RMSPROP_MOMENTUM))
         return MCT_E_UNSUPPORTED;
-    float *y = mct_forward(net, params, x, arena, nb);
+    mct_forward(net, params, x, arena, nb);
     float *gout = scratch + scratch_n - (size_t)net->n_out * nb;
-    float mean = mct_div(batch_loss(net, loss_kind, loss_param, y, t, nb, gout), (float)nb);
+    float mean = mct_div(mct_net_loss(net, arena, nb, loss_kind, loss_param, t, gout), (float)nb);
     *loss = mean;
     if (!mct_all_finite(&mean, 1)) return MCT_E_NONFINITE;
     mct_step s = mct_step_begin(o, ts, mean);
     mct_sink sink = {0, o, &s, state, net->n_params, (float)nb};
-    mct_backward(net, params, arena, nb, gout, NULL, &sink, scratch, scratch_n - net->n_out * nb, 0);
+    uint16_t top = (uint16_t)(mct_loss_fused(net, loss_kind) ? net->n_layers - 1 : net->n_layers);
+    mct_backward_from(net, top, params, arena, nb, gout, NULL, &sink, scratch, scratch_n - net->n_out * nb, 0);
     mct_step_end(o, ts);
     return MCT_OK;
 }

@@ -1083,6 +1083,35 @@ static void test_loss_cross_entropy(void) {
     CHECK(close_to(v, -log((double)1e-30f), 2e-6) && is_finite(g0[0]) && g0[1] == 0.0f);
 }
 
+/* Cross-entropy after a final Softmax(T) is fused: (p - t) / T w.r.t. the logits, even when the true class's
+ * probability underflows (gap 10 at T = 0.1, far beyond 69 T), and the loss is the log-softmax one. */
+static void test_softmax_xent_fused(void) {
+    netb b;
+    nb_init(&b, 4);
+    nb_add(&b, MCT_OP_SOFTMAX, 0, 4, 0, 0.1f);
+    const mct_net *net = nb_finish(&b);
+    CHECK(mct_net_check(net) == MCT_OK);
+    CHECK(mct_loss_fused(net, MCT_LOSS_XENT) && !mct_loss_fused(net, MCT_LOSS_MSE));
+    const float x[4] = {10.0f, 0.0f, 0.5f, -0.5f}, t[4] = {0.0f, 1.0f, 0.0f, 0.0f};
+    float arena[8], gin[4], scratch[64];
+    uint32_t sn = mct_scratch_size(net, 1, 0, 1) + 4u;
+    CHECK(sn <= 64u);
+    mct_forward(net, NULL, x, arena, 1);
+    mct_sink sink = {NULL, 0, 0, 0, 0, 1.0f};
+    float loss = mct_loss_backward(net, NULL, arena, 1, MCT_LOSS_XENT, 0.0f, t, gin, &sink, scratch, sn, 0);
+    double z[4], m = 0.0, lse;
+    for (int j = 0; j < 4; j++) z[j] = (double)x[j] / (double)0.1f;
+    lse = 0.0;
+    for (int j = 0; j < 4; j++) lse += exp(z[j] - z[0]);
+    lse = z[0] + log(lse);
+    CHECKF(close_to(loss, lse - z[1], 1e-6), "loss %g", (double)loss);
+    for (int j = 0; j < 4; j++) {
+        double p = exp(z[j] - lse), want = (p - (double)t[j]) / (double)0.1f;
+        m = fabs((double)gin[j] - want);
+        CHECKF(m <= 1e-5 * (fabs(want) + 1e-3), "dL/dx[%d] = %g, want %g", j, (double)gin[j], want);
+    }
+}
+
 static void test_loss_cosine(void) {
     const float y[3] = {1.0f, 0.0f, 0.0f}, t[3] = {1.0f, 1.0f, 0.0f};
     /* c = 1 / sqrt 2; grad = -(t / (|y||t|) - c y / |y|^2) = [0, -1/sqrt2, 0] */
@@ -1478,6 +1507,7 @@ int main(void) {
     RUN(test_loss_huber);
     RUN(test_loss_bce);
     RUN(test_loss_cross_entropy);
+    RUN(test_softmax_xent_fused);
     RUN(test_loss_cosine);
     RUN(test_train_step_loss_is_batch_mean);
     RUN(test_quant_ops_by_hand);
