@@ -20,7 +20,7 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import pytest
 
@@ -51,6 +51,9 @@ FS_EVENTS = {
 }
 
 
+Work = Union[List[str], Callable[[], Any]]
+
+
 def make_model(path: Path, seed: int, hidden: int) -> Path:
     """A small model file with an Adam optimizer."""
     net = Sequential(L.Linear(3, hidden), L.Tanh(), L.Linear(hidden, 2)).rand_params(seed=seed)
@@ -64,11 +67,12 @@ def files_of(root: Path) -> Dict[str, bytes]:
 
 
 class Child:
-    """`mcutrain ARGS` in a forked child of this process. kill_at: SIGKILL it just before its kill_at-th
-    file-system operation (1-based). fallback: the child cannot exchange folders (as on a system without
-    renameat2), so it swaps with two renames. hold: the child waits until go() before it starts."""
+    """`mcutrain ARGS` (or a function, called without arguments) in a forked child of this process. kill_at:
+    SIGKILL it just before its kill_at-th file-system operation (1-based). fallback: the child cannot
+    exchange folders (as on a system without renameat2), so it swaps with two renames. hold: the child waits
+    until go() before it starts."""
 
-    def __init__(self, args: List[str], kill_at: Optional[int] = None, fallback: bool = False, hold: bool = False):
+    def __init__(self, args: Work, kill_at: Optional[int] = None, fallback: bool = False, hold: bool = False):
         rfd, wfd = os.pipe()
         gr, gw = os.pipe() if hold else (-1, -1)
         pid = os.fork()
@@ -96,12 +100,12 @@ class Child:
         return (os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)), ops
 
 
-def run_cli(args: List[str], kill_at: Optional[int] = None, fallback: bool = False) -> Tuple[int, List[str]]:
+def run_cli(args: Work, kill_at: Optional[int] = None, fallback: bool = False) -> Tuple[int, List[str]]:
     """Run `mcutrain ARGS` in a forked child (see Child) and wait for it."""
     return Child(args, kill_at, fallback).wait()
 
 
-def _child(args: List[str], kill_at: Optional[int], fallback: bool, wfd: int) -> None:
+def _child(args: Work, kill_at: Optional[int], fallback: bool, wfd: int) -> None:
     """The forked child's whole life: ends with os._exit, whatever happens."""
     code = 70
     try:
@@ -127,7 +131,7 @@ def _child(args: List[str], kill_at: Optional[int], fallback: bool, wfd: int) ->
         from mcutrain.cli import run
 
         try:
-            run(args)
+            args() if callable(args) else run(args)
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1
@@ -238,6 +242,34 @@ def test_a_kill_at_any_moment_leaves_the_old_project_or_the_new_one(
         assert seen["recovered"], seen
     code, _ = run_cli(export_args(b, target, "--force"))
     assert code == 0 and files_of(target) == ref_b and leftovers(tmp_path, target) == []
+
+
+def test_a_kill_at_any_moment_of_a_model_save_leaves_the_old_file_or_the_new_one(tmp_path: Path) -> None:
+    """save_model over an existing model file, SIGKILLed before each of its file-system operations in turn:
+    the file always loads, as the old model or the new one bit for bit, never missing, empty or mixed."""
+    from helpers import same_bits
+
+    old_bytes = make_model(tmp_path / "old.mct", 1, 4).read_bytes()
+    new = load_model(make_model(tmp_path / "new.mct", 2, 4))
+    old_params = load_model(tmp_path / "old.mct").net.params.copy()
+    target = tmp_path / "m.mct"
+
+    def save() -> None:
+        save_model(target, new.net, new.optimizer, new.metadata)
+
+    target.write_bytes(old_bytes)
+    code, ops = run_cli(save)
+    assert code == 0 and same_bits(load_model(target).net.params, new.net.params)
+    assert 3 <= len(ops) < 100, ops
+    seen = set()
+    for k in range(1, len(ops) + 1):
+        target.write_bytes(old_bytes)
+        code, done = run_cli(save, kill_at=k)
+        assert code == -signal.SIGKILL and len(done) == k, (k, code, done[-3:])
+        params = load_model(target).net.params
+        assert same_bits(params, old_params) or same_bits(params, new.net.params), f"killed before {done[-1]}"
+        seen.add("old" if same_bits(params, old_params) else "new")
+    assert seen == {"old", "new"}, seen
 
 
 def test_concurrent_exports_to_one_folder_take_turns(
