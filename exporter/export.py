@@ -26,7 +26,7 @@ from .boards import Board, get_board
 from .cgen import model_c, model_h
 from .device import DeviceSpecError, build_device_model
 from .device_model import DeviceModel
-from .folders import LOCK_WAIT, check_folder, folder_lock, replace_folder
+from .folders import LOCK_WAIT, check_folder, folder_lock, recover, replace_folder
 from .memplan import MemoryPlan, check_fits, plan
 from .project import CALIBRATION, HOST_MODEL, write_project
 from .quantize import QuantError, QuantReport, evaluate
@@ -109,6 +109,7 @@ def export_project(
     waited for up to lock_wait seconds (FolderBusyError after that)."""
     dst = check_folder(out, "project", force)
     with folder_lock(dst, lock_wait):
+        recover(dst)  # first put back what an interrupted export moved aside, then check what is there
         check_folder(dst, "project", force)  # again, under the lock: another export may have just finished
         return _export_locked(model, board_name, dst, quant, trainable, loss, sim, calibration, eval_data)
 

@@ -272,6 +272,24 @@ def test_a_kill_at_any_moment_of_a_model_save_leaves_the_old_file_or_the_new_one
     assert seen == {"old", "new"}, seen
 
 
+def test_the_next_export_puts_back_a_project_left_aside_by_a_crash(
+    tmp_path: Path, two_projects: Tuple[Path, Path, Dict[str, bytes], Dict[str, bytes]]
+) -> None:
+    """The state a crash between the fallback's two renames leaves (the old project in .fw.mcutrain-old, a
+    complete new one in .fw.mcutrain-new, nothing at fw): an export without --force puts the old project
+    back and then refuses to replace it; with --force it replaces it. Nothing is left beside it."""
+    a, b, ref_a, ref_b = two_projects
+    target = tmp_path / "fw"
+    assert run_cli(export_args(a, target))[0] == 0
+    shutil.copytree(target, tmp_path / ".fw.mcutrain-new")
+    target.rename(tmp_path / ".fw.mcutrain-old")
+    assert run_cli(export_args(b, target))[0] == 1
+    assert files_of(target) == ref_a and leftovers(tmp_path, target) == []
+    target.rename(tmp_path / ".fw.mcutrain-old")
+    assert run_cli(export_args(b, target, "--force"))[0] == 0
+    assert files_of(target) == ref_b and leftovers(tmp_path, target) == []
+
+
 def test_concurrent_exports_to_one_folder_take_turns(
     tmp_path: Path, two_projects: Tuple[Path, Path, Dict[str, bytes], Dict[str, bytes]]
 ) -> None:
