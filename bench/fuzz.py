@@ -88,21 +88,44 @@ def model_flags(project: Path) -> List[str]:
     return [f for f in ini["env"]["build_flags"].split() if not f.startswith("-I")]
 
 
-def build_frame_fuzzer(workdir: Path, cc: str, edit_app: Optional[Callable[[str], str]] = None) -> Path:
+def _compile(cmds: List[List[str]]) -> None:
+    """Run compiler commands two at a time; RuntimeError with the output of the first that fails."""
+    for i in range(0, len(cmds), 2):
+        procs = [
+            (c, subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            for c in cmds[i : i + 2]
+        ]
+        for c, proc in procs:
+            out, _ = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"building the frame fuzzer failed:\n{' '.join(c)}\n{out[-4000:]}")
+
+
+def build_frame_fuzzer(
+    workdir: Path, cc: str, edit_app: Optional[Callable[[str], str]] = None, common: Optional[Path] = None
+) -> Path:
     """Export the fuzz model and build the harness with the project's app sources and core; returns the
-    fuzzer program. edit_app changes the project's copy of mct_app.c first (the tests plant a bug with it to
-    see the harness catch it)."""
-    project = export_fuzz_model(workdir / "project")
+    fuzzer program. edit_app changes a copy of mct_app.c first (the tests plant a bug with it to see the
+    harness catch it). common: a folder where the exported project and every object but mct_app.c's are
+    kept, to be reused by the next build given the same folder."""
+    common = common or workdir / "common"
+    project = common / "project"
     src, core = project / "src", project / "lib" / "mcutrain_core" / "src"
-    if edit_app is not None:
-        app = src / "mct_app.c"
-        app.write_text(edit_app(app.read_text()))
-    sources = [HARNESS, src / "mct_app.c", src / "mct_crc.c", src / "model.c"] + sorted(core.glob("*.c"))
+    flags = [SANITIZERS, *CLANG_FLAGS]
+    if not (common / "objects.done").exists():
+        export_fuzz_model(project)
+        (common / "obj").mkdir(parents=True, exist_ok=True)
+        sources = [HARNESS, src / "mct_crc.c", src / "model.c"] + sorted(core.glob("*.c"))
+        inc = [*model_flags(project), f"-I{src}", f"-I{core}", f"-I{project / 'include'}"]
+        _compile([[cc, *flags, *inc, "-c", str(f), "-o", str(common / "obj" / f"{f.stem}.o")] for f in sources])
+        (common / "objects.done").write_text("")
+    app = workdir / "mct_app.c"
+    text = (src / "mct_app.c").read_text()
+    app.write_text(edit_app(text) if edit_app else text)
+    inc = [*model_flags(project), f"-I{src}", f"-I{core}", f"-I{project / 'include'}"]
     exe = workdir / "fuzz_frames"
-    cmd = [cc, SANITIZERS, *CLANG_FLAGS, *model_flags(project), f"-I{src}", f"-I{core}", f"-I{project / 'include'}"]
-    r = subprocess.run(cmd + [str(s) for s in sources] + ["-lm", "-o", str(exe)], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"building the frame fuzzer failed:\n{' '.join(cmd)}\n{r.stderr[-4000:]}")
+    objs = sorted(str(o) for o in (common / "obj").glob("*.o"))
+    _compile([[cc, *flags, *inc, str(app), *objs, "-lm", "-o", str(exe)]])
     return exe
 
 
@@ -139,13 +162,14 @@ def run_frames(
     seed: int = 1,
     max_len: int = 512,
     edit_app: Optional[Callable[[str], str]] = None,
+    common: Optional[Path] = None,
 ) -> Dict[str, Any]:
     """Build the frame fuzzer and run it for `runs` inputs; returns what libFuzzer reported: execs, coverage,
-    corpus, whether it found a crash (with its output)."""
+    corpus, whether it found a crash (with its output). common: see build_frame_fuzzer."""
     cc = clang()
     if cc is None or not libfuzzer_works(cc, workdir):
         raise RuntimeError("clang with libFuzzer and the sanitizer runtimes is needed (apt: clang libclang-rt-14-dev)")
-    exe = build_frame_fuzzer(workdir, cc, edit_app)
+    exe = build_frame_fuzzer(workdir, cc, edit_app, common)
     corpus = workdir / "corpus"
     corpus.mkdir(exist_ok=True)
     for i, f in enumerate(seed_frames()):

@@ -46,13 +46,19 @@ def libfuzzer(fuzz: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> str
     return cc
 
 
+@pytest.fixture(scope="module")
+def common(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The frame fuzzer's exported project and objects, built once for this module's two builds."""
+    return tmp_path_factory.mktemp("fuzz-common")
+
+
 def test_malformed_frames_never_crash_the_firmware_or_change_a_weight(
-    fuzz: ModuleType, libfuzzer: str, tmp_path: Path
+    fuzz: ModuleType, libfuzzer: str, common: Path, tmp_path: Path
 ) -> None:
     """4,000 coverage-guided inputs (starting from one valid frame of every command) through the firmware's
     mct_app_poll under ASan and UBSan: no crash, no sanitizer report, every reply well-formed, no weight
     changed by a refused, read-only or cut-short frame; the run covers more than the seeds did."""
-    r = fuzz.run_frames(4000, tmp_path, seed=5)
+    r = fuzz.run_frames(4000, tmp_path, seed=5, common=common)
     assert r["failures"] == 0, r["report"]
     assert r["runs"] == 4000, r
     assert r["corpus"] > len(fuzz.seed_frames()), r
@@ -60,7 +66,7 @@ def test_malformed_frames_never_crash_the_firmware_or_change_a_weight(
 
 
 def test_the_harness_catches_a_refused_frame_that_changes_a_weight(
-    fuzz: ModuleType, libfuzzer: str, tmp_path: Path
+    fuzz: ModuleType, libfuzzer: str, common: Path, tmp_path: Path
 ) -> None:
     """A planted bug (WRITE to an unknown region changes a parameter before it is refused) is reported by the
     harness as a crash on the seed that exercises it: the weight check is live."""
@@ -70,7 +76,7 @@ def test_the_harness_catches_a_refused_frame_that_changes_a_weight(
         assert refusal in app, "the WRITE refusal in mct_app.c changed: update this test"
         return app.replace(refusal, refusal.replace("{ reply_status", "{ a->params[0] += 1.0f; reply_status"))
 
-    r = fuzz.run_frames(200, tmp_path, seed=5, edit_app=plant)
+    r = fuzz.run_frames(200, tmp_path, seed=5, edit_app=plant, common=common)
     assert r["failures"] == 1 and "a refused or read-only frame changed the model" in r["report"], r["report"]
 
 
