@@ -4,7 +4,6 @@ in the simulator that stands in for it."""
 from __future__ import annotations
 
 import configparser
-import io
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -12,15 +11,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
-from mcutrain.files import atomic_write
+from mcutrain.exporter.project import CALIBRATION, HOST_MODEL
 from mcutrain.modelfile import Checkpoint, load_model
 
 from .common import CliError, MissingTool, check_output, example, note, table, write_output
 from .model import calibration_inputs, device_model, device_model_options, model_loss, model_samples, sim_option
-
-HOST_MODEL = "model.mct"  # the exported model, kept in the project for `sim` and `device pull`
-CALIBRATION = "calibration.npz"  # int8-full's calibration inputs, to rebuild the same device model
-
 
 # ---------------------------------------------------------------- project helpers
 
@@ -108,12 +103,6 @@ def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, boa
 # ---------------------------------------------------------------- export
 
 
-def _npz_bytes(x: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, x=np.asarray(x, np.float32))
-    return buf.getvalue()
-
-
 @click.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--board", required=True, help="Target board (see `mcutrain boards`).")
@@ -123,7 +112,7 @@ def _npz_bytes(x: np.ndarray) -> bytes:
 @click.option(
     "-o", "--output", type=click.Path(file_okay=False), default=None, help="Project folder [default: MODEL-BOARD]."
 )
-@click.option("--force", is_flag=True, help="Replace an existing project folder.")
+@click.option("--force", is_flag=True, help="Replace an existing project folder (only one that mcutrain exported).")
 @example("""
 mcutrain export model.mct --board native -o fw
 mcutrain export model.mct --board uno --trainable last:1 --quant int8-full -o fw-uno""")
@@ -141,15 +130,18 @@ def export(
     """Turn a model file into a PlatformIO project for a board: generated C model, firmware, the C core
     as a library and offline platforms for the simulator and the native build.
 
-    The memory plan is checked first; a model that does not fit exits with code 3 and says what to
-    change. Quantized exports print how the device model compares with the f32 network.
+    The output folder is checked first, then the memory plan; a model that does not fit exits with code 3
+    and says what to change. Quantized exports print how the device model compares with the f32 network.
+    The project (with a copy of the model file) replaces the old one in one step, so an interrupt never
+    leaves half a project; --force replaces only a folder that mcutrain exported.
     """
     from mcutrain.exporter.boards import get_board
     from mcutrain.exporter.export import export_project
+    from mcutrain.exporter.folders import check_folder
 
     b = get_board(board)
+    out = check_folder(output if output is not None else f"{Path(model).stem}-{b.name}", "project", force)
     ck = load_model(model)
-    out = Path(output or f"{Path(model).stem}-{b.name}")
     loss = model_loss(ck, loss_name)
     eval_data = model_samples(ck, 1000) if quant != "f32" else None
     cal = calibration_inputs(ck, calibration, eval_data[0] if eval_data else None) if quant == "int8-full" else None
@@ -165,9 +157,6 @@ def export(
         calibration=cal,
         eval_data=eval_data,
     )
-    atomic_write(res.path / HOST_MODEL, Path(model).read_bytes())
-    if cal is not None:
-        atomic_write(res.path / CALIBRATION, _npz_bytes(cal))
     click.echo(res.plan.table())
     if res.quant_report is not None:
         click.echo(res.quant_report.summary())

@@ -48,11 +48,63 @@ class Board:
         return int(self.sim.get("ram", self.ram)) if self.sim else self.ram
 
 
-def _load(path: Path) -> Board:
+# what a simulator kind needs in [sim] (strings); the kinds exporter/sim.py knows
+SIM_KEYS: Dict[str, tuple] = {
+    "qemu-arm": ("machine", "cpu_flags"),
+    "qemu-riscv32": ("machine",),
+    "simavr": ("mcu",),
+    "native": (),
+}
+
+
+def _check_values(d: Dict[str, Any], path: Path) -> None:
+    """BoardError naming the file, the key and the value for a value of the wrong type or range (missing keys
+    are named where they are read)."""
+
+    def bad(key: str, what: str, value: Any) -> None:
+        raise BoardError(f"board file {path}: {key} must be {what}, got {value!r}")
+
+    def whole(key: str, value: Any, lo: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value < 2**32:
+            bad(key, f"a whole number of bytes from {lo} to 2^32 - 1", value)
+
+    for key in ("name", "title", "core"):
+        if key in d and not (isinstance(d[key], str) and d[key]):
+            bad(key, "a non-empty string", d[key])
+    if "fpu" in d and not isinstance(d["fpu"], bool):
+        bad("fpu", "true or false", d["fpu"])
+    for key, lo in (("ram", 1), ("flash", 1), ("storage", 0), ("code_estimate", 0), ("stack_margin", 0)):
+        if key in d:
+            whole(key, d[key], lo)
+    pio = d.get("platformio", {})
+    if not isinstance(pio, dict):
+        bad("platformio", "a table ([platformio])", pio)
+    for key, value in pio.items():
+        if not isinstance(value, str):
+            bad(f"platformio.{key}", "a string", value)
+    sim = d.get("sim")
+    if sim is None:
+        return
+    if not isinstance(sim, dict):
+        bad("sim", "a table ([sim])", sim)
+    if sim.get("kind") not in SIM_KEYS:
+        bad("sim.kind", f"one of {', '.join(SIM_KEYS)}", sim.get("kind"))
+    for key in SIM_KEYS[sim["kind"]]:
+        if not (isinstance(sim.get(key), str) and sim[key]):
+            bad(f"sim.{key}", f"a non-empty string (a {sim['kind']} simulator needs it)", sim.get(key))
+    for key in ("ram", "freq"):
+        if key in sim:
+            whole(f"sim.{key}", sim[key], 1)
+
+
+def load_board_file(path: Path) -> Board:
+    """Read and check one board file: BoardError naming the file and what is wrong (unreadable TOML, a
+    missing key, a value of the wrong type or range)."""
     try:
         d = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise BoardError(f"board file {path} cannot be read: {e}") from None
+    _check_values(d, path)
     try:
         return Board(
             name=d["name"],
@@ -74,7 +126,7 @@ def _load(path: Path) -> Board:
 
 def all_boards() -> List[Board]:
     """Every known board, by name."""
-    return [_load(p) for p in sorted(boards_dir().glob("*.toml"))]
+    return [load_board_file(p) for p in sorted(boards_dir().glob("*.toml"))]
 
 
 def get_board(name: str) -> Board:
@@ -83,4 +135,4 @@ def get_board(name: str) -> Board:
     if not name or "/" in name or not p.is_file():
         known = ", ".join(b.name for b in all_boards())
         raise BoardError(f"unknown board {name!r}; known boards: {known} (see `mcutrain boards`)")
-    return _load(p)
+    return load_board_file(p)

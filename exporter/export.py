@@ -2,31 +2,33 @@
 
 Steps: pick which layers keep training on the device, build the device's layer table, check the
 memory plan (fail before writing anything if it does not fit), generate model.h/model.c and lay out
-the project. The output folder is written next to its final place and renamed into it, so an
-existing project is never half overwritten.
+the project. The output folder is checked before any work, locked, built complete (the model file
+included) next to its final place and exchanged with the old project in one step (exporter/folders.py):
+an interrupt, a kill or a second export never leaves no project or a mix of two.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 
+from mcutrain.files import read_bounded
 from mcutrain.losses import Loss
-from mcutrain.modelfile import Checkpoint, load_model
+from mcutrain.modelfile import MAX_MODEL_BYTES, Checkpoint, ModelFileError, decode_model, encode_model
 
 from ..errors import McuTrainError
 from .boards import Board, get_board
 from .cgen import model_c, model_h
 from .device import DeviceSpecError, build_device_model
 from .device_model import DeviceModel
+from .folders import LOCK_WAIT, check_folder, folder_lock, recover, replace_folder
 from .memplan import MemoryPlan, check_fits, plan
-from .project import write_project
+from .project import CALIBRATION, HOST_MODEL, write_project
 from .quantize import QuantError, QuantReport, evaluate
 from .selftest import expected_h
 
@@ -91,6 +93,7 @@ def export_project(
     sim: bool = False,
     calibration: Any = None,
     eval_data: Optional[Tuple[Any, Any]] = None,
+    lock_wait: float = LOCK_WAIT,
 ) -> ExportResult:
     """Write a PlatformIO project for board_name into out; returns what was written.
 
@@ -98,13 +101,38 @@ def export_project(
     quant: 'f32', 'int8' (int8 weights, float math) or 'int8-full' (full-integer frozen layers; needs
     calibration, sample inputs (n, n_in)). eval_data=(x, y): the device model is run on the host through
     the same C kernels and compared with the f32 network (loss, accuracy, output change): the result's
-    quant_report, also written to mcutrain.json."""
+    quant_report, also written to mcutrain.json.
+
+    The project holds the model file (model.mct: the file's own bytes, or the checkpoint encoded) and, for
+    int8-full, its calibration inputs. out is checked before any work (folders.FolderError); force replaces
+    only a folder that mcutrain exported (NotOurFolderError otherwise). Another export to the same folder is
+    waited for up to lock_wait seconds (FolderBusyError after that)."""
+    dst = check_folder(out, "project", force)
+    with folder_lock(dst, lock_wait):
+        recover(dst)  # first put back what an interrupted export moved aside, then check what is there
+        check_folder(dst, "project", force)  # again, under the lock: another export may have just finished
+        return _export_locked(model, board_name, dst, quant, trainable, loss, sim, calibration, eval_data)
+
+
+def _export_locked(
+    model: Union[str, Path, Checkpoint],
+    board_name: str,
+    dst: Path,
+    quant: str,
+    trainable: str,
+    loss: Optional[Loss],
+    sim: bool,
+    calibration: Any,
+    eval_data: Optional[Tuple[Any, Any]],
+) -> ExportResult:
+    """export_project's work, holding the folder's lock."""
     board = get_board(board_name)
-    ck = model if isinstance(model, Checkpoint) else load_model(model)
-    source = Path(model).name if not isinstance(model, Checkpoint) else "a checkpoint"
-    dst = Path(out)
-    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())) and not force:
-        raise ExportError(f"{dst} exists and is not empty; pass --force to replace it")
+    if isinstance(model, Checkpoint):
+        ck, source = model, "a checkpoint"
+        model_bytes = encode_model(ck.net, ck.optimizer, ck.metadata)
+    else:
+        model_bytes = read_bounded(model, MAX_MODEL_BYTES, "model file", ModelFileError)
+        ck, source = decode_model(model_bytes, str(Path(model))), Path(model).name
     try:
         m = build_device_model(ck, trainable, quant, loss, board=board, source=source, calibration=calibration)
     except DeviceSpecError as e:
@@ -122,12 +150,14 @@ def export_project(
             report = evaluate(ck, m, ex, ey, loss, trainable)
         except QuantError as e:
             raise ExportError(str(e)) from None
-    files = {
+    files: Dict[str, Union[str, bytes]] = {
+        HOST_MODEL: model_bytes,
         "src/model.h": model_h(m),
         "src/model.c": model_c(m),
         "test/test_model/expected.h": expected_h(m),
         "mcutrain.json": json.dumps(
             {
+                "kind": "project",
                 "board": board.name,
                 "hash": m.hash().hex(),
                 "quant": quant,
@@ -159,20 +189,16 @@ def export_project(
         )
         + "\n",
     }
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=str(dst.parent)))
-    try:
-        write_project(tmp / "p", board, files, source, m.build_flags())
-        if dst.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old.", dir=str(dst.parent)))
-            dst.rename(old / "p")
-            (tmp / "p").rename(dst)
-            shutil.rmtree(old)
-        else:
-            (tmp / "p").rename(dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if quant == "int8-full" and calibration is not None:
+        files[CALIBRATION] = _npz_bytes(calibration)
+    replace_folder(dst, lambda folder: write_project(folder, board, files, source, m.build_flags()))
     return ExportResult(dst, board, m, mp, m.hash().hex(), report)
+
+
+def _npz_bytes(x: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, x=np.asarray(x, np.float32))
+    return buf.getvalue()
 
 
 def _loss_of(m: DeviceModel) -> Loss:

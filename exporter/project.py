@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 from .boards import Board
 from .paths import firmware_dir
+
+HOST_MODEL = "model.mct"  # the exported model, kept in the project for `sim` and `device pull`
+CALIBRATION = "calibration.npz"  # int8-full's calibration inputs, to rebuild the same device model
 
 # build_flags of every env: the float semantics of host/device parity, and the generated headers
 COMMON_BUILD_FLAGS = ["-ffp-contract=off", "-fno-math-errno", "-Iinclude"]
@@ -172,8 +175,11 @@ def library_json() -> str:
     )
 
 
-def write_project(out: Path, board: Board, files: Dict[str, str], source: str, model_flags: Sequence[str] = ()) -> None:
-    """Lay out the project in out (which must be empty or new)."""
+def write_project(
+    out: Path, board: Board, files: Dict[str, Union[str, bytes]], source: str, model_flags: Sequence[str] = ()
+) -> None:
+    """Lay out the project in out (which must be empty or new); files: generated files by relative path, text
+    or bytes."""
     fw = firmware_dir()
     out.mkdir(parents=True, exist_ok=True)
     (out / "src" / "ports").mkdir(parents=True)
@@ -194,6 +200,9 @@ def write_project(out: Path, board: Board, files: Dict[str, str], source: str, m
     shutil.copytree(fw / "platforms", out / "platforms", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name, text in files.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
-        (out / name).write_text(text)
+        if isinstance(text, bytes):
+            (out / name).write_bytes(text)
+        else:
+            (out / name).write_text(text)
     (out / "platformio.ini").write_text(platformio_ini(board, source, model_flags))
     (out / ".gitignore").write_text(".pio/\n")

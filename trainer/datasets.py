@@ -20,7 +20,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .errors import DataError
-from .files import read_bounded
+from .files import read_bounded, read_limited
 
 MAX_DATA_BYTES = 2 << 30
 MAX_CSV_BYTES = 256 << 20
@@ -253,19 +253,47 @@ def npz_array(path: Union[str, Path], key: str, z: Any = None) -> np.ndarray:
     if size > MAX_DATA_BYTES:
         raise DataError(f"{p}: array {key!r} unpacks to {size:,} bytes; at most {MAX_DATA_BYTES:,}")
     try:
-        a = z[key]
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        a = _npy_member(p, key, z)
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError, NotImplementedError, RuntimeError, zipfile.BadZipFile, zlib.error) as e:
         raise DataError(f"{p}: array {key!r} cannot be read ({e}); the file is damaged or not made by numpy") from None
     if a.dtype.kind not in "fiub":
         raise DataError(f"{p}: array {key!r} holds {a.dtype}, not numbers")
     return a
 
 
+def _npy_member(p: Path, key: str, z: Any) -> np.ndarray:
+    """Array `key` of an open NPZ file, read from the bytes actually in the archive: numpy would allocate what
+    the .npy header declares before reading (a tiny archive can declare 37 GiB), so the header's shape is
+    checked against the bytes the member unpacked to first."""
+    name = key + ".npy" if key + ".npy" in z.zip.namelist() else key
+    with z.zip.open(name) as f:
+        raw = read_limited(f, MAX_DATA_BYTES)
+    if len(raw) > MAX_DATA_BYTES:
+        raise DataError(f"{p}: array {key!r} unpacks to more than {MAX_DATA_BYTES:,} bytes")
+    buf = io.BytesIO(raw)
+    version = np.lib.format.read_magic(buf)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(buf)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(buf)
+    else:
+        raise DataError(f"{p}: array {key!r} is in .npy format {version[0]}.{version[1]}; use np.savez")
+    need = dtype.itemsize
+    for d in shape:
+        need *= d  # Python integers: no overflow
+    have = len(raw) - buf.tell()
+    if need > have:
+        raise DataError(f"{p}: array {key!r} declares shape {shape} ({need:,} bytes) but holds {have:,} bytes")
+    return np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
+
+
 def _open_npz(p: Path) -> Any:
     """np.load of an NPZ file without pickles; DataError when it is not one."""
     try:
         z = np.load(p, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    except (OSError, ValueError, EOFError, NotImplementedError, RuntimeError, zipfile.BadZipFile, zlib.error) as e:
         raise DataError(f"cannot read {p} as NPZ ({e}): it is damaged or not an .npz file") from None
     if not hasattr(z, "files"):
         raise DataError(f"{p} is a single .npy array, not an .npz archive of named arrays (np.savez)")
@@ -280,6 +308,8 @@ def load_npz(path: Union[str, Path], x_key: str = "x", y_key: str = "y", classif
         x, y = npz_array(p, x_key, z), npz_array(p, y_key, z)
     if x.ndim < 1 or y.ndim < 1:
         raise DataError(f"{p}: {x_key!r} and {y_key!r} must be arrays of samples, not single numbers")
+    if x.size == 0 or y.size == 0:
+        raise DataError(f"{p}: {x_key!r} (shape {x.shape}) or {y_key!r} (shape {y.shape}) holds no values")
     x = x.reshape(x.shape[0], -1) if x.ndim != 2 else x
     if y.ndim == 1:
         y = one_hot(y, name=f"{p} {y_key}") if classify else y[:, None]
@@ -298,7 +328,7 @@ def read_idx(path: Union[str, Path]) -> np.ndarray:
     if p.suffix == ".gz":
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(raw)) as g:
-                raw = g.read(MAX_DATA_BYTES + 1)
+                raw = read_limited(g, MAX_DATA_BYTES)  # no 2 GiB reserved for a small file
         except (OSError, EOFError, zlib.error) as e:
             raise DataError(f"{p} is not a complete gzip file ({e})") from None
         if len(raw) > MAX_DATA_BYTES:

@@ -13,7 +13,7 @@ import stat
 import tempfile
 import threading
 from pathlib import Path
-from typing import Type, Union
+from typing import BinaryIO, Type, Union
 
 _UMASK_LOCK = threading.Lock()
 
@@ -73,6 +73,23 @@ def atomic_write(path: Union[str, Path], data: bytes) -> None:
     _fsync_dir(folder)
 
 
+def read_limited(f: BinaryIO, limit: int, size: int = 0) -> bytes:
+    """At most limit + 1 bytes of a stream (so a caller sees that it holds more than limit), reserving memory
+    only for what is there: a read of n bytes reserves n up front, so asking for the limit at once would
+    reserve it for a tiny file. Asks for size + 1 bytes first (size: what the file held when checked), then
+    reads on in pieces of 1 MiB while there is more (a file that grew, a /proc file whose size says 0, an
+    unpacking gzip stream)."""
+    data = f.read(min(size, limit) + 1)
+    parts, total = [data], len(data)
+    while total > size and total <= limit:
+        more = f.read(min(1 << 20, limit + 1 - total))
+        if not more:
+            break
+        parts.append(more)
+        total += len(more)
+    return b"".join(parts) if len(parts) > 1 else data
+
+
 def read_bounded(path: Union[str, Path], limit: int, what: str, error: Type[Exception]) -> bytes:
     """The bytes of a regular file of at most `limit` bytes. `error` (with a message naming the file) for a
     missing file, anything but a regular file (a folder; a device such as /dev/zero that never ends; a
@@ -93,7 +110,7 @@ def read_bounded(path: Union[str, Path], limit: int, what: str, error: Type[Exce
         raise error(f"{p} has {st.st_size:,} bytes; a {what} has at most {limit:,}")
     try:
         with open(p, "rb") as f:
-            data = f.read(limit + 1)
+            data = read_limited(f, limit, st.st_size)
     except OSError as e:
         raise error(f"cannot read {what} {p}: {e.strerror}") from None
     if len(data) > limit:

@@ -10,6 +10,7 @@ half-written model behind.
 from __future__ import annotations
 
 import json
+import math
 import struct
 import time
 import zlib
@@ -203,7 +204,7 @@ def _check_header(header: Any, payload: int, name: str) -> Dict[str, Tuple[int, 
         )
         itemsize = TRAIN_STATE_DTYPE.itemsize if key == "train_state" else 4
         _field(
-            int(np.prod(shape, dtype=np.int64)) * itemsize == nb,
+            math.prod(shape) * itemsize == nb,  # Python integers: no int64 overflow
             name,
             f"{where}.shape",
             f"{shape} does not hold {nb} bytes",
