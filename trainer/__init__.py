@@ -46,6 +46,8 @@ _EXPORTS: Dict[str, str] = {
     "ArchitectureError": "errors",
     "ModelFileError": "errors",
     "DataError": "errors",
+    "ImportModelError": "errors",
+    "MissingExtraError": "errors",
 }
 __all__ = ["__version__", *_EXPORTS]
 
@@ -71,7 +73,9 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         ArchitectureError,
         ConfigError,
         DataError,
+        ImportModelError,
         McuTrainError,
+        MissingExtraError,
         ModelFileError,
         ShapeError,
         TrainingError,
