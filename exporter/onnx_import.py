@@ -10,8 +10,8 @@ Identity, Dropout in inference form, Cast to float), with shape arithmetic on co
 away. Anything else is an ImportModelError naming the node and listing what is supported.
 
 Hostile files: the file is read with a size bound, every tensor's element count is bounded before its data
-is converted, external tensor data is refused (it would read other files), and every weight must be a
-constant of the file.
+is converted, external tensor data (torch.onnx.export writes it to `model.onnx.data`) is read only from a file
+in the model's folder and within that file's bounds, and every weight must be a constant of the model.
 """
 
 from __future__ import annotations
@@ -74,13 +74,15 @@ def from_onnx(path: Union[str, Path]) -> Module:
         model = onnx.load_model_from_string(data)
     except Exception as e:  # noqa: BLE001 - protobuf raises several kinds for a file that is not ONNX
         raise ImportModelError(f"{path}: not an ONNX model ({type(e).__name__}: {e})") from None
-    return _Importer(onnx, model, str(path)).run()
+    return _Importer(onnx, model, str(path), Path(path).parent).run()
 
 
-def _tensor(onnx: Any, t: Any, where: str) -> np.ndarray:
-    """A TensorProto's values, with its size bounded and checked before they are converted."""
-    if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data):
-        raise ImportModelError(f"{where}: tensor {t.name!r} keeps its data in another file; mcutrain reads one file")
+def _tensor(
+    onnx: Any, t: Any, where: str, folder: Optional[Path] = None, files: Optional[Dict[Path, bytes]] = None
+) -> np.ndarray:
+    """A TensorProto's values, with its size bounded and checked before they are converted. Data kept in an
+    external file (torch.onnx.export writes one next to the model) is read only from a file in the model's own
+    folder (`folder`; `files` caches what was read), within its bounds."""
     dims = [int(d) for d in t.dims]
     count = 1
     for d in dims:
@@ -91,6 +93,8 @@ def _tensor(onnx: Any, t: Any, where: str) -> np.ndarray:
             raise ImportModelError(f"{where}: tensor {t.name!r} has more than {MAX_PARAMS:,} values")
     if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
         raise ImportModelError(f"{where}: tensor {t.name!r} holds no numbers")
+    if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data):
+        return _external(onnx, t, dims, count, where, folder, files if files is not None else {})
     try:
         a = onnx.numpy_helper.to_array(t)
     except Exception as e:  # noqa: BLE001 - a tensor whose data does not match its dims or type
@@ -100,11 +104,42 @@ def _tensor(onnx: Any, t: Any, where: str) -> np.ndarray:
     return a
 
 
+def _external(
+    onnx: Any, t: Any, dims: List[int], count: int, where: str, folder: Optional[Path], files: Dict[Path, bytes]
+) -> np.ndarray:
+    """The values of a tensor kept in an external data file of the model's folder."""
+    info = {e.key: e.value for e in t.external_data}
+    name = info.get("location", "")
+    if folder is None or not name or Path(name).name != name or name in (".", ".."):
+        raise ImportModelError(
+            f"{where}: tensor {t.name!r} keeps its data in {name!r}; mcutrain reads external data only from a "
+            "file next to the model, named without a folder"
+        )
+    path = folder / name
+    if path not in files:
+        files[path] = read_bounded(path, MAX_IMPORT_BYTES, "ONNX external data file", ImportModelError)
+    data = files[path]
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
+        offset = int(info.get("offset", 0))
+        length = int(info.get("length", count * dtype.itemsize))
+    except (TypeError, ValueError, KeyError) as e:
+        raise ImportModelError(f"{where}: tensor {t.name!r} has bad external data fields ({e})") from None
+    if length != count * dtype.itemsize or offset < 0 or offset + length > len(data):
+        raise ImportModelError(
+            f"{where}: tensor {t.name!r} needs {count * dtype.itemsize} bytes at offset {offset} of {name}, "
+            f"which has {len(data)} (or its length field says {length})"
+        )
+    return np.frombuffer(data, dtype, count, offset).reshape(dims)
+
+
 class _Importer:
     """Walks the graph's nodes in order, keeping the one chain of values the network computes."""
 
-    def __init__(self, onnx: Any, model: Any, source: str) -> None:
+    def __init__(self, onnx: Any, model: Any, source: str, folder: Path) -> None:
         self.onnx = onnx
+        self.folder = folder
+        self.files: Dict[Path, bytes] = {}  # external data files read
         self.model = model
         self.source = source
         self.consts: Dict[str, np.ndarray] = {}
@@ -129,7 +164,7 @@ class _Importer:
         if len(g.node) > MAX_NODES:
             raise ImportModelError(f"{self.source}: {len(g.node):,} nodes; mcutrain imports at most {MAX_NODES:,}")
         for t in g.initializer:
-            self.consts[t.name] = _tensor(self.onnx, t, "initializer")
+            self.consts[t.name] = _tensor(self.onnx, t, "initializer", self.folder, self.files)
         inputs = [i for i in g.input if i.name not in self.consts]
         if len(inputs) != 1 or len(g.output) != 1:
             raise ImportModelError(
@@ -177,7 +212,7 @@ class _Importer:
         attrs = {}
         for a in n.attribute:
             if a.type == self.onnx.AttributeProto.TENSOR:
-                attrs[a.name] = _tensor(self.onnx, a.t, f"node {n.name!r} attribute {a.name}")
+                attrs[a.name] = _tensor(self.onnx, a.t, f"node {n.name!r} attribute {a.name}", self.folder, self.files)
             elif a.type in (self.onnx.AttributeProto.GRAPH, self.onnx.AttributeProto.GRAPHS):
                 attrs[a.name] = None  # control flow: refused below by op type
             else:
