@@ -50,7 +50,8 @@ def import_cmd(model: str, output: str, trust_pickle: bool, loss_name: Optional[
     fails with the node or layer it cannot import.
     """
     from mcutrain import losses
-    from mcutrain.exporter.interop import PICKLE_SUFFIXES, import_model, suggested_loss
+    from mcutrain.exporter.interop import PICKLE_SUFFIXES, suggested_loss
+    from mcutrain.exporter.model_import import import_model
     from mcutrain.modelfile import encode_model
 
     out = check_output(Path(output), force, "model file")

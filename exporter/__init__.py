@@ -20,7 +20,7 @@ _EXPORTS: Dict[str, str] = {
     "from_keras_model": "keras_import",
     "from_sklearn": "sklearn_import",
     "load_sklearn_file": "sklearn_import",
-    "import_model": "interop",
+    "import_model": "model_import",
     "to_onnx": "onnx_export",
     "onnx_model": "onnx_export",
 }

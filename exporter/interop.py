@@ -1,9 +1,6 @@
 """What the importers of other frameworks' models share: the optional packages they need (a missing one is a
 MissingExtraError naming the extra to install), the bounds every imported size must respect before anything
-is allocated, turning (W, b) arrays into mcutrain layers, and picking the importer for a file.
-
-Reading a scikit-learn model from a file means unpickling it, and unpickling runs whatever code the file asks
-for: `import_model` reads pickle/joblib files only when the caller says the file is trusted (allow_pickle).
+is allocated, and turning (W, b) arrays into mcutrain layers. (model_import picks the importer for a file.)
 """
 
 from __future__ import annotations
@@ -12,8 +9,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from pathlib import Path
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
@@ -102,36 +98,6 @@ def suggested_loss(net: Module) -> str:
     if isinstance(last, L.Sigmoid):
         return "logit_bce"
     return "mse"
-
-
-def import_model(path: Union[str, Path], allow_pickle: bool = False) -> Module:
-    """The network of a model file, by its suffix: .onnx (from_onnx), .keras (from_keras), or a scikit-learn
-    MLP saved with pickle or joblib (.pkl, .pickle, .joblib; only with allow_pickle=True, because unpickling
-    runs code from the file: use it only for files you made or trust)."""
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix == ".onnx":
-        from .onnx_import import from_onnx
-
-        return from_onnx(p)
-    if suffix == ".keras":
-        from .keras_import import from_keras
-
-        return from_keras(p)
-    if suffix in PICKLE_SUFFIXES:
-        if not allow_pickle:
-            raise ImportModelError(
-                f"{p}: loading a pickle or joblib file runs code stored in it; if you made this file or trust "
-                "where it came from, allow it explicitly (--trust-pickle on the command line, "
-                "allow_pickle=True in Python)"
-            )
-        from .sklearn_import import load_sklearn_file
-
-        return load_sklearn_file(p)
-    raise ImportModelError(
-        f"{p}: unknown kind of model file {suffix or '(no suffix)'!r}; mcutrain imports {', '.join(SUFFIXES)} "
-        "(ONNX, Keras 3, scikit-learn MLPs saved with pickle or joblib)"
-    )
 
 
 def keras_backend() -> None:

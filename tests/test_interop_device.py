@@ -1,7 +1,8 @@
 """The whole path for a model the user already has, on a simulated board: a PyTorch network exported to ONNX,
 a Keras 3 file and a scikit-learn MLP each import, predict what their source predicts, fine-tune on the host,
 export to the nano33ble's simulated stand-in (Cortex-M4F under QEMU), train on the device bit for bit with
-the host, come back with what the device learned, and export to ONNX, where onnxruntime agrees with them.
+the host, come back with what the device learned (in Python and with `mcutrain device pull`), and export to
+ONNX (to_onnx and `mcutrain export-onnx`), where onnxruntime agrees with them.
 
 Needs what tests/test_sim_qemu.py needs (qemu-system-arm, gcc-arm-none-eabi, libnewlib-arm-none-eabi,
 PlatformIO) plus the test extra's torch, onnx, onnxruntime, keras, jax and scikit-learn."""
@@ -13,14 +14,17 @@ from typing import Any, Callable, Tuple
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from foreign_models import keras_mlp, ort_run, sklearn_data, sklearn_mlp, sklearn_outputs, torch_mlp, torch_onnx
 
 from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, train_lockstep
 from mcutrain import Checkpoint, TrainParams, losses, train_batch
+from mcutrain.cli.commands import main
 from mcutrain.exporter import from_keras, from_onnx, from_sklearn, sim, to_onnx
 from mcutrain.exporter.export import export_project
 from mcutrain.exporter.interop import suggested_loss
 from mcutrain.exporter.twin import DeviceTwin
+from mcutrain.modelfile import load_model, save_model
 from mcutrain.module import Module
 
 BOARD = "nano33ble"
@@ -79,6 +83,7 @@ def test_imported_model_fine_tunes_trains_on_the_device_and_goes_back_to_onnx(ki
     assert not np.array_equal(net.params, before), "fine-tuning changed nothing"
     assert np.isfinite(first).all()
     # 3. export to the simulated board; it predicts the host's bits, then trains in lockstep with the host
+    save_model(tmp_path / "tuned.mct", net, opt)
     r = export_project(Checkpoint(net, opt), BOARD, tmp_path / "fw", loss=loss, sim=True)
     twin = DeviceTwin(r.model)
     dev_x, dev_t = xs[HOST_STEPS:], ts[HOST_STEPS:]
@@ -92,8 +97,18 @@ def test_imported_model_fine_tunes_trains_on_the_device_and_goes_back_to_onnx(ki
         net.params = r.model.to_host_params(params, net.params)
         assert not np.array_equal(net.params, tuned), "training on the device changed nothing"
         assert_same_bits(s.device.predict(x_eval), net.forward(x_eval), "PREDICT after training vs the pulled network")
+        # the same through the command line: device pull, then export-onnx
+        learned = tmp_path / "learned.mct"
+        pull = ["device", "pull", "--port", s.extra["port"], "--project", str(r.path)]
+        r_pull = CliRunner().invoke(main, pull + ["--model", str(tmp_path / "tuned.mct"), "-o", str(learned)])
+        assert r_pull.exit_code == 0, r_pull.output
     assert np.isfinite(losses_dev).all()
+    assert_same_bits(load_model(learned).net.params, net.params, "parameters pulled by `mcutrain device pull`")
     # 5. back to ONNX: onnxruntime gives what the learned network gives
-    to_onnx(net, tmp_path / "learned.onnx")
-    d = float(np.max(np.abs(ort_run(tmp_path / "learned.onnx", x_eval) - net.forward(x_eval))))
+    to_onnx(net, tmp_path / "learned_py.onnx")
+    d = float(np.max(np.abs(ort_run(tmp_path / "learned_py.onnx", x_eval) - net.forward(x_eval))))
     assert d <= TOL, f"{kind}: onnxruntime differs from the learned network by {d}"
+    r_onnx = CliRunner().invoke(main, ["export-onnx", str(learned)])
+    assert r_onnx.exit_code == 0, r_onnx.output
+    from_cli = ort_run(learned.with_suffix(".onnx"), x_eval)
+    assert_same_bits(from_cli, ort_run(tmp_path / "learned_py.onnx", x_eval), "onnxruntime on `mcutrain export-onnx`")
