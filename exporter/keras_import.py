@@ -5,12 +5,15 @@ tanh, softplus, silu/swish and softmax; the layers Activation (the same names), 
 LeakyReLU, Softmax (last axis); and Dropout, Flatten and Identity, which move no values at inference.
 Anything else is an ImportModelError naming the layer and listing what is supported.
 
-The file is loaded by Keras itself, with safe_mode on (a file cannot smuggle in a Python lambda). Keras needs
+The file is loaded by Keras itself, with safe_mode on (a file cannot smuggle in a Python lambda), after its
+archive's size and its config's layer widths and weight count have been checked. Keras needs
 a backend: KERAS_BACKEND if set, else TensorFlow if installed, else jax or torch (see interop.keras_backend).
 """
 
 from __future__ import annotations
 
+import json
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -21,7 +24,7 @@ from mcutrain.errors import ImportModelError
 from mcutrain.files import read_bounded
 from mcutrain.module import Module
 
-from .interop import MAX_IMPORT_BYTES, check_width, dense, keras_backend, require, sequential
+from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, check_width, dense, keras_backend, require, sequential
 
 SUPPORTED = (
     "Dense (activation linear, relu, leaky_relu, sigmoid, tanh, softplus, silu/swish or softmax), Activation "
@@ -46,6 +49,7 @@ def from_keras(path: Union[str, Path]) -> Module:
     docstring). Raises ImportModelError naming an unsupported layer, MissingExtraError without Keras."""
     p = Path(path)
     read_bounded(p, MAX_IMPORT_BYTES, "Keras file", ImportModelError)  # a regular file of a bounded size
+    _check_archive(p)
     keras_backend()
     keras = require("keras", "keras")
     try:
@@ -53,6 +57,57 @@ def from_keras(path: Union[str, Path]) -> Module:
     except Exception as e:  # noqa: BLE001 - Keras raises many kinds for a file it cannot load
         raise ImportModelError(f"{p}: Keras cannot load this file ({type(e).__name__}: {e})") from None
     return from_keras_model(model, str(p))
+
+
+def _dict(v: Any) -> Dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _check_archive(p: Path) -> None:
+    """Check a .keras archive before Keras reads it (Keras allocates every layer's weights as it builds them):
+    it unpacks to a bounded size, and its config.json asks for no layer wider than MAX_WIDTH and for at most
+    MAX_PARAMS weights in its Dense layers."""
+    try:
+        with zipfile.ZipFile(p) as zf:
+            total = sum(i.file_size for i in zf.infolist())
+            if total > MAX_IMPORT_BYTES:
+                raise ImportModelError(f"{p}: unpacks to {total:,} bytes; mcutrain reads at most {MAX_IMPORT_BYTES:,}")
+            config = json.loads(zf.read("config.json"))
+    except ImportModelError:
+        raise
+    except (zipfile.BadZipFile, KeyError, ValueError, RecursionError, OSError) as e:
+        raise ImportModelError(f"{p}: not a Keras 3 .keras file (a zip archive with config.json): {e}") from None
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k == "units" or (k in ("batch_shape", "input_shape", "shape") and isinstance(x, list)):
+                    for d in x if isinstance(x, list) else [x]:
+                        if d is not None and not isinstance(d, (list, dict)):
+                            check_width(d, f"{p}: {k}")
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    try:
+        walk(config)
+    except RecursionError:
+        raise ImportModelError(f"{p}: config.json is nested too deeply") from None
+    n, weights = None, 0
+    layers = _dict(_dict(config).get("config")).get("layers")
+    for layer in layers if isinstance(layers, list) else []:
+        cfg = _dict(_dict(layer).get("config"))
+        shape, units = cfg.get("batch_shape"), cfg.get("units")
+        if isinstance(shape, list) and shape and isinstance(shape[-1], int):
+            n = shape[-1]
+        if isinstance(units, int) and n is not None:
+            weights += (n + 1) * units
+            n = units
+    if weights > MAX_PARAMS:
+        raise ImportModelError(
+            f"{p}: its Dense layers hold {weights:,} weights; mcutrain imports at most {MAX_PARAMS:,}"
+        )
 
 
 def _activation(name: Any, n: int, where: str) -> Optional[Module]:

@@ -296,8 +296,52 @@ def test_keras_unsupported_layer_is_named(tmp_path: Path) -> None:
     with pytest.raises(ImportModelError, match="keras.Sequential"):
         from_keras(tmp_path / "f.keras")
     (tmp_path / "junk.keras").write_bytes(b"not a zip file")
-    with pytest.raises(ImportModelError, match="Keras cannot load this file"):
+    with pytest.raises(ImportModelError, match="not a Keras 3 .keras file"):
         from_keras(tmp_path / "junk.keras")
+
+
+def _edit_keras(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
+    """A copy of a .keras archive with its config.json edited."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                edit(config)
+                data = json.dumps(config).encode()
+            zout.writestr(item, data)
+    return dst
+
+
+def test_hostile_keras_files_are_refused_before_keras_allocates(tmp_path: Path) -> None:
+    import keras
+
+    keras.Sequential([keras.Input((4,)), keras.layers.Dense(6), keras.layers.Dense(3)]).save(str(tmp_path / "m.keras"))
+
+    def units(*values: int) -> Callable[[dict], None]:
+        def edit(config: dict) -> None:
+            dense = [layer for layer in config["config"]["layers"] if layer["class_name"] == "Dense"]
+            for layer, v in zip(dense, values):
+                layer["config"]["units"] = v
+
+        return edit
+
+    wide = _edit_keras(tmp_path / "m.keras", tmp_path / "wide.keras", units(10**9))
+    with pytest.raises(ImportModelError, match="units: size 1000000000 is not a whole number from 1 to 65535"):
+        from_keras(wide)
+    heavy = _edit_keras(tmp_path / "m.keras", tmp_path / "heavy.keras", units(60000, 60000))
+    with pytest.raises(ImportModelError, match="Dense layers hold 3,600,"):
+        from_keras(heavy)
+    # a zip that claims to unpack to more than mcutrain reads
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "bomb.keras", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("config.json", b" " * (300 << 20))
+    with pytest.raises(ImportModelError, match="unpacks to"):
+        from_keras(tmp_path / "bomb.keras")
 
 
 # ---------------------------------------------------------------- scikit-learn
