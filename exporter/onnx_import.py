@@ -91,8 +91,13 @@ def _tensor(
         count *= d
         if count > MAX_PARAMS:
             raise ImportModelError(f"{where}: tensor {t.name!r} has more than {MAX_PARAMS:,} values")
-    if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
-        raise ImportModelError(f"{where}: tensor {t.name!r} holds no numbers")
+    if t.data_type in (
+        onnx.TensorProto.STRING,
+        onnx.TensorProto.UNDEFINED,
+        onnx.TensorProto.COMPLEX64,
+        onnx.TensorProto.COMPLEX128,
+    ):
+        raise ImportModelError(f"{where}: tensor {t.name!r} holds no real numbers")
     if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data):
         return _external(onnx, t, dims, count, where, folder, files if files is not None else {})
     try:
@@ -250,6 +255,16 @@ class _Importer:
 
     # ---- one node ----
     def _step(self, n: _Node, used: Set[str]) -> None:
+        try:
+            with np.errstate(all="ignore"):  # a non-finite weight is refused where a layer takes it (as_f32)
+                self._dispatch(n, used)
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as e:
+            if isinstance(e, ImportModelError):
+                raise
+            # an attribute of the wrong type, an input list of the wrong length: what a damaged file holds
+            raise self.fail(n.where, f"its attributes or inputs are malformed ({type(e).__name__}: {e})") from None
+
+    def _dispatch(self, n: _Node, used: Set[str]) -> None:
         if n.domain not in ("", "ai.onnx"):
             raise self.fail(n.where, f"operator domain {n.domain!r} is not standard ONNX")
         ins = [i for i in n.inputs if i]
@@ -386,8 +401,7 @@ class _Importer:
         if n.op == "Sub":
             v = -v
         elif n.op == "Div":
-            with np.errstate(divide="ignore"):
-                v = 1.0 / v
+            v = 1.0 / v
         v32 = as_f32(v, (size,), n.where)
         if n.op in ("Add", "Sub"):
             layer: Module = L.Bias1d(size)

@@ -515,6 +515,36 @@ def test_hostile_onnx_files(tmp_path: Path) -> None:
         import_model(tmp_path / "m.h5")
 
 
+def test_damaged_onnx_files_fail_with_import_model_error(tmp_path: Path) -> None:
+    """Bytes of a valid file changed at random (and some files cut short): each either imports or raises
+    ImportModelError; no other exception escapes."""
+    net = Sequential(
+        L.Linear(6, 8),
+        L.LeakyRelu(0.2),
+        Residual(L.Linear(8, 8), L.Tanh()),
+        L.Conv1d(8, 6, 3),
+        L.Linear(6, 3),
+        L.Softmax(),
+    ).rand_params(seed=1)
+    to_onnx(net, tmp_path / "ok.onnx")
+    base = (tmp_path / "ok.onnx").read_bytes()
+    rng = np.random.default_rng(0)
+    imported = refused = 0
+    for _ in range(600):
+        b = bytearray(base)
+        for j in rng.integers(0, len(b), rng.integers(1, 6)):
+            b[j] = rng.integers(0, 256)
+        if rng.random() < 0.1:
+            b = b[: rng.integers(1, len(b))]
+        (tmp_path / "f.onnx").write_bytes(bytes(b))
+        try:
+            from_onnx(tmp_path / "f.onnx")
+            imported += 1
+        except ImportModelError:
+            refused += 1
+    assert imported > 0 and refused > 0, (imported, refused)
+
+
 def test_a_missing_extra_names_the_pip_command(tmp_path: Path) -> None:
     """In a Python where the onnx package cannot be imported (sys.modules['onnx'] = None), importing an ONNX
     file says which extra to install; `import mcutrain.exporter` itself loads none of the optional packages."""
