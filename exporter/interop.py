@@ -1,6 +1,9 @@
 """What the importers of other frameworks' models share: the optional packages they need (a missing one is a
 MissingExtraError naming the extra to install), the bounds every imported size must respect before anything
 is allocated, and turning (W, b) arrays into mcutrain layers. (model_import picks the importer for a file.)
+
+The importers share no state and may run in several threads at once, except that the first Keras import may
+set KERAS_BACKEND in the process environment (keras_backend).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from mcutrain import LR, Residual, Sequential
 from mcutrain import layers as L
 from mcutrain.cli.commands import main
 from mcutrain.errors import ImportModelError, McuTrainError, MissingExtraError
-from mcutrain.exporter import from_keras, from_onnx, from_sklearn, import_model, to_onnx
+from mcutrain.exporter import from_keras, from_keras_model, from_onnx, from_sklearn, import_model, to_onnx
 from mcutrain.modelfile import load_model
 
 # An imported network computes with mcutrain's own exp, tanh, sin and cos and its own summation order: its
@@ -277,6 +277,8 @@ def test_keras_file_imports_and_predicts_what_keras_predicts(tmp_path: Path) -> 
     assert d <= TOL
     d2 = assert_onnx_export_matches(net, tmp_path / "back.onnx", x)
     print(f"max|diff| to_onnx of it in onnxruntime vs net.forward: {d2:.3g}")
+    in_memory = from_keras_model(model)  # the model object itself, without a file
+    assert in_memory.describe() == net.describe() and same_bits(in_memory.params, net.params)
 
 
 def test_keras_unsupported_layer_is_named(tmp_path: Path) -> None:
