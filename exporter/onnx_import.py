@@ -246,7 +246,6 @@ class _Importer:
                 and uses.get(w.inputs[0]) == 1
                 and uses.get(w.inputs[2]) == 1
             ):
-                cond.attrs["_softplus_threshold_of"] = sp.name
                 sp.attrs["_threshold"] = cond.inputs[1]
                 sp.outputs = [w.outputs[0]]
                 drop |= {id(w)}
