@@ -50,6 +50,8 @@ _EXPORTS: Dict[str, str] = {
     "ArchitectureError": "errors",
     "ModelFileError": "errors",
     "DataError": "errors",
+    "ImportModelError": "errors",
+    "MissingExtraError": "errors",
 }
 __all__ = ["__version__", *_EXPORTS]
 
@@ -75,7 +77,9 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         ArchitectureError,
         ConfigError,
         DataError,
+        ImportModelError,
         McuTrainError,
+        MissingExtraError,
         ModelFileError,
         ShapeError,
         TrainingError,

@@ -32,3 +32,12 @@ class ModelFileError(McuTrainError, ValueError):
 
 class DataError(McuTrainError, ValueError):
     """A data file or data source that cannot be used; the message names the file and what is wrong."""
+
+
+class ImportModelError(McuTrainError, ValueError):
+    """A model from another framework (an ONNX, Keras or scikit-learn model) that mcutrain cannot import:
+    the message names the node or layer and says what mcutrain supports instead."""
+
+
+class MissingExtraError(McuTrainError, RuntimeError):
+    """An optional dependency is not installed; the message says which `pip install mcutrain[...]` adds it."""

@@ -1,0 +1,206 @@
+"""Models made with other frameworks, for the import tests: PyTorch networks exported to ONNX by
+torch.onnx.export, Keras 3 files written by Keras itself (jax backend), fitted scikit-learn MLPs, and
+onnxruntime to run ONNX files. Each framework is imported when first used."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Tuple
+
+import numpy as np
+
+os.environ.setdefault("KERAS_BACKEND", "jax")  # Keras runs here without TensorFlow
+
+
+# ---------------------------------------------------------------- PyTorch -> ONNX
+
+
+def torch_onnx(module: Any, n_in: int, path: Path, dynamo: bool = True) -> Path:
+    """Export a torch module (in eval mode) with torch.onnx.export, batch dimension dynamic; dynamo=False uses
+    the TorchScript exporter, whose graphs compute reshapes from Shape at run time."""
+    import torch
+
+    module.eval()
+    x = torch.randn(3, n_in)
+    if dynamo:
+        torch.onnx.export(
+            module,
+            (x,),
+            str(path),
+            dynamo=True,
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            verbose=False,
+        )
+    else:
+        torch.onnx.export(
+            module, (x,), str(path), dynamo=False, input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b"}}
+        )
+    return path
+
+
+def torch_mlp(seed: int) -> Any:
+    """Linear, ReLU, Dropout, Linear, Tanh, LeakyReLU, Linear, Softmax: an nn.Sequential classifier."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(6, 12),
+        nn.ReLU(),
+        nn.Dropout(0.2),
+        nn.Linear(12, 10),
+        nn.Tanh(),
+        nn.LeakyReLU(0.1),
+        nn.Linear(10, 4),
+        nn.Softmax(dim=-1),
+    )
+
+
+def torch_conv(seed: int) -> Any:
+    """A one-channel Conv1d between Unflatten and Flatten, Softplus (PyTorch exports its threshold), Sigmoid."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(6, 10),
+        nn.Unflatten(1, (1, 10)),
+        nn.Conv1d(1, 1, 3),
+        nn.Flatten(),
+        nn.Softplus(),
+        nn.Identity(),
+        nn.Linear(8, 3),
+        nn.Sigmoid(),
+    )
+
+
+def torch_residual(seed: int) -> Any:
+    """Residual blocks (one nested), scaling by a constant vector and a constant number, Sin, Cos, SiLU."""
+    import torch
+    from torch import nn
+
+    class Residual(nn.Module):
+        def __init__(self, *inner: nn.Module) -> None:
+            super().__init__()
+            self.inner = nn.Sequential(*inner)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.inner(x)
+
+    class Scale(nn.Module):
+        def __init__(self, v: torch.Tensor) -> None:
+            super().__init__()
+            self.register_buffer("v", v)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.v
+
+    class Fn(nn.Module):
+        def __init__(self, f: Any) -> None:
+            super().__init__()
+            self.f = f
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.f(x)
+
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(5, 8),
+        Residual(nn.Linear(8, 8), nn.Tanh(), Residual(nn.Linear(8, 8), nn.Sigmoid())),
+        Scale(torch.linspace(0.5, 1.5, 8)),
+        Scale(torch.tensor(0.7)),
+        Fn(torch.sin),
+        nn.Linear(8, 8),
+        nn.SiLU(),
+        Fn(torch.cos),
+        nn.Linear(8, 2),
+    )
+
+
+def ort_run(path: Path, x: np.ndarray) -> np.ndarray:
+    """onnxruntime's output of an ONNX file for a float32 batch."""
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return s.run(None, {s.get_inputs()[0].name: np.asarray(x, np.float32)})[0]
+
+
+# ---------------------------------------------------------------- Keras
+
+
+def keras_mlp(path: Path, seed: int) -> Any:
+    """A keras.Sequential classifier through every supported layer and activation, saved to path (.keras)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [
+            keras.Input((7,)),
+            keras.layers.Dense(12, activation="relu"),
+            keras.layers.Dense(12, activation="tanh"),
+            keras.layers.Dropout(0.3),
+            keras.layers.Dense(10, activation="softplus", use_bias=False),
+            keras.layers.Dense(10, activation="leaky_relu"),
+            keras.layers.Dense(10, activation="silu"),
+            keras.layers.LeakyReLU(negative_slope=0.2),
+            keras.layers.Dense(8),
+            keras.layers.Activation("sigmoid"),
+            keras.layers.ReLU(),
+            keras.layers.Dense(5),
+            keras.layers.Softmax(),
+        ]
+    )
+    model.save(str(path))
+    return model
+
+
+# ---------------------------------------------------------------- scikit-learn
+
+
+def sklearn_data(seed: int, n: int = 200, n_in: int = 6) -> Tuple[np.ndarray, np.ndarray]:
+    """Inputs (n, n_in) float32 and a real-valued target (n, 2) with some structure to learn."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, n_in)).astype(np.float32)
+    y = np.column_stack([np.sin(x[:, 0]) + x[:, 1] * x[:, 2], np.tanh(x[:, 3] - x[:, 4])]).astype(np.float32)
+    return x, y
+
+
+def sklearn_mlp(kind: str, seed: int) -> Tuple[Any, np.ndarray]:
+    """A fitted MLP and its training inputs. kind: 'multiclass' (relu, softmax), 'binary' (tanh, one logistic
+    output), 'multilabel' (logistic hidden, logistic outputs) or 'regressor' (identity hidden, 2 outputs)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+
+    x, y = sklearn_data(seed)
+    if kind == "multiclass":
+        est, target = (
+            MLPClassifier(hidden_layer_sizes=(16, 8), activation="relu", random_state=seed),
+            np.digitize(y[:, 0], [-1, 0, 1]),
+        )
+    elif kind == "binary":
+        est, target = MLPClassifier(hidden_layer_sizes=(12,), activation="tanh", random_state=seed), y[:, 1] > 0
+    elif kind == "multilabel":
+        est, target = MLPClassifier(hidden_layer_sizes=(10,), activation="logistic", random_state=seed), y > 0
+    elif kind == "regressor":
+        est, target = MLPRegressor(hidden_layer_sizes=(10,), activation="identity", random_state=seed), y
+    else:
+        raise ValueError(kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.set_params(max_iter=300)
+        est.fit(x, target)
+    return est, x
+
+
+def sklearn_outputs(est: Any, x: np.ndarray) -> np.ndarray:
+    """What the imported network must give: predict_proba (its second column for a binary classifier) or
+    predict for a regressor."""
+    if hasattr(est, "predict_proba"):
+        p = est.predict_proba(x)
+        return p[:, 1:] if est.n_outputs_ == 1 else p  # a binary classifier has one output: P(classes_[1])
+    return est.predict(x)
