@@ -34,11 +34,13 @@ def _register() -> None:
     """Add every command to the group."""
     from .device import device
     from .export import build, export, flash, sim
+    from .fleet import fleet
     from .model import boards, eval_cmd, info, plot
     from .train import train
 
     for cmd in (train, eval_cmd, info, plot, boards, export, build, flash, sim, device):
         main.add_command(cmd)
+    main.add_command(fleet)
 
 
 _register()

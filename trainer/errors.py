@@ -32,3 +32,8 @@ class ModelFileError(McuTrainError, ValueError):
 
 class DataError(McuTrainError, ValueError):
     """A data file or data source that cannot be used; the message names the file and what is wrong."""
+
+
+class FleetError(McuTrainError, RuntimeError):
+    """A fleet that cannot run: a bad fleet file, a device that runs another model, Flower missing, or no
+    round that could be completed; the message says what to change."""
