@@ -17,8 +17,9 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-from mcutrain.exporter.client import REGION_PARAMS, Device
+from mcutrain.exporter.client import REGION_PARAMS, Device, DeviceInfo
 from mcutrain.exporter.device_model import DeviceModel
+from mcutrain.exporter.protocol import ProtocolError
 
 from .config import DeviceSpec
 
@@ -127,6 +128,7 @@ class DeviceHandle:
         self.device: Optional[Device] = None
         self.session: Any = None
         self.connects = 0
+        self._info: Optional[DeviceInfo] = None  # the device's INFO at the last good connection
         self.sent = 0  # bytes on the line over all connections
         self.received = 0
         self._lock = threading.Lock()
@@ -158,13 +160,21 @@ class DeviceHandle:
                 self.session = session
             else:
                 dev = Device.open(self.spec.port or "", self.spec.baud, timeout=self.timeout)
-                if self.connects:
-                    dev.resync()  # a port opened again may hold the rest of a frame of the failed round
             dev.link = CountingLink(dev.link)
             self.device = dev
             self.connects += 1
         try:
-            dev.check_hash(self.expected_hash)
+            try:
+                dev.check_hash(self.expected_hash)
+            except ProtocolError:
+                if self.spec.simulated or self._info is None:
+                    raise
+                # a board opened again may still send a late reply of the failed round, or wait for the rest
+                # of a frame: resynchronise (with the frame sizes it had) and ask again
+                dev._info = self._info
+                dev.resync()
+                dev.check_hash(self.expected_hash)
+            self._info = dev.cached_info
         except Exception:
             self.drop()
             raise

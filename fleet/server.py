@@ -139,8 +139,10 @@ class _Observed:
                 self.report.dropped[f"?{len(self.report.dropped)}"] = f"{type(f).__name__}: {f}"
                 continue
             proxy, res = f
-            name = (res.metrics or {}).get("device") or self.names.get(proxy.cid, proxy.cid)
-            self.report.dropped[str(name)] = res.status.message or res.status.code.name
+            msg = res.status.message or res.status.code.name
+            # Flower's legacy transport drops the metrics of a failed answer: the message starts with the name
+            name = (res.metrics or {}).get("device") or self.names.get(proxy.cid) or msg.split(":", 1)[0]
+            self.report.dropped[str(name)] = msg
 
     def aggregate_fit(self, server_round: int, results: List[Any], failures: List[Any]) -> Tuple[Any, Dict]:
         assert self.report is not None
@@ -409,8 +411,8 @@ class Fleet:
                         rep.failed = "no device answered: global model kept"
                 except Exception as e:  # a failed round is logged, the run goes on
                     rep.failed = f"{type(e).__name__}: {e}: global model kept"
-                self._write_global(arrays, rep)
                 self._evaluate_into(rep, strategy, r, server.parameters)
+                self._write_global(arrays, rep)
                 try:
                     if cfg.eval_samples:
                         server.evaluate_round(server_round=r, timeout=cfg.round_timeout)

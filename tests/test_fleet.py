@@ -12,6 +12,7 @@ same sample order a fleet device uses.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -101,7 +102,7 @@ def test_four_native_devices_and_a_qemu_board_beat_every_device_alone(
     # the global model file is the final global model: the device model rebuilt from it predicts the
     # accuracy the last round reported
     ck = load_model(cfg.output)
-    assert ck.metadata["fleet"]["round"] == ROUNDS
+    assert ck.metadata["fleet"]["round"] == ROUNDS and ck.metadata["fleet"]["test_accuracy"] == res.rounds[-1].accuracy
     model = build_device_model(ck)
     test = (digits.x[index["test"]], digits.y[index["test"]])
     final = evaluate_params(model, model.params, *test)
@@ -282,3 +283,42 @@ def test_cli_simulates_a_fleet_end_to_end(digits: Dataset, start_model: Path, tm
     assert "1 of 1 rounds completed" in r.output
     r = CliRunner().invoke(main, ["fleet", str(tmp_path / "nope.toml")])
     assert r.exit_code == 1 and "does not exist" in r.output
+
+
+def test_a_device_on_a_port_joins_the_fleet_and_is_reopened_after_noise(
+    digits: Dataset, start_model: Path, work: Path, tmp_path: Path
+) -> None:
+    """A device given by its serial port (here the pty of a native firmware the test starts itself, as a
+    board on /dev/ttyACM0 would be) next to a simulated one; its line garbles a reply in round 1, the fleet
+    opens the port again for round 2."""
+    from mcutrain.exporter import sim
+    from mcutrain.exporter.boards import get_board
+
+    fleet_file, _ = simulate_fleet(digits, 2, "native", tmp_path, start_model, rounds=2, local_steps=20, seed=5)
+    cfg = load_config(fleet_file)
+    cfg.workdir = work
+    cfg.eval_samples = 10
+    fleet = Fleet(cfg)
+    fleet.prepare()  # exports and builds the native firmware into work/fw-native
+    board = get_board("native")
+    board_session = sim.start(work / "fw-native", board, store=tmp_path / "board.bin", build=False)
+    try:
+        port = board_session.extra["port"]
+        board_session.device.link.close()  # the fleet opens the port itself, as it would a board's
+        cfg.devices[0] = dataclasses.replace(cfg.devices[0], name="board", port=port, board=None)
+
+        def on_step(name: str, rnd: int, step: int) -> None:
+            if name == "board" and rnd == 1 and step == 3:
+                h = next(h for h in fleet.handles if h.spec.name == "board")
+                h.device.link._link = GarbleOnce(h.device.link._link)
+
+        fleet = Fleet(cfg, on_step=on_step)
+        res = fleet.run()
+        assert board_session.device.process.poll() is None  # the board was never restarted: only its port
+    finally:
+        board_session.device.process.kill()
+        board_session.device.process.wait()
+    r1, r2 = res.rounds[1:]
+    assert r1.answered == ["native-2"] and "CRC" in r1.dropped.get("board", ""), r1
+    assert r2.answered == ["board", "native-2"] and r2.failed is None, r2
+    assert fleet.handles[0].connects >= 2
