@@ -213,7 +213,7 @@ def make_strategy(cfg: FleetConfig, initial: List[np.ndarray], evaluate_fn: Call
 class Fleet:
     """A fleet run (see the module docstring). on_round(report) is called after every round (round 0 is
     the starting model); on_step(device, round, step) after every TRAIN step of a device (from the device's
-    client thread)."""
+    client thread). A Fleet runs once, from one thread: it is not meant to be shared between threads."""
 
     def __init__(
         self,
