@@ -3,6 +3,7 @@ extension mcutrain._core built from trainer/_core.pyx plus the C core in firmwar
 
     trainer/   -> mcutrain             layers, networks, training, model files, data
     exporter/  -> mcutrain.exporter    device model, quantization, C generation, projects, simulators
+    fleet/     -> mcutrain.fleet       fleet learning: devices as Flower clients, Flower rounds
     cli/       -> mcutrain.cli         the `mcutrain` command line
     firmware/  -> mcutrain.firmware    package data: the C core, the firmware app, ports, platforms
     boards/    -> mcutrain.boards      package data: one TOML file per board
@@ -53,6 +54,7 @@ ext = Extension(
 PACKAGE_DIRS = {
     "mcutrain": "trainer",
     "mcutrain.exporter": "exporter",
+    "mcutrain.fleet": "fleet",
     "mcutrain.cli": "cli",
     "mcutrain.firmware": "firmware",
     "mcutrain.boards": "boards",

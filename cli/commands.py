@@ -35,6 +35,7 @@ def _register() -> None:
     from .device import device
     from .export import build, export, flash, sim
     from .interop import export_onnx, import_cmd
+    from .fleet import fleet
     from .model import boards, eval_cmd, info, plot
     from .train import train
 
@@ -42,6 +43,7 @@ def _register() -> None:
         main.add_command(cmd)
     for cmd in (import_cmd, export_onnx):
         main.add_command(cmd)
+    main.add_command(fleet)
 
 
 _register()

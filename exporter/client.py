@@ -208,23 +208,24 @@ class Device:
         """How many floats one READ or WRITE frame carries."""
         return max(1, (self.cached_info.max_payload - 5) // 4)
 
-    def read_region(self, region: int, n: Optional[int] = None) -> np.ndarray:
-        """All floats of a region (0 params, 1 optimizer slots, 2 train state)."""
+    def read_region(self, region: int, n: Optional[int] = None, offset: int = 0) -> np.ndarray:
+        """The floats of a region (0 params, 1 optimizer slots, 2 train state): n of them from `offset` (in
+        floats), by default all."""
         info = self.cached_info
-        total = n if n is not None else {0: info.n_params, 1: info.n_params * info.slots, 2: 3}[region]
+        total = n if n is not None else {0: info.n_params, 1: info.n_params * info.slots, 2: 3}[region] - offset
         out: List[np.ndarray] = []
         for off in range(0, total, self._floats_per_frame()):
             cnt = min(self._floats_per_frame(), total - off)
-            d = self.request(Cmd.READ, struct.pack("<BIH", region, off, cnt))
+            d = self.request(Cmd.READ, struct.pack("<BIH", region, offset + off, cnt))
             out.append(np.frombuffer(d, "<f4").copy())
         return np.concatenate(out) if out else np.zeros(0, np.float32)
 
-    def write_region(self, region: int, values: Any) -> None:
-        """Write a region's floats."""
+    def write_region(self, region: int, values: Any, offset: int = 0) -> None:
+        """Write floats into a region, from `offset` (in floats) on."""
         v = np.ascontiguousarray(values, "<f4").ravel()
         for off in range(0, v.shape[0], self._floats_per_frame()):
             part = v[off : off + self._floats_per_frame()]
-            self.request(Cmd.WRITE, struct.pack("<BI", region, off) + part.tobytes())
+            self.request(Cmd.WRITE, struct.pack("<BI", region, offset + off) + part.tobytes())
 
     def pull(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(params, optimizer slots, train state as 12 raw bytes viewed as uint8)."""

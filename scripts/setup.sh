@@ -27,5 +27,5 @@ fi
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --upgrade pip >/dev/null
 # the test extra's torch (it exports the ONNX files of the import tests): the CPU build, not the CUDA one
-"$PY" -m pip install -q -e ".[test]" --extra-index-url https://download.pytorch.org/whl/cpu
+"$PY" -m pip install -q -e ".[test]"
 echo "mcutrain setup: done ($("$PY" -c 'import mcutrain; print("mcutrain", mcutrain.__version__)'))"

@@ -1,5 +1,5 @@
 """The shape of the package, checked from the source: one installed name (`mcutrain`), layers that only
-point down (trainer <- exporter <- cli), and no import cycles.
+point down (trainer <- exporter <- fleet <- cli), and no import cycles.
 
 The imports are read with `ast` from every module of the three Python folders, imports inside functions
 included, so a lazy import cannot hide an upward dependency or a cycle. The folder -> package mapping is
@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # The layers, bottom up: a module may import its own layer and the ones below it.
-LAYERS = ["mcutrain", "mcutrain.exporter", "mcutrain.cli"]
+LAYERS = ["mcutrain", "mcutrain.exporter", "mcutrain.fleet", "mcutrain.cli"]
 # Folders that hold package data only (C sources, board files): their Python files are not part of the API.
 DATA_PACKAGES = {"mcutrain.firmware", "mcutrain.boards"}
 
@@ -228,6 +228,7 @@ def test_the_wheel_installs_one_top_level_name(tmp_path: Path) -> None:
         "mcutrain/boards/uno.toml",
         "mcutrain/exporter/export.py",
         "mcutrain/cli/__init__.py",
+        "mcutrain/fleet/server.py",
     ):
         assert must in names, f"{must} is missing from the wheel"
     assert any(n.startswith("mcutrain/_core.") and n.endswith(".so") for n in names), "no compiled extension"

@@ -41,3 +41,8 @@ class ImportModelError(McuTrainError, ValueError):
 
 class MissingExtraError(McuTrainError, RuntimeError):
     """An optional dependency is not installed; the message says which `pip install mcutrain[...]` adds it."""
+
+
+class FleetError(McuTrainError, RuntimeError):
+    """A fleet that cannot run: a bad fleet file, a device that runs another model, Flower missing, or no
+    round that could be completed; the message says what to change."""

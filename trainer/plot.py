@@ -95,7 +95,8 @@ def plot_log(records: Sequence[Dict[str, Any]], title: str = "") -> bytes:
     s, lr = _series(records, "lr")
     axes[row].plot(s, lr, color="tab:green", lw=1.4)
     axes[row].set_ylabel("learning rate")
-    axes[row].set_xlabel("step")
+    fleet = any(r.get("event") == "start" and r.get("fleet") for r in records)  # a fleet log: one step per round
+    axes[row].set_xlabel("round" if fleet else "step")
     axes[row].grid(alpha=0.3)
     return _png(fig)
 

@@ -1,0 +1,122 @@
+"""Fleet rounds at scale (issue 12): 4, 16 and 64 native firmware processes, each a Flower client over its
+own pty, Flower's server running FedAvg on 127.0.0.1, on scikit-learn's digits split non-IID (two classes
+per device). Reported per fleet size:
+
+- seconds per round (mean over the rounds after the first, which also starts the processes) and rounds/s;
+- growth: time per round against the 4-device fleet's, beside N/4 (what a fleet that runs its devices
+  one after the other would take); below N/4 means the devices do work side by side;
+- bytes on the serial links per round (sent and received, all devices), per device, and the reference:
+  what docs/protocol.md's frame sizes say one device's round takes (WRITE the trainable parameters, the
+  TRAIN frames, READ them back, PREDICT the local evaluation data, WRITE and PREDICT again to evaluate).
+
+    python bench/fleet.py [--sizes 4 16 64] [--rounds 3] [--steps 50] [--json fleet.json]
+
+Needs gcc and PlatformIO (offline is fine), flwr and scikit-learn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mcutrain import Sequential, TrainParams, save_model  # noqa: E402
+from mcutrain import layers as L  # noqa: E402
+from mcutrain.datasets import Dataset  # noqa: E402
+from mcutrain.fleet.config import load_config  # noqa: E402
+from mcutrain.fleet.server import Fleet  # noqa: E402
+from mcutrain.fleet.split import simulate_fleet  # noqa: E402
+
+
+def expected_bytes(n_in: int, n_out: int, blocks: List[int], max_payload: int, steps: int, n_eval: int) -> int:
+    """One device's bytes in one round (after the first), from the frame sizes of docs/protocol.md: a request
+    is 6 bytes + payload, a reply 7 bytes + data."""
+    per = max(1, (max_payload - 5) // 4)  # floats per READ/WRITE frame
+    write = sum(-(-n // per) * (6 + 5 + 7) + 4 * n for n in blocks)  # WRITE: u8 region, u32 offset, floats
+    read = sum(-(-n // per) * (6 + 7 + 7) + 4 * n for n in blocks)  # READ: u8, u32, u16 count
+    train = steps * (6 + 4 * (n_in + n_out) + 7 + 8)
+    predict = n_eval * (6 + 4 * n_in + 7 + 4 * n_out)
+    return write + train + read + predict + write + predict  # fit, then evaluate
+
+
+def run_size(n: int, ds: Dataset, model: Path, work: Path, rounds: int, steps: int, n_eval: int) -> Dict[str, Any]:
+    """One fleet of n native devices: its timings and bytes."""
+    folder = work / f"n{n}"
+    fleet_file, _ = simulate_fleet(ds, n, "native", folder, model, rounds=rounds, local_steps=steps, seed=0)
+    cfg = load_config(fleet_file)
+    cfg.workdir = work / "shared"  # the firmware is built once for all sizes
+    cfg.eval_samples = n_eval
+    fleet = Fleet(cfg)
+    fleet.prepare()
+    res = fleet.run()
+    later = res.rounds[2:]
+    assert all(not r.failed and len(r.answered) == n for r in res.rounds[1:]), [r.dropped for r in res.rounds]
+    blocks = [c for _, c in fleet.layout.blocks]
+    n_evals = [min(n_eval, c.ex.shape[0]) for c in fleet.clients]
+    prog = fleet.model.program
+    max_payload = fleet.model.rx_max
+    expect = float(np.mean([expected_bytes(prog.n_in, prog.n_out, blocks, max_payload, steps, e) for e in n_evals]))
+    sec = float(np.mean([r.seconds for r in later]))
+    return {
+        "devices": n,
+        "seconds_per_round": sec,
+        "rounds_per_s": 1.0 / sec,
+        "first_round_seconds": res.rounds[1].seconds,
+        "bytes_per_round": float(np.mean([r.bytes for r in later])),
+        "bytes_per_device": float(np.mean([r.bytes for r in later])) / n,
+        "expected_bytes_per_device": expect,
+        "accuracy": res.rounds[-1].accuracy,
+    }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[4, 16, 64], help="fleet sizes (first: the reference)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per fleet (at least 2)")
+    ap.add_argument("--steps", type=int, default=50, help="TRAIN steps per device and round")
+    ap.add_argument("--eval", type=int, default=20, help="PREDICT samples per device for evaluation")
+    ap.add_argument("--json", default="fleet.json", help="where to write the results")
+    ap.add_argument("--workdir", default=None, help="folder for shards and firmware (default: a temporary one)")
+    a = ap.parse_args(argv)
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    ds = Dataset((d.data / 16.0).astype(np.float32), np.eye(10, dtype=np.float32)[d.target], "digits")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(a.workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        net = Sequential(L.Linear(64, 16), L.Relu(), L.Linear(16, 10), L.Softmax()).rand_params(seed=3)
+        model = work / "start.mct"
+        save_model(model, net, net.new_sgd(TrainParams(lr=0.1)), {"loss": "cross_entropy"})
+        for n in a.sizes:
+            rows.append(run_size(n, ds, model, work, max(2, a.rounds), a.steps, a.eval))
+            print(f"  {n} devices done: {rows[-1]['seconds_per_round']:.2f} s per round", flush=True)
+    ref = rows[0]
+    print(f"\nfleet rounds, native firmware over ptys, FedAvg (Flower), {a.steps} TRAIN steps per device and round")
+    head = (
+        f"{'devices':>7} {'s/round':>8} {'rounds/s':>8} {'growth':>7} {'N/N0':>5} {'KiB/round':>9} "
+        f"{'B/device':>9} {'expected':>9} {'accuracy':>8}"
+    )
+    print(head)
+    for r in rows:
+        r["growth"] = r["seconds_per_round"] / ref["seconds_per_round"]
+        r["linear_growth"] = r["devices"] / ref["devices"]
+        print(
+            f"{r['devices']:>7} {r['seconds_per_round']:>8.3f} {r['rounds_per_s']:>8.2f} {r['growth']:>7.2f} "
+            f"{r['linear_growth']:>5.0f} {r['bytes_per_round'] / 1024:>9.1f} {r['bytes_per_device']:>9.0f} "
+            f"{r['expected_bytes_per_device']:>9.0f} {r['accuracy']:>8.3f}"
+        )
+    Path(a.json).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
