@@ -22,9 +22,10 @@ from mcutrain.modelfile import Checkpoint, load_model
 
 from ..errors import McuTrainError
 from .boards import Board, get_board
-from .cgen import model_c, model_h
-from .device import DeviceSpecError, build_device_model
+from .cgen import config_h, model_c, model_h
+from .device import DeviceSpecError, build_device_model, device_optimizer
 from .device_model import DeviceModel
+from .library import library_json, library_name, library_properties, write_library
 from .memplan import MemoryPlan, check_fits, plan
 from .project import write_project
 from .quantize import QuantError, QuantReport, evaluate
@@ -48,10 +49,29 @@ class ExportResult:
 
 
 def _advice(
-    ck: Checkpoint, board: Board, loss: Optional[Loss], current: str, quant: str, sim: bool, calibration: Any = None
+    ck: Checkpoint,
+    board: Board,
+    loss: Optional[Loss],
+    current: str,
+    quant: str,
+    sim: bool,
+    calibration: Any = None,
+    optimizer: Optional[str] = None,
+    save: str = "all",
 ) -> str:
-    """What to change so the model fits: the most trainable layers that still fit, biases only, int8
-    (full-integer int8 when calibration data was given), or a bigger board."""
+    """What to change so the model fits: the same layers with SGD (an optimizer without state) when that is
+    enough, else the most trainable layers that still fit, biases only, int8 (full-integer int8 when
+    calibration data was given), or a bigger board."""
+    opt = device_optimizer(ck, optimizer)
+    if opt is not None and opt.kind != "sgd":
+        try:
+            m = build_device_model(
+                ck, current, quant, loss, device_optimizer(ck, "sgd"), board=board, calibration=calibration, save=save
+            )
+            if plan(m, board, sim).fits():
+                return f"train with plain SGD, which keeps no optimizer state (--optimizer sgd; {opt.kind} keeps some)"
+        except DeviceSpecError:
+            pass
     n_with = sum(1 for d in ck.net.program.layers if d.n_p)
     current = current.strip().lower()  # as trainable_flags reads it
     start = n_with - 1 if current == "all" else int(current[5:]) - 1 if current.startswith("last:") else -1
@@ -68,7 +88,7 @@ def _advice(
             if t == current and q == quant:
                 continue
             try:
-                m = build_device_model(ck, t, q, loss, board=board, calibration=calibration)
+                m = build_device_model(ck, t, q, loss, opt, board=board, calibration=calibration, save=save)
             except DeviceSpecError:
                 continue
             if plan(m, board, sim).fits():
@@ -91,6 +111,9 @@ def export_project(
     sim: bool = False,
     calibration: Any = None,
     eval_data: Optional[Tuple[Any, Any]] = None,
+    optimizer: Optional[str] = None,
+    save: Optional[str] = None,
+    library: bool = False,
 ) -> ExportResult:
     """Write a PlatformIO project for board_name into out; returns what was written.
 
@@ -98,7 +121,10 @@ def export_project(
     quant: 'f32', 'int8' (int8 weights, float math) or 'int8-full' (full-integer frozen layers; needs
     calibration, sample inputs (n, n_in)). eval_data=(x, y): the device model is run on the host through
     the same C kernels and compared with the f32 network (loss, accuracy, output change): the result's
-    quant_report, also written to mcutrain.json."""
+    quant_report, also written to mcutrain.json. optimizer: the kind the device trains with (sgd, momentum,
+    rmsprop, rmsprop_momentum, adam; default: the model's). save: what a device save keeps, 'params' or 'all'
+    (default: all where two saves of it fit the board's storage, else params). library=True writes an
+    Arduino/PlatformIO library for the user's own firmware (exporter/library.py) instead of a project."""
     board = get_board(board_name)
     ck = model if isinstance(model, Checkpoint) else load_model(model)
     source = Path(model).name if not isinstance(model, Checkpoint) else "a checkpoint"
@@ -106,12 +132,18 @@ def export_project(
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())) and not force:
         raise ExportError(f"{dst} exists and is not empty; pass --force to replace it")
     try:
-        m = build_device_model(ck, trainable, quant, loss, board=board, source=source, calibration=calibration)
+        opt = device_optimizer(ck, optimizer)
+        m = build_device_model(ck, trainable, quant, loss, opt, board=board, source=source, calibration=calibration)
+        if save is None:  # the optimizer state too where it fits, else the parameters only
+            save = "all" if plan(m, board, sim).save_bytes <= board.storage else "params"
+        m = build_device_model(
+            ck, trainable, quant, loss, opt, board=board, source=source, calibration=calibration, save=save
+        )
     except DeviceSpecError as e:
         raise ExportError(str(e)) from None
     mp = plan(m, board, sim)
     if not mp.fits():
-        check_fits(mp, _advice(ck, board, loss, trainable, quant, sim, calibration))
+        check_fits(mp, _advice(ck, board, loss, trainable, quant, sim, calibration, optimizer, save))
     report: Optional[QuantReport] = None
     if eval_data is not None:
         try:
@@ -128,6 +160,9 @@ def export_project(
         "test/test_model/expected.h": expected_h(m),
         "mcutrain.json": json.dumps(
             {
+                **({"kind": "library"} if library else {}),
+                "device_optimizer": optimizer_name(m),
+                "save": m.save,
                 "board": board.name,
                 "hash": m.hash().hex(),
                 "quant": quant,
@@ -159,10 +194,23 @@ def export_project(
         )
         + "\n",
     }
+    if library:
+        name = library_name(dst.name)
+        del files["test/test_model/expected.h"]
+        files.update(
+            {
+                "src/mct_config.h": config_h(m),
+                "library.json": library_json(name, board, m.build_flags()),
+                "library.properties": library_properties(name, board),
+            }
+        )
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=str(dst.parent)))
     try:
-        write_project(tmp / "p", board, files, source, m.build_flags())
+        if library:
+            write_library(tmp / "p", files)
+        else:
+            write_project(tmp / "p", board, files, source, m.build_flags())
         if dst.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old.", dir=str(dst.parent)))
             dst.rename(old / "p")
@@ -173,6 +221,15 @@ def export_project(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ExportResult(dst, board, m, mp, m.hash().hex(), report)
+
+
+def optimizer_name(m: DeviceModel) -> str:
+    """The name of the optimizer kind the device model trains with (sgd, momentum, ..., adam)."""
+    from mcutrain.corefacts import OptKind
+    from mcutrain.optim import KINDS
+
+    kind = int(m.opt_cfg[0]["kind"])
+    return next((n for n, v in KINDS.items() if v == kind), OptKind(kind).name.lower())
 
 
 def _loss_of(m: DeviceModel) -> Loss:

@@ -13,6 +13,8 @@ from typing import Dict, List, Optional, Sequence
 from .boards import Board
 from .paths import firmware_dir
 
+# the model-level API for a user's own firmware (`mcutrain export --library`); the protocol firmware does not use it
+LIBRARY_ONLY = ("mcutrain.c", "mcutrain.h")
 # build_flags of every env: the float semantics of host/device parity, and the generated headers
 COMMON_BUILD_FLAGS = ["-ffp-contract=off", "-fno-math-errno", "-Iinclude"]
 
@@ -185,7 +187,7 @@ def write_project(out: Path, board: Board, files: Dict[str, str], source: str, m
             shutil.copyfile(f, core_dst / f.name)
     (out / "lib" / "mcutrain_core" / "library.json").write_text(library_json())
     for f in sorted((fw / "app").iterdir()):
-        if f.suffix in (".c", ".h", ".cpp"):
+        if f.suffix in (".c", ".h", ".cpp") and f.name not in LIBRARY_ONLY:
             shutil.copyfile(f, out / "src" / f.name)
     for f in sorted((fw / "app" / "ports").iterdir()):
         shutil.copyfile(f, out / "src" / "ports" / f.name)
