@@ -14,10 +14,12 @@ import numpy as np
 
 from mcutrain.files import atomic_write
 from mcutrain.modelfile import Checkpoint, load_model
+from mcutrain.optim import KINDS
 
 from .common import CliError, MissingTool, check_output, example, note, table, write_output
 from .model import calibration_inputs, device_model, device_model_options, model_loss, model_samples, sim_option
 
+OPTIMIZER_CHOICES = list(KINDS)  # the core's optimizer kinds
 HOST_MODEL = "model.mct"  # the exported model, kept in the project for `sim` and `device pull`
 CALIBRATION = "calibration.npz"  # int8-full's calibration inputs, to rebuild the same device model
 
@@ -96,7 +98,16 @@ def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, boa
         with np.load(p) as z:
             cal = z["x"]
     loss = model_loss(ck, meta.get("loss"))
-    m = device_model(ck, meta.get("quant", "f32"), meta.get("trainable", "all"), loss, board=board, calibration=cal)
+    m = device_model(
+        ck,
+        meta.get("quant", "f32"),
+        meta.get("trainable", "all"),
+        loss,
+        board=board,
+        calibration=cal,
+        optimizer=meta.get("device_optimizer"),
+        save=meta.get("save", "all"),
+    )
     if m.hash().hex() != meta.get("hash"):
         raise CliError(
             f"{model_name} is not the model exported to {project} (its device model {m.hash().hex()} is "
@@ -123,10 +134,31 @@ def _npz_bytes(x: np.ndarray) -> bytes:
 @click.option(
     "-o", "--output", type=click.Path(file_okay=False), default=None, help="Project folder [default: MODEL-BOARD]."
 )
+@click.option(
+    "--optimizer",
+    type=click.Choice(OPTIMIZER_CHOICES),
+    default=None,
+    help="Optimizer the device trains with [default: the model's]; sgd keeps no state (least RAM).",
+)
+@click.option(
+    "--save",
+    "save",
+    type=click.Choice(["params", "all"]),
+    default=None,
+    help="What a device save keeps: the learned parameters, or the optimizer state too [default: all where "
+    "two saves fit the board's storage, else params].",
+)
+@click.option(
+    "--library",
+    is_flag=True,
+    help="Write an Arduino/PlatformIO library for your own firmware (model-level C API, examples) instead of "
+    "a project (docs/embedding.md).",
+)
 @click.option("--force", is_flag=True, help="Replace an existing project folder.")
 @example("""
 mcutrain export model.mct --board native -o fw
-mcutrain export model.mct --board uno --trainable last:1 --quant int8-full -o fw-uno""")
+mcutrain export model.mct --board uno --trainable last:1 --quant int8-full -o fw-uno
+mcutrain export model.mct --board uno --trainable biases --optimizer sgd --library -o lib/my_model""")
 def export(
     model: str,
     board: str,
@@ -136,10 +168,14 @@ def export(
     loss_name: Optional[str],
     for_sim: bool,
     output: Optional[str],
+    optimizer: Optional[str],
+    save: Optional[str],
+    library: bool,
     force: bool,
 ) -> None:
     """Turn a model file into a PlatformIO project for a board: generated C model, firmware, the C core
-    as a library and offline platforms for the simulator and the native build.
+    as a library and offline platforms for the simulator and the native build. With --library: an
+    Arduino/PlatformIO library of the model and the core for your own firmware instead.
 
     The memory plan is checked first; a model that does not fit exits with code 3 and says what to
     change. Quantized exports print how the device model compares with the f32 network.
@@ -164,16 +200,27 @@ def export(
         sim=for_sim,
         calibration=cal,
         eval_data=eval_data,
+        optimizer=optimizer,
+        save=save,
+        library=library,
     )
-    atomic_write(res.path / HOST_MODEL, Path(model).read_bytes())
-    if cal is not None:
+    if not library:
+        atomic_write(res.path / HOST_MODEL, Path(model).read_bytes())
+    if cal is not None and not library:
         atomic_write(res.path / CALIBRATION, _npz_bytes(cal))
     click.echo(res.plan.table())
     if res.quant_report is not None:
         click.echo(res.quant_report.summary())
     elif quant != "f32":
         note("note: no quantization report: the model file does not record data to evaluate on")
-    click.echo(f"wrote {res.path} for {b.name} (model hash {res.hash}, {quant}, trainable {trainable})")
+    what = "library" if library else ""
+    click.echo(
+        f"wrote {what + ' ' if what else ''}{res.path} for {b.name} (model hash {res.hash}, {quant}, trainable "
+        f"{trainable}, optimizer {res.optimizer}, saves keep {res.model.save})"
+    )
+    if library:
+        click.echo("next: see docs/embedding.md (#include <mcutrain.h>; examples/ in the library)")
+        return
     sim_hint = f"mcutrain sim {res.path}" if b.sim_kind else f"mcutrain flash {res.path} --board {b.name}"
     click.echo(f"next: mcutrain build {res.path}   or   {sim_hint}")
 

@@ -104,11 +104,15 @@ def device_model(
     loss: Loss,
     board: Optional[Any] = None,
     calibration: Optional[np.ndarray] = None,
+    optimizer: Optional[str] = None,
+    save: str = "all",
 ) -> Any:
-    """The device's model of a checkpoint (int8-full needs calibration inputs)."""
-    from mcutrain.exporter.device import build_device_model
+    """The device's model of a checkpoint (int8-full needs calibration inputs), trained with the optimizer
+    kind given (default: the model's) and saving what save says."""
+    from mcutrain.exporter.device import build_device_model, device_optimizer
 
-    return build_device_model(ck, trainable, quant, loss, board=board, calibration=calibration)
+    opt = device_optimizer(ck, optimizer)
+    return build_device_model(ck, trainable, quant, loss, opt, board=board, calibration=calibration, save=save)
 
 
 TRAINABLE_HELP = (

@@ -47,6 +47,11 @@ class ExportResult:
     hash: str
     quant_report: Optional[QuantReport] = None  # the device model against the f32 network (with eval_data)
 
+    @property
+    def optimizer(self) -> str:
+        """The optimizer kind the device trains with."""
+        return optimizer_name(self.model)
+
 
 def _advice(
     ck: Checkpoint,

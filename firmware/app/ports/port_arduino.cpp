@@ -54,7 +54,11 @@ void port_init(void) {
 
 int port_getc(void) {
 #if defined(MCT_SIM_HINTS) && defined(__AVR__)
+    /* The hint lets the harness stop simulating until the host sends more, so it comes only after a few byte
+     * times of waiting: a byte still on its way through the USART (its RX interrupt not yet due) gets in. */
+    uint16_t spins = 0;
     while (Serial.available() <= 0) {
+        if (spins < 1000u) { spins++; continue; }
         GPIOR2 = 0x01;                     /* waiting: the harness may block on the host */
         if (GPIOR2 == 0xFF) return -1;     /* the host is gone */
     }
