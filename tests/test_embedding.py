@@ -283,3 +283,39 @@ def test_the_cli_exports_a_library_with_the_choices(tmp_path: Path) -> None:
     assert "#define MCT_MODEL_SAVE_SLOTS 0" in (out / "src" / "model.h").read_text()
     res = CliRunner().invoke(cli, ["export", str(model), "--board", "uno", "--optimizer", "lion"])
     assert res.exit_code == 2 and "--optimizer" in res.output
+
+
+def test_firmware_is_a_platformio_library_by_path(library: ExportResult, pio_core: Path, tmp_path: Path) -> None:
+    """firmware/library.json: a PlatformIO project that takes the core and the model API through
+    `lib_deps = mcutrain=symlink://.../firmware`, with the exported model.h in include/ and model.c, the example
+    and a port in src/, builds offline and learns; its version is the package's."""
+    from mcutrain import __version__
+    from mcutrain.exporter import pio
+
+    fw = firmware_dir()
+    assert json.loads((fw / "library.json").read_text())["version"] == __version__
+    assert f"version={__version__}" in (fw / "library.properties").read_text().splitlines()
+    (tmp_path / "include").mkdir()
+    (tmp_path / "src").mkdir()
+    shutil.copyfile(library.path / "src" / "model.h", tmp_path / "include" / "model.h")
+    for f in (library.path / "src" / "model.c", library.path / "examples" / "plain_c" / "main.c"):
+        shutil.copyfile(f, tmp_path / "src" / f.name)
+    shutil.copyfile(fw / "app" / "ports" / "port_posix.c", tmp_path / "src" / "port_posix.c")
+    (tmp_path / "platformio.ini").write_text(
+        "[env:native]\n"
+        f"platform = symlink://{fw / 'platforms' / 'host'}\n"
+        f"lib_deps = mcutrain=symlink://{fw}\n"
+        "build_flags = -DMCT_PORT_POSIX -Iinclude\n"
+    )
+    r = pio.run(["run", "-e", "native"], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run = subprocess.run(
+        [str(tmp_path / ".pio" / "build" / "native" / "program")],
+        capture_output=True,
+        text=True,
+        env={"MCUTRAIN_STORE": str(tmp_path / "store.bin")},
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    a = parse_example(run.stdout)
+    assert a["last"] < 0.7 * a["first"]
