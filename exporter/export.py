@@ -105,6 +105,32 @@ def _advice(
     return "use a smaller network or a board with more RAM"
 
 
+def board_device_model(
+    ck: Checkpoint,
+    board: Board,
+    trainable: str = "all",
+    quant: str = "f32",
+    loss: Optional[Loss] = None,
+    optimizer: Optional[str] = None,
+    save: Optional[str] = None,
+    sim: bool = False,
+    calibration: Any = None,
+    source: str = "model",
+) -> DeviceModel:
+    """The device model of an export for a board: trained with the optimizer kind given (default: the model's),
+    its saves keeping what save says (default: 'all' where two saves of the parameters and the optimizer state
+    fit the board's storage, else 'params'). DeviceSpecError for a choice that cannot be made."""
+    opt = device_optimizer(ck, optimizer)
+    m = build_device_model(ck, trainable, quant, loss, opt, board=board, source=source, calibration=calibration)
+    if save is None:
+        save = "all" if plan(m, board, sim).save_bytes <= board.storage else "params"
+    if save == m.save:
+        return m
+    return build_device_model(
+        ck, trainable, quant, loss, opt, board=board, source=source, calibration=calibration, save=save
+    )
+
+
 def export_project(
     model: Union[str, Path, Checkpoint],
     board_name: str,
@@ -137,15 +163,10 @@ def export_project(
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())) and not force:
         raise ExportError(f"{dst} exists and is not empty; pass --force to replace it")
     try:
-        opt = device_optimizer(ck, optimizer)
-        m = build_device_model(ck, trainable, quant, loss, opt, board=board, source=source, calibration=calibration)
-        if save is None:  # the optimizer state too where it fits, else the parameters only
-            save = "all" if plan(m, board, sim).save_bytes <= board.storage else "params"
-        m = build_device_model(
-            ck, trainable, quant, loss, opt, board=board, source=source, calibration=calibration, save=save
-        )
+        m = board_device_model(ck, board, trainable, quant, loss, optimizer, save, sim, calibration, source)
     except DeviceSpecError as e:
         raise ExportError(str(e)) from None
+    save = m.save
     mp = plan(m, board, sim)
     if not mp.fits():
         check_fits(mp, _advice(ck, board, loss, trainable, quant, sim, calibration, optimizer, save))

@@ -283,6 +283,13 @@ def test_the_cli_exports_a_library_with_the_choices(tmp_path: Path) -> None:
     assert "#define MCT_MODEL_SAVE_SLOTS 0" in (out / "src" / "model.h").read_text()
     res = CliRunner().invoke(cli, ["export", str(model), "--board", "uno", "--optimizer", "lion"])
     assert res.exit_code == 2 and "--optimizer" in res.output
+    # `info` plans the same device: no optimizer state in RAM, parameters-only saves
+    res = CliRunner().invoke(cli, ["info", str(model), "--board", "uno", "--optimizer", "sgd", "--save", "params"])
+    assert res.exit_code == 0, res.output
+    assert re.search(r"optimizer state\s+0\s+0", res.output) and "device saves (the parameters) use" in res.output
+    res = CliRunner().invoke(cli, ["info", str(model), "--board", "uno"])
+    assert re.search(r"optimizer state\s+232\s+0", res.output), res.output
+    assert "device saves (the parameters and the optimizer state) use" in res.output
 
 
 def test_firmware_is_a_platformio_library_by_path(library: ExportResult, pio_core: Path, tmp_path: Path) -> None:
