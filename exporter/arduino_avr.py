@@ -213,9 +213,9 @@ def build_library_sketch(
     library: Path, sketch: Path, out: Path, board_name: str = "uno", flags: Sequence[str] = ()
 ) -> Path:
     """A sketch that uses a library export (`mcutrain export --library`), built on the genuine core as the
-    Arduino IDE builds it: the sketch, then every source of the library's src/ folder."""
+    Arduino IDE builds it: the sketch, then every source of the library's src/ folder and its subfolders."""
     src = Path(library) / "src"
-    sources = [Path(sketch)] + sorted(src.glob("*.c")) + sorted(src.glob("*.cpp"))
+    sources = [Path(sketch)] + sorted(p for p in src.rglob("*") if p.suffix in (".c", ".cpp"))
     return build(sources, out, board_name, flags, [src])
 
 

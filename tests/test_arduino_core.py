@@ -225,3 +225,13 @@ def test_the_example_sketch_learns_on_the_device_without_a_host(sketch: Path, tm
     assert lines2[0] == "mcutrain: model ready, carrying on from the last save", lines2[:3]
     assert losses2 and losses2[0][0] == 1100, losses2  # the save at step 1000, then 100 more steps
     assert losses2[0][1] < first
+
+
+def test_the_sketch_takes_its_label_from_a_pin(tmp_path: Path) -> None:
+    """With LABEL_PIN set the label is digitalRead of that pin (INPUT_PULLUP: HIGH while nothing pulls it
+    down, as in the simulator): the sketch learns that the class is always 1."""
+    r = export_project(checkpoint(), "uno", tmp_path / "my_model", library=True)
+    ino = r.path / "examples" / "learn_on_device" / "learn_on_device.ino"
+    elf = arduino_avr.build_library_sketch(r.path, ino, tmp_path / "build", flags=["-DLABEL_PIN=7"])
+    _, losses = run_sketch(elf, tmp_path / "eeprom.bin", 100_000_000)
+    assert len(losses) >= 5 and losses[-1][1] < 0.2 * losses[0][1], losses

@@ -8,7 +8,9 @@
 // (double-buffered with a CRC: a power cut loses nothing), so a reset carries on where it stopped.
 #include <mcutrain.h>
 
-#define LABEL_PIN -1       // a digital pin to read the label from, or -1 for the rule
+#ifndef LABEL_PIN
+#define LABEL_PIN -1       // a digital pin to read the label from (HIGH: class 1), or -1 for the rule
+#endif
 #define REPORT 100         // steps per printed line
 #define SAVE_EVERY 1000    // steps between saves
 
