@@ -33,9 +33,15 @@ def read_project(project: str) -> Dict[str, Any]:
     if not p.is_file():
         raise CliError(f"{project} is not an exported project (no mcutrain.json): run `mcutrain export` first")
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        meta = json.loads(p.read_text(encoding="utf-8"))
     except ValueError as e:
         raise CliError(f"{p} is damaged ({e}): export the project again") from None
+    if isinstance(meta, dict) and meta.get("kind") == "library":
+        raise CliError(
+            f"{project} is a library for your own firmware (mcutrain export --library): add it to your sketch or "
+            "PlatformIO project (docs/embedding.md), or export a project without --library"
+        )
+    return meta
 
 
 def project_envs(project: str) -> List[str]:

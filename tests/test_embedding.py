@@ -281,6 +281,8 @@ def test_the_cli_exports_a_library_with_the_choices(tmp_path: Path) -> None:
     meta = json.loads((out / "mcutrain.json").read_text())
     assert (meta["kind"], meta["device_optimizer"], meta["save"]) == ("library", "sgd", "params")
     assert "#define MCT_MODEL_SAVE_SLOTS 0" in (out / "src" / "model.h").read_text()
+    res = CliRunner().invoke(cli, ["build", str(out)])
+    assert res.exit_code == 1 and "is a library for your own firmware" in res.output
     res = CliRunner().invoke(cli, ["export", str(model), "--board", "uno", "--optimizer", "lion"])
     assert res.exit_code == 2 and "--optimizer" in res.output
     # `info` plans the same device: no optimizer state in RAM, parameters-only saves
