@@ -97,10 +97,14 @@ class MemoryPlan:
                 f"  device saves ({kept}) use {self.save_bytes:,} B of the board's {self.board.storage:,} B of storage"
             )
         else:
+            ram = {n: r for n, r, _ in self.rows}
+            hints = ["save the parameters only with --save params"] if self.save != "params" else []
+            hints.append("train fewer layers")
+            if self.save != "params" and ram.get("optimizer state", 0):
+                hints.append("use an optimizer without state: --optimizer sgd")
             lines.append(
-                f"  device saves need {self.save_bytes:,} B of storage, {self.board.name} has "
-                f"{self.board.storage:,} B: SAVE will answer 'not supported' (save the parameters only with "
-                f"--save params, train fewer layers, or use an optimizer without state: --optimizer sgd)"
+                f"  device saves ({kept}) need {self.save_bytes:,} B of storage, {self.board.name} has "
+                f"{self.board.storage:,} B: SAVE will answer 'not supported' ({', or '.join(hints)})"
             )
         return "\n".join(lines)
 
