@@ -10,7 +10,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Tuple
 
 import numpy as np
 import pytest
@@ -134,6 +134,39 @@ def test_the_c_example_learns_natively_and_carries_on_from_its_save(library: Exp
     r2 = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=300)
     b = parse_example(r2.stdout)
     assert b["loaded"] == 1 and b["steps"] == 6000 and b["first"] < a["first"], b
+
+
+def example_stream(steps: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The plain C example's synthetic readings and targets (its xorshift32 sensor and its labelling rule),
+    computed in NumPy float32."""
+    s, xs = 0x2545F491, []
+    for _ in range(steps * 4):
+        s ^= (s << 13) & 0xFFFFFFFF
+        s ^= s >> 17
+        s ^= (s << 5) & 0xFFFFFFFF
+        xs.append(np.float32(s >> 8) * np.float32(1.0 / 8388608.0) - np.float32(1.0))
+    x = np.array(xs, np.float32).reshape(steps, 4)
+    t = np.eye(2, dtype=np.float32)[(x[:, 0] > x[:, 1]).astype(int)]
+    return x, t
+
+
+def test_the_c_api_trains_exactly_as_the_host_twin(library: ExportResult, tmp_path: Path) -> None:
+    """The example's 3,000 steps through mct_model_train end in the parameters the host's twin of the device
+    reaches on the same readings, bit for bit (read from the example's save: header, then the parameters)."""
+    from mcutrain.corefacts import SAVE_HEADER
+    from mcutrain.exporter.twin import DeviceTwin
+
+    exe = native_example(library.path, tmp_path, sanitize=False)
+    store = tmp_path / "store.bin"
+    r = subprocess.run([str(exe)], capture_output=True, text=True, env={"MCUTRAIN_STORE": str(store)}, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    twin = DeviceTwin(library.model)
+    x, t = example_stream(3000)
+    for k in range(3000):
+        twin.train(x[k], t[k])
+    n = library.model.program.n_params
+    saved = np.frombuffer(store.read_bytes()[SAVE_HEADER : SAVE_HEADER + 4 * n], "<f4")
+    assert_same_bits(saved, twin.params, "parameters after 3,000 steps of the C API")
 
 
 def test_the_c_example_learns_on_a_cortex_m4f_in_qemu_with_the_same_bits(library: ExportResult, tmp_path: Path) -> None:
