@@ -260,15 +260,27 @@ def _size_lines(output: str) -> List[str]:
 @click.option("--env", "env", default=None, help="Any env of the project's platformio.ini (e.g. native, sim-uno).")
 @click.option("--sim", "for_sim", is_flag=True, help="Build the env of the board's simulator.")
 @click.option("-v", "--verbose", is_flag=True, help="Show PlatformIO's output.")
+@click.option(
+    "--arduino-core",
+    is_flag=True,
+    help="Build the AVR board's own env offline on Debian's genuine Arduino core (apt-get install "
+    "arduino-core-avr) with avr-gcc instead of PlatformIO.",
+)
 @example("""
 mcutrain build fw                     # the project's board (real boards need their platform once)
 mcutrain build fw-uno --sim           # the simulated stand-in, offline
+mcutrain build fw-uno --arduino-core  # env:uno on Debian's Arduino AVR core, offline
 mcutrain build fw-uno --env native""")
-def build(project: str, board: Optional[str], env: Optional[str], for_sim: bool, verbose: bool) -> None:
+def build(
+    project: str, board: Optional[str], env: Optional[str], for_sim: bool, verbose: bool, arduino_core: bool
+) -> None:
     """Build an exported project with PlatformIO (`pio run -e ENV`)."""
     from mcutrain.exporter import pio
 
     meta = read_project(project)
+    if arduino_core:
+        _build_on_arduino_core(project, meta, board, env or None, for_sim)
+        return
     env_name = _resolve_env(project, meta, board, env, for_sim)
     require_pio()
     r = pio.build(Path(project), env_name, verbose)
@@ -277,6 +289,28 @@ def build(project: str, board: Optional[str], env: Optional[str], for_sim: bool,
     for line in _size_lines(r.stdout):
         click.echo(line)
     click.echo(f"built {project} (env {env_name})")
+
+
+def _build_on_arduino_core(
+    project: str, meta: Dict[str, Any], board: Optional[str], env: Optional[str], sim: bool
+) -> None:
+    """`build --arduino-core`: the board's env on the genuine Arduino AVR core (mcutrain.exporter.arduino_avr)."""
+    from mcutrain.exporter import arduino_avr
+    from mcutrain.exporter.sim_avr import avr_sizes
+
+    b = project_board(meta, board, project)
+    if env or sim or b.core != "avr":
+        raise CliError(
+            f"--arduino-core builds the env of an AVR board (the project's is {b.name}, {b.core}): "
+            "leave out --env and --sim"
+        )
+    try:
+        elf = arduino_avr.build_project(Path(project), b.name)
+    except arduino_avr.ArduinoCoreMissing as e:
+        raise MissingTool(str(e)) from None
+    sizes = avr_sizes(elf)
+    click.echo(f"Flash: {sizes['flash']:,} of {b.flash:,} B; RAM (static): {sizes['ram_static']:,} of {b.ram:,} B")
+    click.echo(f"built {elf} on the Arduino core in {arduino_avr.core_dir()}")
 
 
 @click.command()

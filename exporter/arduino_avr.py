@@ -52,6 +52,10 @@ class ArduinoCoreError(McuTrainError, RuntimeError):
     """The genuine Arduino core is missing or a build on it failed; the message says what to do."""
 
 
+class ArduinoCoreMissing(ArduinoCoreError):
+    """The Arduino AVR core is not installed; the message says which package to install."""
+
+
 @dataclass(frozen=True)
 class ArduinoBoard:
     """A board of the core's boards.txt: its MCU, clock, board define, core and variant folders."""
@@ -83,7 +87,7 @@ def core_dir() -> Path:
     """The Arduino AVR core: $MCUTRAIN_ARDUINO_AVR, else Debian's; ArduinoCoreError saying what to install."""
     d = Path(os.environ.get("MCUTRAIN_ARDUINO_AVR") or ARDUINO_AVR_DIR)
     if not (d / "boards.txt").is_file() or not (d / "cores" / "arduino" / "Arduino.h").is_file():
-        raise ArduinoCoreError(
+        raise ArduinoCoreMissing(
             f"the Arduino AVR core is not in {d}: install it (Debian/Ubuntu: sudo apt-get install {APT_PACKAGE}) "
             "or point MCUTRAIN_ARDUINO_AVR at a copy of ArduinoCore-avr"
         )

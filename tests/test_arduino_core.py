@@ -235,3 +235,18 @@ def test_the_sketch_takes_its_label_from_a_pin(tmp_path: Path) -> None:
     elf = arduino_avr.build_library_sketch(r.path, ino, tmp_path / "build", flags=["-DLABEL_PIN=7"])
     _, losses = run_sketch(elf, tmp_path / "eeprom.bin", 100_000_000)
     assert len(losses) >= 5 and losses[-1][1] < 0.2 * losses[0][1], losses
+
+
+def test_the_cli_builds_the_uno_env_on_the_arduino_core(uno: Tuple[ExportResult, Path]) -> None:
+    from click.testing import CliRunner
+
+    from mcutrain.cli.commands import main
+
+    r, _ = uno
+    res = CliRunner().invoke(main, ["build", str(r.path), "--arduino-core"])
+    assert res.exit_code == 0, res.output
+    elf = r.path / ".pio" / "build" / "uno-arduino-core" / "firmware.elf"
+    sizes = avr_sizes(elf)
+    assert f"Flash: {sizes['flash']:,} of 32,256 B; RAM (static): {sizes['ram_static']:,} of 2,048 B" in res.output
+    res = CliRunner().invoke(main, ["build", str(r.path), "--arduino-core", "--sim"])
+    assert res.exit_code == 1 and "leave out --env and --sim" in res.output
