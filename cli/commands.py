@@ -34,8 +34,8 @@ def _register() -> None:
     """Add every command to the group."""
     from .device import device
     from .export import build, export, flash, sim
-    from .interop import export_onnx, import_cmd
     from .fleet import fleet
+    from .interop import export_onnx, import_cmd
     from .model import boards, eval_cmd, info, plot
     from .train import train
 

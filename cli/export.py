@@ -13,9 +13,13 @@ import numpy as np
 
 from mcutrain.exporter.project import CALIBRATION, HOST_MODEL
 from mcutrain.modelfile import Checkpoint, load_model
+from mcutrain.optim import KINDS
 
 from .common import CliError, MissingTool, check_output, example, note, table, write_output
 from .model import calibration_inputs, device_model, device_model_options, model_loss, model_samples, sim_option
+
+OPTIMIZER_CHOICES = list(KINDS)  # the core's optimizer kinds
+
 
 # ---------------------------------------------------------------- project helpers
 
@@ -26,9 +30,15 @@ def read_project(project: str) -> Dict[str, Any]:
     if not p.is_file():
         raise CliError(f"{project} is not an exported project (no mcutrain.json): run `mcutrain export` first")
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        meta = json.loads(p.read_text(encoding="utf-8"))
     except ValueError as e:
         raise CliError(f"{p} is damaged ({e}): export the project again") from None
+    if isinstance(meta, dict) and meta.get("kind") == "library":
+        raise CliError(
+            f"{project} is a library for your own firmware (mcutrain export --library): add it to your sketch or "
+            "PlatformIO project (docs/embedding.md), or export a project without --library"
+        )
+    return meta
 
 
 def project_envs(project: str) -> List[str]:
@@ -91,7 +101,16 @@ def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, boa
         with np.load(p) as z:
             cal = z["x"]
     loss = model_loss(ck, meta.get("loss"))
-    m = device_model(ck, meta.get("quant", "f32"), meta.get("trainable", "all"), loss, board=board, calibration=cal)
+    m = device_model(
+        ck,
+        meta.get("quant", "f32"),
+        meta.get("trainable", "all"),
+        loss,
+        board=board,
+        calibration=cal,
+        optimizer=meta.get("device_optimizer"),
+        save=meta.get("save", "all"),
+    )
     if m.hash().hex() != meta.get("hash"):
         raise CliError(
             f"{model_name} is not the model exported to {project} (its device model {m.hash().hex()} is "
@@ -112,10 +131,33 @@ def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, boa
 @click.option(
     "-o", "--output", type=click.Path(file_okay=False), default=None, help="Project folder [default: MODEL-BOARD]."
 )
-@click.option("--force", is_flag=True, help="Replace an existing project folder (only one that mcutrain exported).")
+@click.option(
+    "--optimizer",
+    type=click.Choice(OPTIMIZER_CHOICES),
+    default=None,
+    help="Optimizer the device trains with [default: the model's]; sgd keeps no state (least RAM).",
+)
+@click.option(
+    "--save",
+    "save",
+    type=click.Choice(["params", "all"]),
+    default=None,
+    help="What a device save keeps: the learned parameters, or the optimizer state too [default: all where "
+    "two saves fit the board's storage, else params].",
+)
+@click.option(
+    "--library",
+    is_flag=True,
+    help="Write an Arduino/PlatformIO library for your own firmware (model-level C API, examples) instead of "
+    "a project (docs/embedding.md).",
+)
+@click.option(
+    "--force", is_flag=True, help="Replace an existing project or library folder (only one that mcutrain exported)."
+)
 @example("""
 mcutrain export model.mct --board native -o fw
-mcutrain export model.mct --board uno --trainable last:1 --quant int8-full -o fw-uno""")
+mcutrain export model.mct --board uno --trainable last:1 --quant int8-full -o fw-uno
+mcutrain export model.mct --board uno --trainable biases --optimizer sgd --library -o lib/my_model""")
 def export(
     model: str,
     board: str,
@@ -125,10 +167,14 @@ def export(
     loss_name: Optional[str],
     for_sim: bool,
     output: Optional[str],
+    optimizer: Optional[str],
+    save: Optional[str],
+    library: bool,
     force: bool,
 ) -> None:
     """Turn a model file into a PlatformIO project for a board: generated C model, firmware, the C core
-    as a library and offline platforms for the simulator and the native build.
+    as a library and offline platforms for the simulator and the native build. With --library: an
+    Arduino/PlatformIO library of the model and the core for your own firmware instead.
 
     The output folder is checked first, then the memory plan; a model that does not fit exits with code 3
     and says what to change. Quantized exports print how the device model compares with the f32 network.
@@ -156,13 +202,23 @@ def export(
         sim=for_sim,
         calibration=cal,
         eval_data=eval_data,
+        optimizer=optimizer,
+        save=save,
+        library=library,
     )
     click.echo(res.plan.table())
     if res.quant_report is not None:
         click.echo(res.quant_report.summary())
     elif quant != "f32":
         note("note: no quantization report: the model file does not record data to evaluate on")
-    click.echo(f"wrote {res.path} for {b.name} (model hash {res.hash}, {quant}, trainable {trainable})")
+    what = "library" if library else ""
+    click.echo(
+        f"wrote {what + ' ' if what else ''}{res.path} for {b.name} (model hash {res.hash}, {quant}, trainable "
+        f"{trainable}, optimizer {res.optimizer}, saves keep {res.model.save})"
+    )
+    if library:
+        click.echo("next: see docs/embedding.md (#include <mcutrain.h>; examples/ in the library)")
+        return
     sim_hint = f"mcutrain sim {res.path}" if b.sim_kind else f"mcutrain flash {res.path} --board {b.name}"
     click.echo(f"next: mcutrain build {res.path}   or   {sim_hint}")
 
@@ -196,15 +252,27 @@ def _size_lines(output: str) -> List[str]:
 @click.option("--env", "env", default=None, help="Any env of the project's platformio.ini (e.g. native, sim-uno).")
 @click.option("--sim", "for_sim", is_flag=True, help="Build the env of the board's simulator.")
 @click.option("-v", "--verbose", is_flag=True, help="Show PlatformIO's output.")
+@click.option(
+    "--arduino-core",
+    is_flag=True,
+    help="Build the AVR board's own env offline on Debian's genuine Arduino core (apt-get install "
+    "arduino-core-avr) with avr-gcc instead of PlatformIO.",
+)
 @example("""
 mcutrain build fw                     # the project's board (real boards need their platform once)
 mcutrain build fw-uno --sim           # the simulated stand-in, offline
+mcutrain build fw-uno --arduino-core  # env:uno on Debian's Arduino AVR core, offline
 mcutrain build fw-uno --env native""")
-def build(project: str, board: Optional[str], env: Optional[str], for_sim: bool, verbose: bool) -> None:
+def build(
+    project: str, board: Optional[str], env: Optional[str], for_sim: bool, verbose: bool, arduino_core: bool
+) -> None:
     """Build an exported project with PlatformIO (`pio run -e ENV`)."""
     from mcutrain.exporter import pio
 
     meta = read_project(project)
+    if arduino_core:
+        _build_on_arduino_core(project, meta, board, env or None, for_sim)
+        return
     env_name = _resolve_env(project, meta, board, env, for_sim)
     require_pio()
     r = pio.build(Path(project), env_name, verbose)
@@ -213,6 +281,28 @@ def build(project: str, board: Optional[str], env: Optional[str], for_sim: bool,
     for line in _size_lines(r.stdout):
         click.echo(line)
     click.echo(f"built {project} (env {env_name})")
+
+
+def _build_on_arduino_core(
+    project: str, meta: Dict[str, Any], board: Optional[str], env: Optional[str], sim: bool
+) -> None:
+    """`build --arduino-core`: the board's env on the genuine Arduino AVR core (mcutrain.exporter.arduino_avr)."""
+    from mcutrain.exporter import arduino_avr
+    from mcutrain.exporter.sim_avr import avr_sizes
+
+    b = project_board(meta, board, project)
+    if env or sim or b.core != "avr":
+        raise CliError(
+            f"--arduino-core builds the env of an AVR board (the project's is {b.name}, {b.core}): "
+            "leave out --env and --sim"
+        )
+    try:
+        elf = arduino_avr.build_project(Path(project), b.name)
+    except arduino_avr.ArduinoCoreMissing as e:
+        raise MissingTool(str(e)) from None
+    sizes = avr_sizes(elf)
+    click.echo(f"Flash: {sizes['flash']:,} of {b.flash:,} B; RAM (static): {sizes['ram_static']:,} of {b.ram:,} B")
+    click.echo(f"built {elf} on the Arduino core in {arduino_avr.core_dir()}")
 
 
 @click.command()

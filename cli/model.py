@@ -104,11 +104,15 @@ def device_model(
     loss: Loss,
     board: Optional[Any] = None,
     calibration: Optional[np.ndarray] = None,
+    optimizer: Optional[str] = None,
+    save: str = "all",
 ) -> Any:
-    """The device's model of a checkpoint (int8-full needs calibration inputs)."""
-    from mcutrain.exporter.device import build_device_model
+    """The device's model of a checkpoint (int8-full needs calibration inputs), trained with the optimizer
+    kind given (default: the model's) and saving what save says."""
+    from mcutrain.exporter.device import build_device_model, device_optimizer
 
-    return build_device_model(ck, trainable, quant, loss, board=board, calibration=calibration)
+    opt = device_optimizer(ck, optimizer)
+    return build_device_model(ck, trainable, quant, loss, opt, board=board, calibration=calibration, save=save)
 
 
 TRAINABLE_HELP = (
@@ -274,11 +278,22 @@ def describe_training(ck: Checkpoint) -> List[str]:
     help="Quantization assumed by the memory plan.",
 )
 @click.option("--trainable", default="all", show_default=True, help=TRAINABLE_HELP)
+@click.option("--optimizer", default=None, help="Optimizer the device trains with [default: the model's].")
+@click.option("--save", "save", type=click.Choice(["params", "all"]), default=None, help="What a device save keeps.")
 @sim_option
 @example("""
 mcutrain info model.mct
-mcutrain info model.mct --board uno --trainable last:1""")
-def info(model: str, board: Optional[str], quant: str, trainable: str, for_sim: bool) -> None:
+mcutrain info model.mct --board uno --trainable last:1
+mcutrain info model.mct --board uno --optimizer sgd --save params""")
+def info(
+    model: str,
+    board: Optional[str],
+    quant: str,
+    trainable: str,
+    optimizer: Optional[str],
+    save: Optional[str],
+    for_sim: bool,
+) -> None:
     """Layers (sizes, parameters, multiply-accumulates), what the file records about its training, and
     the memory plan on a board."""
     ck = load_model(model)
@@ -296,10 +311,12 @@ def info(model: str, board: Optional[str], quant: str, trainable: str, for_sim: 
         click.echo(line)
     if board:
         from mcutrain.exporter.boards import get_board
+        from mcutrain.exporter.export import board_device_model
         from mcutrain.exporter.memplan import plan
 
         b = get_board(board)
-        mp = plan(device_model(ck, quant, trainable, model_loss(ck, None), board=b), b, for_sim)
+        m = board_device_model(ck, b, trainable, quant, model_loss(ck, None), optimizer, save, for_sim)
+        mp = plan(m, b, for_sim)
         click.echo("")
         click.echo(mp.table())
         click.echo(

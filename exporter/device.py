@@ -30,6 +30,7 @@ from .device_model import DeviceModel
 from .quantize import QUANT_MODES, QuantError, full_integer_layers, pad4, quantize_weights
 
 TRAINABLE_HELP = "all, none, last:N (the last N layers with parameters) or biases"
+SAVE_MODES = ("params", "all")  # what a device save keeps: the parameters only, or the optimizer state too
 
 
 class DeviceSpecError(McuTrainError, ValueError):
@@ -121,6 +122,27 @@ def const_blob_entry(d: LayerDesc, w: np.ndarray, b: Optional[np.ndarray], quant
     return b"".join(parts), int(Storage.F32)
 
 
+def device_optimizer(ck: Checkpoint, kind: Optional[str]) -> Optional[Optimizer]:
+    """The optimizer the device trains with: the model's (kind None or the model's own kind), else a fresh one of
+    that kind with the model's TrainParams (learning rate, schedule, L1/L2, clipping) and the kind's usual
+    coefficients (the model's own where it has them: momentum 0.9, RMSProp beta 0.9, Adam 0.9/0.999/1e-8)."""
+    own = ck.optimizer
+    if kind is None or (own is not None and own.kind == kind) or (own is None and kind == "sgd"):
+        return own
+    from mcutrain.optim import KINDS
+
+    if kind not in KINDS:
+        raise DeviceSpecError(f"--optimizer must be one of {', '.join(KINDS)}; got {kind!r}")
+    tp = own.params if own is not None else TrainParams()
+    c = own.coeffs if own is not None else {}
+    n = ck.net.param_count()
+    if kind == "adam":
+        return Optimizer("adam", tp, n, beta1=0.9, beta=0.999, eps=1e-8)
+    momentum = c.get("momentum") or 0.9
+    beta = c.get("beta") if own is not None and own.kind.startswith("rmsprop") else 0.9
+    return Optimizer(kind, tp, n, momentum=momentum, beta=beta)
+
+
 def build_device_model(
     ck: Checkpoint,
     trainable: str = "all",
@@ -130,10 +152,15 @@ def build_device_model(
     board: Optional[Board] = None,
     source: str = "model",
     calibration: Any = None,
+    save: str = "all",
 ) -> DeviceModel:
     """The firmware's view of a checkpoint (see the module docstring). quant='int8-full' needs calibration:
     sample inputs (n, n_in) of the network. For the quantized modes the model's `baseline` is the f32
-    export with the same trainable layers (the memory plan reports the savings against it)."""
+    export with the same trainable layers (the memory plan reports the savings against it). optimizer: the
+    one the device trains with (default: the model's, see device_optimizer); save: what a device save keeps
+    ('all': parameters and optimizer slots, 'params': the parameters only)."""
+    if save not in SAVE_MODES:
+        raise DeviceSpecError(f"--save must be one of {', '.join(SAVE_MODES)}; got {save!r}")
     if quant not in QUANT_MODES:
         raise DeviceSpecError(f"--quant must be one of {', '.join(QUANT_MODES)}; got {quant!r}")
     if quant == "int8-full" and calibration is None:
@@ -157,7 +184,7 @@ def build_device_model(
     baseline: Optional[DeviceModel] = None
     qblobs: Dict[int, bytes] = {}
     if quant != "f32":
-        baseline = build_device_model(ck, trainable, "f32", loss, optimizer, board, source)
+        baseline = build_device_model(ck, trainable, "f32", loss, optimizer, board, source, save=save)
     if quant == "int8-full":
         assert baseline is not None
         try:
@@ -220,6 +247,7 @@ def build_device_model(
         source=source,
         segments=segments,
         quant=quant,
+        save=save,
         baseline=baseline,
     )
     m.scratch = int(m.core().scratch_size(1, 0))

@@ -50,6 +50,7 @@ class DeviceModel:
     source: str = "model"  # where it came from, for the header comment
     segments: List[Tuple[int, int, int]] = field(default_factory=list)  # (RAM offset, host offset, count)
     quant: str = "f32"  # 'f32', 'int8' or 'int8-full' (see mcutrain.exporter.quantize)
+    save: str = "all"  # what a device save keeps: 'all' (parameters, optimizer slots) or 'params'
     # the f32 export with the same trainable layers, for quantized models (the memory plan's comparison)
     baseline: Optional[DeviceModel] = field(default=None, repr=False, compare=False)
 
@@ -84,6 +85,11 @@ class DeviceModel:
     def from_host_params(self, host_params: np.ndarray) -> np.ndarray:
         """The device's RAM parameters taken from the host network's."""
         return segments_from_host(self.segments, host_params, self.program.n_params)
+
+    @property
+    def save_slots(self) -> int:
+        """Optimizer slots per parameter that a device save keeps (none with save='params')."""
+        return self.opt_slots if self.save == "all" else 0
 
     @property
     def n_trainable(self) -> int:

@@ -23,10 +23,11 @@ from mcutrain.modelfile import MAX_MODEL_BYTES, Checkpoint, ModelFileError, deco
 
 from ..errors import McuTrainError
 from .boards import Board, get_board
-from .cgen import model_c, model_h
-from .device import DeviceSpecError, build_device_model
+from .cgen import config_h, model_c, model_h
+from .device import DeviceSpecError, build_device_model, device_optimizer
 from .device_model import DeviceModel
 from .folders import LOCK_WAIT, check_folder, folder_lock, recover, replace_folder
+from .library import library_json, library_name, library_properties, write_library
 from .memplan import MemoryPlan, check_fits, plan
 from .project import CALIBRATION, HOST_MODEL, write_project
 from .quantize import QuantError, QuantReport, evaluate
@@ -48,12 +49,36 @@ class ExportResult:
     hash: str
     quant_report: Optional[QuantReport] = None  # the device model against the f32 network (with eval_data)
 
+    @property
+    def optimizer(self) -> str:
+        """The optimizer kind the device trains with."""
+        return optimizer_name(self.model)
+
 
 def _advice(
-    ck: Checkpoint, board: Board, loss: Optional[Loss], current: str, quant: str, sim: bool, calibration: Any = None
+    ck: Checkpoint,
+    board: Board,
+    loss: Optional[Loss],
+    current: str,
+    quant: str,
+    sim: bool,
+    calibration: Any = None,
+    optimizer: Optional[str] = None,
+    save: str = "all",
 ) -> str:
-    """What to change so the model fits: the most trainable layers that still fit, biases only, int8
-    (full-integer int8 when calibration data was given), or a bigger board."""
+    """What to change so the model fits: the same layers with SGD (an optimizer without state) when that is
+    enough, else the most trainable layers that still fit, biases only, int8 (full-integer int8 when
+    calibration data was given), or a bigger board."""
+    opt = device_optimizer(ck, optimizer)
+    if opt is not None and opt.kind != "sgd":
+        try:
+            m = build_device_model(
+                ck, current, quant, loss, device_optimizer(ck, "sgd"), board=board, calibration=calibration, save=save
+            )
+            if plan(m, board, sim).fits():
+                return f"train with plain SGD, which keeps no optimizer state (--optimizer sgd; {opt.kind} keeps some)"
+        except DeviceSpecError:
+            pass
     n_with = sum(1 for d in ck.net.program.layers if d.n_p)
     current = current.strip().lower()  # as trainable_flags reads it
     start = n_with - 1 if current == "all" else int(current[5:]) - 1 if current.startswith("last:") else -1
@@ -70,7 +95,7 @@ def _advice(
             if t == current and q == quant:
                 continue
             try:
-                m = build_device_model(ck, t, q, loss, board=board, calibration=calibration)
+                m = build_device_model(ck, t, q, loss, opt, board=board, calibration=calibration, save=save)
             except DeviceSpecError:
                 continue
             if plan(m, board, sim).fits():
@@ -80,6 +105,32 @@ def _advice(
                 }.get(t, f"train only the last {t[5:]} layer(s) on the device (--trainable {t})")
                 return what + (hints.get(q, "") if q != quant else "")
     return "use a smaller network or a board with more RAM"
+
+
+def board_device_model(
+    ck: Checkpoint,
+    board: Board,
+    trainable: str = "all",
+    quant: str = "f32",
+    loss: Optional[Loss] = None,
+    optimizer: Optional[str] = None,
+    save: Optional[str] = None,
+    sim: bool = False,
+    calibration: Any = None,
+    source: str = "model",
+) -> DeviceModel:
+    """The device model of an export for a board: trained with the optimizer kind given (default: the model's),
+    its saves keeping what save says (default: 'all' where two saves of the parameters and the optimizer state
+    fit the board's storage, else 'params'). DeviceSpecError for a choice that cannot be made."""
+    opt = device_optimizer(ck, optimizer)
+    m = build_device_model(ck, trainable, quant, loss, opt, board=board, source=source, calibration=calibration)
+    if save is None:
+        save = "all" if plan(m, board, sim).save_bytes <= board.storage else "params"
+    if save == m.save:
+        return m
+    return build_device_model(
+        ck, trainable, quant, loss, opt, board=board, source=source, calibration=calibration, save=save
+    )
 
 
 def export_project(
@@ -93,6 +144,9 @@ def export_project(
     sim: bool = False,
     calibration: Any = None,
     eval_data: Optional[Tuple[Any, Any]] = None,
+    optimizer: Optional[str] = None,
+    save: Optional[str] = None,
+    library: bool = False,
     lock_wait: float = LOCK_WAIT,
 ) -> ExportResult:
     """Write a PlatformIO project for board_name into out; returns what was written.
@@ -101,17 +155,23 @@ def export_project(
     quant: 'f32', 'int8' (int8 weights, float math) or 'int8-full' (full-integer frozen layers; needs
     calibration, sample inputs (n, n_in)). eval_data=(x, y): the device model is run on the host through
     the same C kernels and compared with the f32 network (loss, accuracy, output change): the result's
-    quant_report, also written to mcutrain.json.
+    quant_report, also written to mcutrain.json. optimizer: the kind the device trains with (sgd, momentum,
+    rmsprop, rmsprop_momentum, adam; default: the model's). save: what a device save keeps, 'params' or 'all'
+    (default: all where two saves of it fit the board's storage, else params). library=True writes an
+    Arduino/PlatformIO library for the user's own firmware (exporter/library.py) instead of a project.
 
-    The project holds the model file (model.mct: the file's own bytes, or the checkpoint encoded) and, for
+    The project (or library) holds the model file (model.mct: the file's own bytes, or the checkpoint encoded) and, for
     int8-full, its calibration inputs. out is checked before any work (folders.FolderError); force replaces
     only a folder that mcutrain exported (NotOurFolderError otherwise). Another export to the same folder is
     waited for up to lock_wait seconds (FolderBusyError after that)."""
-    dst = check_folder(out, "project", force)
+    kind = "library" if library else "project"
+    dst = check_folder(out, kind, force)
     with folder_lock(dst, lock_wait):
         recover(dst)  # first put back what an interrupted export moved aside, then check what is there
-        check_folder(dst, "project", force)  # again, under the lock: another export may have just finished
-        return _export_locked(model, board_name, dst, quant, trainable, loss, sim, calibration, eval_data)
+        check_folder(dst, kind, force)  # again, under the lock: another export may have just finished
+        return _export_locked(
+            model, board_name, dst, quant, trainable, loss, sim, calibration, eval_data, optimizer, save, library
+        )
 
 
 def _export_locked(
@@ -124,6 +184,9 @@ def _export_locked(
     sim: bool,
     calibration: Any,
     eval_data: Optional[Tuple[Any, Any]],
+    optimizer: Optional[str],
+    save: Optional[str],
+    library: bool,
 ) -> ExportResult:
     """export_project's work, holding the folder's lock."""
     board = get_board(board_name)
@@ -134,12 +197,13 @@ def _export_locked(
         model_bytes = read_bounded(model, MAX_MODEL_BYTES, "model file", ModelFileError)
         ck, source = decode_model(model_bytes, str(Path(model))), Path(model).name
     try:
-        m = build_device_model(ck, trainable, quant, loss, board=board, source=source, calibration=calibration)
+        m = board_device_model(ck, board, trainable, quant, loss, optimizer, save, sim, calibration, source)
     except DeviceSpecError as e:
         raise ExportError(str(e)) from None
+    save = m.save
     mp = plan(m, board, sim)
     if not mp.fits():
-        check_fits(mp, _advice(ck, board, loss, trainable, quant, sim, calibration))
+        check_fits(mp, _advice(ck, board, loss, trainable, quant, sim, calibration, optimizer, save))
     report: Optional[QuantReport] = None
     if eval_data is not None:
         try:
@@ -157,7 +221,9 @@ def _export_locked(
         "test/test_model/expected.h": expected_h(m),
         "mcutrain.json": json.dumps(
             {
-                "kind": "project",
+                "kind": "library" if library else "project",
+                "device_optimizer": optimizer_name(m),
+                "save": m.save,
                 "board": board.name,
                 "hash": m.hash().hex(),
                 "quant": quant,
@@ -189,9 +255,22 @@ def _export_locked(
         )
         + "\n",
     }
-    if quant == "int8-full" and calibration is not None:
+    if quant == "int8-full" and calibration is not None and not library:
         files[CALIBRATION] = _npz_bytes(calibration)
-    replace_folder(dst, lambda folder: write_project(folder, board, files, source, m.build_flags()))
+    if library:
+        name = library_name(dst.name)
+        del files["test/test_model/expected.h"]
+        files.pop(HOST_MODEL, None)  # a library carries the C model only
+        files.update(
+            {
+                "src/mct_config.h": config_h(m),
+                "library.json": library_json(name, board, m.build_flags()),
+                "library.properties": library_properties(name, board),
+            }
+        )
+        replace_folder(dst, lambda folder: write_library(folder, files))
+    else:
+        replace_folder(dst, lambda folder: write_project(folder, board, files, source, m.build_flags()))
     return ExportResult(dst, board, m, mp, m.hash().hex(), report)
 
 
@@ -199,6 +278,15 @@ def _npz_bytes(x: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, x=np.asarray(x, np.float32))
     return buf.getvalue()
+
+
+def optimizer_name(m: DeviceModel) -> str:
+    """The name of the optimizer kind the device model trains with (sgd, momentum, ..., adam)."""
+    from mcutrain.corefacts import OptKind
+    from mcutrain.optim import KINDS
+
+    kind = int(m.opt_cfg[0]["kind"])
+    return next((n for n, v in KINDS.items() if v == kind), OptKind(kind).name.lower())
 
 
 def _loss_of(m: DeviceModel) -> Loss:

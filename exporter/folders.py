@@ -33,7 +33,10 @@ from typing import Any, Callable, Dict, Iterator, Optional, Union
 from mcutrain.errors import McuTrainError
 
 MARKER = "mcutrain.json"
-KINDS: Dict[str, str] = {"project": "an exported project (mcutrain export)"}
+KINDS: Dict[str, str] = {
+    "project": "an exported project (mcutrain export)",
+    "library": "an exported library (mcutrain export --library)",
+}
 LOCK_WAIT = 120.0  # seconds a writer waits for another writer of the same folder
 MAX_MARKER_BYTES = 1 << 20
 

@@ -57,7 +57,8 @@ class MemoryPlan:
     rows: List[Tuple[str, int, int]] = field(default_factory=list)
     ram_budget: int = 0
     flash_budget: int = 0
-    save_bytes: int = 0  # storage two save slots need (docs/protocol.md)
+    save_bytes: int = 0  # storage two save slots need (docs/protocol.md; with --save params no optimizer slots)
+    save: str = "all"  # what a device save keeps
     quant: str = "f32"
     baseline_ram: Optional[int] = None  # the f32 export's totals (quantized exports only)
     baseline_flash: Optional[int] = None
@@ -100,13 +101,20 @@ class MemoryPlan:
         if self.baseline_ram is not None and self.baseline_flash is not None:
             lines.append(f"  {'f32 export':{w}}  {self.baseline_ram:>10,}  {self.baseline_flash:>10,}")
             lines.append(f"  {self.quant + ' saves':{w}}  {self.ram_saved:>10,}  {self.flash_saved:>10,}")
+        kept = "the parameters" if self.save == "params" else "the parameters and the optimizer state"
         if self.board.storage >= self.save_bytes:
-            lines.append(f"  device saves use {self.save_bytes:,} B of the board's {self.board.storage:,} B of storage")
-        else:
             lines.append(
-                f"  device saves need {self.save_bytes:,} B of storage, {self.board.name} has "
-                f"{self.board.storage:,} B: SAVE will answer 'not supported' (train fewer layers or use "
-                f"an optimizer without state to make them fit)"
+                f"  device saves ({kept}) use {self.save_bytes:,} B of the board's {self.board.storage:,} B of storage"
+            )
+        else:
+            ram = {n: r for n, r, _ in self.rows}
+            hints = ["save the parameters only with --save params"] if self.save != "params" else []
+            hints.append("train fewer layers")
+            if self.save != "params" and ram.get("optimizer state", 0):
+                hints.append("use an optimizer without state: --optimizer sgd")
+            lines.append(
+                f"  device saves ({kept}) need {self.save_bytes:,} B of storage, {self.board.name} has "
+                f"{self.board.storage:,} B: SAVE will answer 'not supported' ({', or '.join(hints)})"
             )
         return "\n".join(lines)
 
@@ -144,8 +152,8 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
         rows[6:6] = [("full-integer layers (flash)", 0, q_bytes)]
         rows[3:3] = [("int8 activations (arena)", 4 * i8_arena, 0)]
     # two save slots of: a header, the RAM parameters, the optimizer slots, the train state (the core's layout)
-    save = 2 * save_slot_bytes(p.n_params, m.opt_slots)
-    mp = MemoryPlan(board, rows, board.sim_ram if sim else board.ram, board.flash, save, quant=m.quant)
+    save = 2 * save_slot_bytes(p.n_params, m.save_slots)
+    mp = MemoryPlan(board, rows, board.sim_ram if sim else board.ram, board.flash, save, quant=m.quant, save=m.save)
     if m.baseline is not None:
         base = plan(m.baseline, board, sim)
         mp.baseline_ram, mp.baseline_flash = base.ram, base.flash

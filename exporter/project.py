@@ -16,6 +16,8 @@ from .paths import firmware_dir
 HOST_MODEL = "model.mct"  # the exported model, kept in the project for `sim` and `device pull`
 CALIBRATION = "calibration.npz"  # int8-full's calibration inputs, to rebuild the same device model
 
+# the model-level API for a user's own firmware (`mcutrain export --library`); the protocol firmware does not use it
+LIBRARY_ONLY = ("mcutrain.c", "mcutrain.h")
 # build_flags of every env: the float semantics of host/device parity, and the generated headers
 COMMON_BUILD_FLAGS = ["-ffp-contract=off", "-fno-math-errno", "-Iinclude"]
 
@@ -191,7 +193,7 @@ def write_project(
             shutil.copyfile(f, core_dst / f.name)
     (out / "lib" / "mcutrain_core" / "library.json").write_text(library_json())
     for f in sorted((fw / "app").iterdir()):
-        if f.suffix in (".c", ".h", ".cpp"):
+        if f.suffix in (".c", ".h", ".cpp") and f.name not in LIBRARY_ONLY:
             shutil.copyfile(f, out / "src" / f.name)
     for f in sorted((fw / "app" / "ports").iterdir()):
         shutil.copyfile(f, out / "src" / "ports" / f.name)

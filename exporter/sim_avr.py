@@ -122,10 +122,12 @@ class SimavrSimulator(Simulator):
         report: str,
         store: Optional[str] = None,
         max_cycles: int = 0,
+        cut_after_eeprom_writes: int = 0,
     ) -> List[str]:
         """The harness's command line: the board's MCU and clock, the firmware's serial line on `serial` (pty,
         stdio), the JSON report to `report`, the EEPROM image in `store` (none: not kept), stack overflow
-        detection at the end of the static data, and a cycle limit (0: none)."""
+        detection at the end of the static data, a cycle limit (0: none), and a power cut right after that many
+        EEPROM byte writes (0: none; the harness then ends with status 86)."""
         s = board.sim or {}
         cmd = (
             [
@@ -138,11 +140,21 @@ class SimavrSimulator(Simulator):
             + ([f"eeprom={store}"] if store else [])
             + [f"report={report}", "ram_floor=auto"]
         )
-        return cmd + ([f"max_cycles={max_cycles}"] if max_cycles else [])
+        cmd += [f"max_cycles={max_cycles}"] if max_cycles else []
+        return cmd + ([f"cut_after_eeprom_writes={cut_after_eeprom_writes}"] if cut_after_eeprom_writes else [])
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
+    def launch(
+        self,
+        firmware: Path,
+        board: Board,
+        project: Path,
+        measure: bool,
+        store: Optional[Path],
+        cut_after_eeprom_writes: int = 0,
+    ) -> SimSession:
         """Start the firmware in the harness (which always measures: counting cycles costs nothing) with
-        the EEPROM image `store` (default: store_path) and connect a Device to its pty."""
+        the EEPROM image `store` (default: store_path) and connect a Device to its pty; a power cut after
+        cut_after_eeprom_writes EEPROM byte writes if that is not 0."""
         require_tools(*self.tools)
         harness = build_harness()
         firmware = Path(firmware).resolve()
@@ -159,6 +171,7 @@ class SimavrSimulator(Simulator):
             str(report),
             str(store),
             int((board.sim or {}).get("max_cycles", 0)),
+            cut_after_eeprom_writes,
         )
         dev = launch_process(
             cmd,

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(gcc make gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm qemu-system-misc
-              gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf gcc-avr avr-libc simavr libsimavr-dev)
+              gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf gcc-avr avr-libc simavr libsimavr-dev
+              arduino-core-avr)
 APT_PACKAGES+=(clang libclang-rt-14-dev)  # libFuzzer and the sanitizer runtimes: bench/fuzz.py, tests/test_fuzz.py
 
 missing=()

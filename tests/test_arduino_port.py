@@ -1,9 +1,11 @@
 """The Arduino port (firmware/app/ports/port_arduino.cpp), used by every real board's env.
 
-The Arduino framework itself is downloaded by PlatformIO and cannot be used offline, so the port is
-compiled here with g++ against a minimal stand-in of the Arduino API (tests/arduino_stub: Serial on
-stdin/stdout, EEPROM in a file) and run on the host: the real firmware code (protocol, saves, the
-port's Serial and EEPROM use) answers the device client exactly as the host's twin of the device."""
+On the Uno the port runs on the genuine Arduino AVR core in simavr (tests/test_arduino_core.py). The
+32-bit boards' Arduino cores (STM32, nRF52, Teensy, ESP32, RP2040) are downloaded by PlatformIO and not
+packaged for Debian, so nothing here can run them: for those the port is compiled here with g++ against a
+minimal stand-in of the Arduino API (tests/arduino_stub: Serial on stdin/stdout, EEPROM in a file) and run
+on the host: the real firmware code (protocol, saves, the port's Serial and EEPROM use) answers the device
+client exactly as the host's twin of the device."""
 
 from __future__ import annotations
 
@@ -66,8 +68,12 @@ class PipeLink:
 def exported(tmp_path_factory: pytest.TempPathFactory) -> ExportResult:
     net = Sequential(L.Linear(8, 12), L.Tanh(), L.Linear(12, 4), L.Softmax()).rand_params(seed=3)
     opt = net.new_momentum(TrainParams(lr=0.05), 0.8)
+    # saves keep the optimizer state (the build below gives the port 4,096 B of EEPROM, more than the board file's)
     return export_project(
-        Checkpoint(net, opt, {"loss": "cross_entropy"}), "nucleo_f401re", tmp_path_factory.mktemp("arduino") / "p"
+        Checkpoint(net, opt, {"loss": "cross_entropy"}),
+        "nucleo_f401re",
+        tmp_path_factory.mktemp("arduino") / "p",
+        save="all",
     )
 
 

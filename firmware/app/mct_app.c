@@ -1,73 +1,26 @@
-/* mct_app.c - the device side of docs/protocol.md: frames in, model work, frames out; and the
- * double-buffered saves. Bad frames are answered with an error status and never change the model:
- * PREDICT and TRAIN payloads are streamed into scratch buffers (the arena input and the target),
- * everything else into rx, and nothing is acted on before the CRC has been checked. */
+/* mct_app.c - the model's state on the device: the exported parameters, one prediction, one training step,
+ * and the double-buffered saves (two slots in the port's storage, each committed by its header last, the
+ * newer valid one wins, so a power cut during a save loses nothing). The protocol (mct_protocol.c) and the
+ * model-level API (mcutrain.c) both work through these functions; this file needs only the port's storage. */
 #include "mct_app.h"
 #include "mct_crc.h"
 #include "mct_port.h"
-
-#include <string.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the protocol and saves assume a little-endian target"
 #endif
 
-#define SYNC_IN 0xA5u
-#define SYNC_OUT 0x5Au
-/* the save layout is the core's (mct.h): a save holds exactly the RAM parameters, the optimizer slots and the
- * train state (the arrays may be one float longer: C has no empty arrays) */
+/* the save layout is the core's (mct.h): a save holds the RAM parameters, the optimizer slots it keeps
+ * (MCT_MODEL_SAVE_SLOTS: all of them, or none with `mcutrain export --save params`) and the train state */
 #define SAVE_MAGIC MCT_SAVE_MAGIC
 #define SAVE_HEADER MCT_SAVE_HEADER
-#define SAVE_BLOB MCT_SAVE_BLOB_BYTES(MCT_MODEL_N_PARAMS, MCT_MODEL_SLOTS)
-#define SAVE_SLOT MCT_SAVE_SLOT_BYTES(MCT_MODEL_N_PARAMS, MCT_MODEL_SLOTS)
-#define STACK_PATTERN 0xA5u
-/* The longest payload any valid frame has (TRAIN's, or the frame buffer's). */
-#define TRAIN_PAYLOAD ((MCT_MODEL_N_IN + MCT_MODEL_N_OUT) * 4)
-#define MAX_FRAME (TRAIN_PAYLOAD > MCT_MODEL_RX_MAX ? TRAIN_PAYLOAD : MCT_MODEL_RX_MAX)
+#define SAVE_BLOB MCT_SAVE_BLOB_BYTES(MCT_MODEL_N_PARAMS, MCT_MODEL_SAVE_SLOTS)
+#define SAVE_SLOT MCT_SAVE_SLOT_BYTES(MCT_MODEL_N_PARAMS, MCT_MODEL_SAVE_SLOTS)
 
-/* ---- small helpers ---- */
-static int next_byte(void) {
-    int c = port_getc();
-    if (c < 0) port_exit(0);
-    return c;
-}
-
-static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void put_u32(uint8_t *p, uint32_t v) { put_u16(p, (uint16_t)v); put_u16(p + 2, (uint16_t)(v >> 16)); }
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static uint32_t get_u32(const uint8_t *p) { return (uint32_t)get_u16(p) | ((uint32_t)get_u16(p + 2) << 16); }
-
-/* ---- replies: header, data in pieces, CRC ---- */
-typedef struct { uint16_t crc; } reply_t;
-
-static void reply_bytes(reply_t *r, const void *p, uint16_t n) {
-    r->crc = mct_crc16(r->crc, (const uint8_t *)p, n);
-    port_write((const uint8_t *)p, n);
-}
-
-static void reply_begin(reply_t *r, uint8_t cmd, uint8_t status, uint16_t n_data) {
-    uint8_t h[5];
-    h[0] = SYNC_OUT;
-    h[1] = (uint8_t)(cmd | 0x80u);
-    put_u16(h + 2, (uint16_t)(n_data + 1u));
-    h[4] = status;
-    port_write(h, 1);
-    r->crc = 0xFFFFu;
-    reply_bytes(r, h + 1, 4);
-}
-
-static void reply_end(reply_t *r) {
-    uint8_t c[2];
-    put_u16(c, r->crc);
-    port_write(c, 2);
-    port_flush();
-}
-
-static void reply_status(uint8_t cmd, uint8_t status) {
-    reply_t r;
-    reply_begin(&r, cmd, status, 0);
-    reply_end(&r);
-}
+void mct_put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+void mct_put_u32(uint8_t *p, uint32_t v) { mct_put_u16(p, (uint16_t)v); mct_put_u16(p + 2, (uint16_t)(v >> 16)); }
+uint16_t mct_get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+uint32_t mct_get_u32(const uint8_t *p) { return (uint32_t)mct_get_u16(p) | ((uint32_t)mct_get_u16(p + 2) << 16); }
 
 /* ---- model state ---- */
 void mct_app_reset(mct_app *a) {
@@ -76,32 +29,24 @@ void mct_app_reset(mct_app *a) {
     a->ts = mct_train_state_init();
 }
 
-/* Start and length (in floats) of a READ/WRITE region, or 0 for an unknown one. */
-static float *region(mct_app *a, uint8_t which, uint32_t *n) {
-    switch (which) {
-    case 0: *n = MCT_MODEL_N_PARAMS; return a->params;
-    case 1: *n = MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS; return a->state;
-    case 2: *n = 3; return (float *)(void *)&a->ts;
-    default: *n = 0; return 0;
-    }
-}
-
 /* ---- saves: two slots, the newer valid one wins ---- */
-/* The blob of a save, piece by piece: params, optimizer slots, train state. */
+/* The blob of a save, piece by piece: params, the optimizer slots it keeps, train state. */
 static uint8_t *blob_piece(mct_app *a, uint8_t i, uint32_t *n) {
     switch (i) {
     case 0: *n = sizeof(float) * MCT_MODEL_N_PARAMS; return (uint8_t *)a->params;
-    case 1: *n = sizeof(float) * MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS; return (uint8_t *)a->state;
+    case 1: *n = sizeof(float) * MCT_MODEL_N_PARAMS * MCT_MODEL_SAVE_SLOTS; return (uint8_t *)a->state;
     default: *n = sizeof(mct_train_state); return (uint8_t *)&a->ts;
     }
 }
+
+uint32_t mct_app_save_bytes(void) { return 2u * SAVE_SLOT; }
 
 /* Sequence number of a valid save in slot s (its data CRC checked), or 0 when the slot is not valid. */
 static uint32_t slot_seq(mct_app *a, uint8_t s) {
     uint8_t h[SAVE_HEADER];
     uint32_t base = (uint32_t)s * SAVE_SLOT;
     if (port_store_read(base, h, SAVE_HEADER)) return 0;
-    if (get_u32(h) != SAVE_MAGIC || get_u32(h + 8) != SAVE_BLOB) return 0;
+    if (mct_get_u32(h) != SAVE_MAGIC || mct_get_u32(h + 8) != SAVE_BLOB) return 0;
     for (uint8_t k = 0; k < 8; k++) if (h[16 + k] != mct_model_hash[k]) return 0;
     uint32_t crc = 0;
     for (uint32_t off = 0; off < SAVE_BLOB;) {
@@ -110,10 +55,10 @@ static uint32_t slot_seq(mct_app *a, uint8_t s) {
         crc = mct_crc32(crc, a->rx, n);
         off += n;
     }
-    return crc == get_u32(h + 12) ? get_u32(h + 4) : 0;
+    return crc == mct_get_u32(h + 12) ? mct_get_u32(h + 4) : 0;
 }
 
-static int save_state(mct_app *a, uint32_t *seq_out) {
+int mct_app_save(mct_app *a, uint32_t *seq_out) {
     if (port_store_size() < 2u * SAVE_SLOT) return MCT_ST_UNSUPPORTED;
     uint32_t s0 = slot_seq(a, 0), s1 = slot_seq(a, 1);
     uint8_t slot = s0 <= s1 ? 0 : 1;                 /* overwrite the older (or invalid) one */
@@ -126,10 +71,10 @@ static int save_state(mct_app *a, uint32_t *seq_out) {
         off += n;
     }
     uint8_t h[SAVE_HEADER];
-    put_u32(h, SAVE_MAGIC);
-    put_u32(h + 4, seq);
-    put_u32(h + 8, SAVE_BLOB);
-    put_u32(h + 12, crc);
+    mct_put_u32(h, SAVE_MAGIC);
+    mct_put_u32(h + 4, seq);
+    mct_put_u32(h + 8, SAVE_BLOB);
+    mct_put_u32(h + 12, crc);
     for (uint8_t k = 0; k < 8; k++) h[16 + k] = mct_model_hash[k];
     if (port_store_write(base, h, SAVE_HEADER)) return MCT_ST_STORE;   /* the header commits the save */
     *seq_out = seq;
@@ -137,7 +82,7 @@ static int save_state(mct_app *a, uint32_t *seq_out) {
     return MCT_ST_OK;
 }
 
-static int load_state(mct_app *a, uint32_t *seq_out) {
+int mct_app_load(mct_app *a, uint32_t *seq_out) {
     if (port_store_size() < 2u * SAVE_SLOT) return MCT_ST_UNSUPPORTED;
     uint32_t s0 = slot_seq(a, 0), s1 = slot_seq(a, 1);
     if (!s0 && !s1) return MCT_ST_NO_SAVE;
@@ -149,6 +94,16 @@ static int load_state(mct_app *a, uint32_t *seq_out) {
         if (port_store_read(base, p, n)) return MCT_ST_STORE;
         base += n;
     }
+#if MCT_MODEL_SAVE_SLOTS < MCT_MODEL_SLOTS
+    /* a save of the parameters only: the optimizer starts afresh (zero slots, Adam's powers at step 0),
+     * the step count (and so the learning-rate schedule) goes on */
+    for (uint32_t j = 0; j < MCT_STATE_FLOATS; j++) a->state[j] = 0.0f;
+    {
+        uint32_t step = a->ts.step;
+        a->ts = mct_train_state_init();
+        a->ts.step = step;
+    }
+#endif
     *seq_out = s1 > s0 ? s1 : s0;
     return MCT_ST_OK;
 }
@@ -157,198 +112,22 @@ void mct_app_init(mct_app *a) {
     uint32_t seq;
     mct_app_reset(a);
     a->saves = 0;
-    a->loaded = load_state(a, &seq) == MCT_ST_OK;
+    a->loaded = mct_app_load(a, &seq) == MCT_ST_OK;
     if (!a->loaded) mct_app_reset(a);   /* a failed load may have touched the buffers */
 }
 
-/* ---- stack use ---- */
-void mct_stack_paint(void) {
-    uint8_t *lo, *hi, here;
-    if (!port_stack_bounds(&lo, &hi)) return;
-    uintptr_t limit = (uintptr_t)&here - 64u;   /* stay clear of this function's own frame */
-    for (uint8_t *p = lo; (uintptr_t)p < limit && p < hi; p++) *p = STACK_PATTERN;
-}
-
-static uint32_t stack_used(uint32_t *avail) {
-    uint8_t *lo, *hi;
-    if (!port_stack_bounds(&lo, &hi)) { *avail = 0; return 0; }
-    uint8_t *p = lo;
-    while (p < hi && *p == STACK_PATTERN) p++;
-    *avail = (uint32_t)(hi - lo);
-    return (uint32_t)(hi - p);
-}
-
-/* ---- commands ---- */
-static void cmd_info(mct_app *a) {
-    uint8_t d[31];
-    d[0] = MCT_PROTOCOL_VERSION;
-    for (uint8_t k = 0; k < 8; k++) d[1 + k] = mct_model_hash[k];
-    put_u16(d + 9, MCT_MODEL_N_IN);
-    put_u16(d + 11, MCT_MODEL_N_OUT);
-    put_u32(d + 13, MCT_MODEL_N_PARAMS);
-    put_u32(d + 17, MCT_MODEL_N_TRAINABLE);
-    d[21] = mct_model_opt.kind;
-    d[22] = MCT_MODEL_SLOTS;
-    d[23] = MCT_MODEL_LOSS_KIND;
-    put_u32(d + 24, a->ts.step);
-    put_u16(d + 28, MCT_MODEL_RX_MAX);
-    d[30] = (uint8_t)((port_store_size() >= 2u * SAVE_SLOT ? 1u : 0u) | (a->loaded ? 2u : 0u));
-    reply_t r;
-    reply_begin(&r, MCT_CMD_INFO, MCT_ST_OK, 31);
-    reply_bytes(&r, d, 31);
-    reply_end(&r);
-}
-
 float *mct_app_predict(mct_app *a) {
-    port_mark(0, 1);
-    float *y = mct_forward(&mct_model, a->params, a->arena + mct_model.in_off, a->arena, 1);
-    port_mark(0, 0);
-    return y;
+    return mct_forward(&mct_model, a->params, a->arena + mct_model.in_off, a->arena, 1);
 }
 
 int mct_app_train(mct_app *a, float *loss) {
-    port_mark(1, 1);
-    int rc = mct_train_step(&mct_model, a->params, &mct_model_opt, a->state, &a->ts, MCT_MODEL_LOSS_KIND,
-                            MCT_MODEL_LOSS_PARAM, a->arena + mct_model.in_off, a->target, 1, a->arena, a->scratch,
-                            MCT_MODEL_SCRATCH, 0, loss);
-    port_mark(1, 0);
-    return rc;
+    return mct_train_step(&mct_model, a->params, &mct_model_opt, a->state, &a->ts, MCT_MODEL_LOSS_KIND,
+                          MCT_MODEL_LOSS_PARAM, a->arena + mct_model.in_off, a->target, 1, a->arena, a->scratch,
+                          MCT_MODEL_SCRATCH, 0, loss);
 }
 
-static void cmd_predict(mct_app *a) {
-    float *y = mct_app_predict(a);
-    reply_t r;
-    reply_begin(&r, MCT_CMD_PREDICT, MCT_ST_OK, MCT_MODEL_N_OUT * 4);
-    reply_bytes(&r, y, MCT_MODEL_N_OUT * 4);
-    reply_end(&r);
-}
-
-static void cmd_train(mct_app *a) {
-    float loss = 0.0f;
-    int rc = mct_app_train(a, &loss);
-    uint8_t d[8];
-    memcpy(d, &loss, 4);
-    put_u32(d + 4, a->ts.step);
-    uint8_t st = rc == MCT_OK ? MCT_ST_OK
-               : rc == MCT_E_NONFINITE || rc == MCT_E_NONFINITE_GRAD || rc == MCT_E_NONFINITE_INPUT ? MCT_ST_NONFINITE
-               : MCT_ST_UNSUPPORTED;
-    reply_t r;
-    reply_begin(&r, MCT_CMD_TRAIN, st, 8);
-    reply_bytes(&r, d, 8);
-    reply_end(&r);
-}
-
-static void cmd_read(mct_app *a) {
-    uint32_t n, off = get_u32(a->rx + 1), count = get_u16(a->rx + 5);      /* len is 7 (length_ok) */
-    float *base = region(a, a->rx[0], &n);
-    if (!base || off > n || count > n - off || count * 4u > MCT_MODEL_RX_MAX - 5u) {
-        reply_status(MCT_CMD_READ, MCT_ST_BAD_ARG);
-        return;
-    }
-    reply_t r;
-    reply_begin(&r, MCT_CMD_READ, MCT_ST_OK, (uint16_t)(count * 4u));
-    reply_bytes(&r, base + off, (uint16_t)(count * 4u));
-    reply_end(&r);
-}
-
-static void cmd_write(mct_app *a, uint16_t len) {
-    uint32_t n, off = get_u32(a->rx + 1), count = (uint32_t)(len - 5) / 4u;   /* len is 5 + 4k (length_ok) */
-    float *base = region(a, a->rx[0], &n);
-    if (!base || off > n || count > n - off) { reply_status(MCT_CMD_WRITE, MCT_ST_BAD_ARG); return; }
-    uint8_t *dst = (uint8_t *)(base + off);
-    for (uint32_t j = 0; j < count * 4u; j++) dst[j] = a->rx[5 + j];
-    reply_status(MCT_CMD_WRITE, MCT_ST_OK);
-}
-
-static void cmd_seq(uint8_t cmd, int st, uint32_t seq) {
-    uint8_t d[4];
-    put_u32(d, seq);
-    reply_t r;
-    reply_begin(&r, cmd, (uint8_t)st, st == MCT_ST_OK ? 4 : 0);
-    if (st == MCT_ST_OK) reply_bytes(&r, d, 4);
-    reply_end(&r);
-}
-
-static void cmd_stats(mct_app *a) {
-    uint8_t d[12];
-    uint32_t avail, used = stack_used(&avail);
-    put_u32(d, used);
-    put_u32(d + 4, avail);
-    put_u32(d + 8, a->saves);
-    reply_t r;
-    reply_begin(&r, MCT_CMD_STATS, MCT_ST_OK, 12);
-    reply_bytes(&r, d, 12);
-    reply_end(&r);
-}
-
-/* Is len the right payload length for a command buffered in rx? */
-static int length_ok(uint8_t cmd, uint16_t len) {
-    switch (cmd) {
-    case MCT_CMD_READ: return len == 7;
-    case MCT_CMD_WRITE: return len >= 5 && (len - 5) % 4 == 0;
-    case MCT_CMD_INFO: case MCT_CMD_SAVE: case MCT_CMD_LOAD: case MCT_CMD_STATS: case MCT_CMD_RESET:
-    case MCT_CMD_QUIT: return len == 0;
-    default: return 1;          /* unknown commands are answered as such */
-    }
-}
-
-void mct_app_poll(mct_app *a) {
-    uint8_t h[3];
-    while (next_byte() != SYNC_IN) {}
-    for (uint8_t k = 0; k < 3; k++) h[k] = (uint8_t)next_byte();
-    uint8_t cmd = h[0];
-    uint16_t len = get_u16(h + 1), crc = mct_crc16(0xFFFFu, h, 3);
-    if (len > MAX_FRAME) {              /* longer than any frame this model takes: answer now, resync */
-        reply_status(cmd, MCT_ST_BAD_LENGTH);
-        return;
-    }
-    /* where the payload goes: PREDICT/TRAIN of the right size stream into scratch buffers */
-    uint8_t *dst = 0, *dst2 = 0;
-    uint16_t split = len;
-    if (cmd == MCT_CMD_PREDICT && len == MCT_MODEL_N_IN * 4) {
-        dst = (uint8_t *)(a->arena + mct_model.in_off);
-    } else if (cmd == MCT_CMD_TRAIN && len == (MCT_MODEL_N_IN + MCT_MODEL_N_OUT) * 4) {
-        dst = (uint8_t *)(a->arena + mct_model.in_off);
-        dst2 = (uint8_t *)a->target;
-        split = MCT_MODEL_N_IN * 4;
-    } else if (cmd != MCT_CMD_PREDICT && cmd != MCT_CMD_TRAIN && len <= MCT_MODEL_RX_MAX) {
-        dst = a->rx;
-    }
-    for (uint16_t k = 0; k < len; k++) {
-        uint8_t b = (uint8_t)next_byte();
-        crc = mct_crc16(crc, &b, 1);
-        if (dst) {
-            if (k < split) dst[k] = b;
-            else dst2[k - split] = b;
-        }
-    }
-    uint8_t c0 = (uint8_t)next_byte(), c1 = (uint8_t)next_byte();
-    if ((uint16_t)(c0 | (c1 << 8)) != crc) { reply_status(cmd, MCT_ST_BAD_CRC); return; }
-    if (!dst) {
-        reply_status(cmd, (cmd >= MCT_CMD_INFO && cmd <= MCT_CMD_RESET) || cmd == MCT_CMD_QUIT ? MCT_ST_BAD_LENGTH
-                                                                                                 : MCT_ST_UNKNOWN);
-        return;
-    }
-    if (dst == a->rx && !length_ok(cmd, len)) { reply_status(cmd, MCT_ST_BAD_LENGTH); return; }
-    uint32_t seq = 0;
-    int st;
-    switch (cmd) {
-    case MCT_CMD_INFO: cmd_info(a); break;
-    case MCT_CMD_PREDICT: cmd_predict(a); break;
-    case MCT_CMD_TRAIN: cmd_train(a); break;
-    case MCT_CMD_READ: cmd_read(a); break;
-    case MCT_CMD_WRITE: cmd_write(a, len); break;
-    case MCT_CMD_SAVE: st = save_state(a, &seq); cmd_seq(cmd, st, seq); break;
-    case MCT_CMD_LOAD:
-        st = load_state(a, &seq);
-        if (st != MCT_ST_OK && st != MCT_ST_NO_SAVE && st != MCT_ST_UNSUPPORTED) mct_app_reset(a);
-        cmd_seq(cmd, st, seq);
-        break;
-    case MCT_CMD_STATS: cmd_stats(a); break;
-    case MCT_CMD_RESET: mct_app_reset(a); reply_status(cmd, MCT_ST_OK); break;
-#ifdef MCT_ALLOW_QUIT
-    case MCT_CMD_QUIT: reply_status(cmd, MCT_ST_OK); port_exit(0); break;
-#endif
-    default: reply_status(cmd, MCT_ST_UNKNOWN); break;
-    }
+uint8_t mct_app_status(int rc) {
+    return rc == MCT_OK ? MCT_ST_OK
+         : rc == MCT_E_NONFINITE || rc == MCT_E_NONFINITE_GRAD || rc == MCT_E_NONFINITE_INPUT ? MCT_ST_NONFINITE
+         : MCT_ST_UNSUPPORTED;
 }

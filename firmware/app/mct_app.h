@@ -1,5 +1,5 @@
-/* mct_app.h - the firmware application: model buffers, the protocol loop and saves.
- * Sizes come from the generated model.h; all buffers are static members of one struct. */
+/* mct_app.h - the firmware application: model buffers and saves (mct_app.c), the protocol loop
+ * (mct_protocol.c). Sizes come from the generated model.h; all buffers are static members of one struct. */
 #ifndef MCT_APP_H
 #define MCT_APP_H
 
@@ -8,6 +8,9 @@
 
 #define MCT_PROTOCOL_VERSION 1
 #define MCT_STATE_FLOATS (MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS > 0 ? MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS : 1)
+#ifndef MCT_MODEL_SAVE_SLOTS                 /* model.h of older exports: saves keep every optimizer slot */
+#define MCT_MODEL_SAVE_SLOTS MCT_MODEL_SLOTS
+#endif
 
 /* Commands and status codes of docs/protocol.md. */
 enum mct_cmd { MCT_CMD_INFO = 1, MCT_CMD_PREDICT = 2, MCT_CMD_TRAIN = 3, MCT_CMD_READ = 4, MCT_CMD_WRITE = 5,
@@ -37,6 +40,22 @@ void mct_app_init(mct_app *a);
 float *mct_app_predict(mct_app *a);
 /* TRAIN on the input in the arena and the target in a->target; the core's status, the loss in *loss. */
 int mct_app_train(mct_app *a, float *loss);
+/* The protocol status (enum mct_status_code) of a core status that mct_app_train returned. */
+uint8_t mct_app_status(int rc);
+/* Save the state into the older of the two storage slots; MCT_ST_OK with the save's sequence number in *seq. */
+int mct_app_save(mct_app *a, uint32_t *seq);
+/* Load the newest valid save; MCT_ST_OK with its sequence number in *seq, MCT_ST_NO_SAVE, or an error. */
+int mct_app_load(mct_app *a, uint32_t *seq);
+/* Bytes of storage the two save slots need. */
+uint32_t mct_app_save_bytes(void);
+/* Little-endian 16/32-bit numbers in byte buffers (frames, save headers). */
+void mct_put_u16(uint8_t *p, uint16_t v);
+/* See mct_put_u16. */
+void mct_put_u32(uint8_t *p, uint32_t v);
+/* See mct_put_u16. */
+uint16_t mct_get_u16(const uint8_t *p);
+/* See mct_put_u16. */
+uint32_t mct_get_u32(const uint8_t *p);
 /* Receive one frame from the host and answer it. */
 void mct_app_poll(mct_app *a);
 /* Fill the free stack area with a pattern so STATS can report the peak use (call first in main). */

@@ -30,6 +30,13 @@ extern "C" {
  *   MCT_ACTS_MASK=m  the activations it uses: bit kind (enum mct_act).
  * Without them (the host) everything is compiled in. The host build also defines MCT_HOST_KERNELS
  * (batch paths that transpose into scratch, see gemm.c) and wider MCT_TILE_M / MCT_TILE_N. */
+/* A library export (`mcutrain export --library`) writes these settings into mct_config.h next to the core,
+ * since the Arduino IDE passes no build flags to a library. */
+#if defined(__has_include)
+#if __has_include("mct_config.h")
+#include "mct_config.h"
+#endif
+#endif
 #ifdef MCT_OPT_ONLY
 #define MCT_OPT_KIND(k) ((void)(k), (uint8_t)(MCT_OPT_ONLY))
 #else

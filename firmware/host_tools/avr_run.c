@@ -3,7 +3,7 @@
  * Build:  gcc -O2 -I/usr/include/simavr avr_run.c -o avr_run -lsimavr -lutil
  *         (Debian/Ubuntu: apt-get install simavr libsimavr-dev)
  * Usage:  avr_run FIRMWARE.elf [mcu=atmega328p] [freq=16000000] [serial=pty|stdio] [eeprom=FILE]
- *                 [ram_floor=ADDR|auto] [max_cycles=N] [report=FILE]
+ *                 [ram_floor=ADDR|auto] [max_cycles=N] [cut_after_eeprom_writes=N] [report=FILE]
  *
  * What it does (the firmware side is firmware/app/ports/port_simavr.c):
  *  - serial: USART0 is bridged to a pseudo terminal (serial=pty: prints "PTY /dev/pts/N" on stdout,
@@ -17,6 +17,8 @@
  *    and that code becomes the harness's exit status.
  *  - EEPROM: loaded from FILE at start (if it exists) and written back whenever the firmware waits
  *    for the host after changing it, and at the end, so saves persist across runs.
+ *  - power cut: with cut_after_eeprom_writes=N the run stops right after the N-th EEPROM byte write
+ *    (EEPE set in EECR), whatever the firmware was doing; the EEPROM is kept as it then was (exit 86).
  *  - stack: the lowest stack pointer is tracked after every instruction. When the stack writes below
  *    ram_floor (auto: the firmware's __heap_start, the end of its static data), the run stops at once
  *    with a STACK OVERFLOW message and exit status 97.
@@ -57,6 +59,9 @@
 #define N_REGIONS 4
 
 #define EXIT_USAGE 2
+#define EXIT_POWER_CUT 86
+#define EECR_ADDR 0x3F       /* EEPROM control register; EEPE (bit 1) starts a write */
+#define EEPE_BIT 0x02u
 #define EXIT_OVERFLOW 97
 #define EXIT_CRASH 98
 #define EXIT_CYCLE_LIMIT 124
@@ -116,6 +121,8 @@ static struct {
     uint8_t *eeprom_saved;           /* what the file holds */
     unsigned eeprom_size;
     const char *eeprom_path;
+    unsigned long long eeprom_writes, cut_after;   /* EEPROM byte writes so far; power cut after that many */
+    int cut;
     volatile sig_atomic_t signal;
 } S;
 
@@ -253,6 +260,15 @@ static void gpior2_write(avr_t *avr, avr_io_addr_t addr, uint8_t v, void *param)
     if (v == WAIT_HINT) S.fw_waiting = 1;
 }
 
+/* Watches EECR next to simavr's EEPROM module (simavr calls every writer of a register): counts the
+ * byte writes and cuts the power after cut_after of them. */
+static void eecr_write(avr_t *avr, avr_io_addr_t addr, uint8_t v, void *param) {
+    (void)avr; (void)addr; (void)param;
+    if (!(v & EEPE_BIT)) return;
+    S.eeprom_writes++;
+    if (S.cut_after && S.eeprom_writes >= S.cut_after) S.cut = 1;
+}
+
 /* ---- EEPROM file ---- */
 static void load_eeprom(void) {
     if (!S.eeprom_path) return;
@@ -388,6 +404,7 @@ static void write_report(const char *path, const char *reason, int status, const
             (unsigned long long)avr->cycle);
     fprintf(f, "  \"ramend\": %u,\n  \"ram_floor\": %u,\n  \"min_sp\": %u,\n  \"min_sp_pc\": %u,\n"
             "  \"stack_peak\": %u,\n", avr->ramend, S.ram_floor, S.min_sp, S.min_sp_pc, peak);
+    fprintf(f, "  \"eeprom_writes\": %llu,\n", S.eeprom_writes);
     fprintf(f, "  \"data_size\": %u,\n  \"bss_size\": %u,\n  \"flash_used\": %u,\n", (unsigned)fw->datasize,
             (unsigned)fw->bsssize, (unsigned)fw->flashsize);
     if (S.overflow)
@@ -411,7 +428,7 @@ static void write_report(const char *path, const char *reason, int status, const
 
 static void usage(const char *argv0) {
     fprintf(stderr, "usage: %s FIRMWARE.elf [mcu=atmega328p] [freq=16000000] [serial=pty|stdio] [eeprom=FILE]\n"
-                    "       [ram_floor=ADDR|auto] [max_cycles=N] [report=FILE]\n", argv0);
+                    "       [ram_floor=ADDR|auto] [max_cycles=N] [cut_after_eeprom_writes=N] [report=FILE]\n", argv0);
 }
 
 int main(int argc, char **argv) {
@@ -429,6 +446,7 @@ int main(int argc, char **argv) {
         else if (!strncmp(a, "eeprom=", 7)) S.eeprom_path = v;
         else if (!strncmp(a, "ram_floor=", 10)) floor_arg = v;
         else if (!strncmp(a, "max_cycles=", 11)) max_cycles = strtoull(v, NULL, 0);
+        else if (!strncmp(a, "cut_after_eeprom_writes=", 24)) S.cut_after = strtoull(v, NULL, 0);
         else if (!strncmp(a, "report=", 7)) report = v;
         else { usage(argv[0]); return EXIT_USAGE; }
     }
@@ -463,6 +481,7 @@ int main(int argc, char **argv) {
     avr_register_io_write(avr, GPIOR0_ADDR, gpior0_write, NULL);
     avr_register_io_write(avr, GPIOR1_ADDR, gpior1_write, NULL);
     avr_register_io_write(avr, GPIOR2_ADDR, gpior2_write, NULL);
+    avr_register_io_write(avr, EECR_ADDR, eecr_write, NULL);
 
     /* EEPROM: simavr hands out its buffer for a zero-length GET without a destination */
     avr_eeprom_desc_t ee = {.ee = NULL, .offset = 0, .size = 0};
@@ -511,6 +530,7 @@ int main(int argc, char **argv) {
         }
         if (state == cpu_Done || state == cpu_Crashed) { reason = state == cpu_Done ? "exit" : "crash"; break; }
         if (max_cycles && avr->cycle >= max_cycles) { reason = "cycle_limit"; break; }
+        if (S.cut) { reason = "power_cut"; break; }
         if (S.signal) { reason = "signal"; break; }
         if (S.fw_waiting || (++n & 4095u) == 0) service_io();
     }
@@ -528,6 +548,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(reason, "cycle_limit")) {
         status = EXIT_CYCLE_LIMIT;
         fprintf(stderr, "avr_run: cycle limit %llu reached\n", max_cycles);
+    } else if (!strcmp(reason, "power_cut")) {
+        status = EXIT_POWER_CUT;
+        fprintf(stderr, "avr_run: power cut after %llu EEPROM writes\n", S.eeprom_writes);
     } else if (!strcmp(reason, "signal")) {
         status = 128 + S.signal;
     } else {

@@ -2,7 +2,10 @@
  * the protocol runs on Serial at 115200 baud, saves go to EEPROM where the core has an EEPROM
  * library (AVR, STM32, Teensy: direct; ESP32 and RP2040: flash-emulated, begin() and commit()), and
  * setup()/loop() take the place of main(). Boards without EEPROM.h report no storage (SAVE answers
- * "not supported"). MCT_STORE_BYTES (from the board file) caps the storage used. */
+ * "not supported"). MCT_STORE_BYTES (from the board file) caps the storage used.
+ * MCT_LIBRARY (a library export, see mcutrain.h): only the storage is used; setup()/loop() are the sketch's.
+ * MCT_SIM_HINTS (AVR in mcutrain's simavr harness, the genuine Arduino core): the same Serial and EEPROM,
+ * plus the harness's registers: the wait hint while no byte is in, the exit code and the cycle markers. */
 #ifdef MCT_PORT_ARDUINO
 #include <Arduino.h>
 
@@ -24,7 +27,7 @@ extern "C" {
 #include "../mct_port.h"
 }
 
-#ifndef PIO_UNIT_TESTING   /* under `pio test` the self-test has setup() (test/test_model/arduino_glue.cpp) */
+#if !defined(PIO_UNIT_TESTING) && !defined(MCT_LIBRARY)   /* `pio test`: setup() is test/test_model/arduino_glue.cpp's */
 static mct_app app;
 
 void setup() {
@@ -50,8 +53,19 @@ void port_init(void) {
 }
 
 int port_getc(void) {
+#if defined(MCT_SIM_HINTS) && defined(__AVR__)
+    /* The hint lets the harness stop simulating until the host sends more, so it comes only after a few byte
+     * times of waiting: a byte still on its way through the USART (its RX interrupt not yet due) gets in. */
+    uint16_t spins = 0;
+    while (Serial.available() <= 0) {
+        if (spins < 1000u) { spins++; continue; }
+        GPIOR2 = 0x01;                     /* waiting: the harness may block on the host */
+        if (GPIOR2 == 0xFF) return -1;     /* the host is gone */
+    }
+#else
     while (Serial.available() <= 0) {
     }
+#endif
     return Serial.read();
 }
 
@@ -61,6 +75,10 @@ void port_flush(void) { Serial.flush(); }
 
 uint32_t port_store_size(void) {
 #ifdef MCT_HAVE_EEPROM
+#if defined(MCT_LIBRARY) && defined(MCT_EEPROM_NEEDS_COMMIT)
+    static bool begun = false;             /* a library has no port_init: open the emulated EEPROM on first use */
+    if (!begun) begun = EEPROM.begin(MCT_STORE_BYTES);
+#endif
     uint32_t n = (uint32_t)EEPROM.length();
     return n < (uint32_t)MCT_STORE_BYTES ? n : (uint32_t)MCT_STORE_BYTES;
 #else
@@ -95,9 +113,21 @@ int port_store_write(uint32_t off, const void *src, uint32_t n) {
 #endif
 }
 
+#if defined(MCT_SIM_HINTS) && defined(__AVR__)
+void port_exit(int code) {                 /* the exit code to the harness, then sleep with interrupts off */
+    Serial.flush();
+    GPIOR0 = (uint8_t)code;
+    cli();
+    SMCR = (uint8_t)((1 << SM1) | (1 << SE));
+    for (;;) __asm__ volatile("sleep");
+}
+
+void port_mark(uint8_t region, uint8_t begin) { GPIOR1 = (uint8_t)(2u * region + (begin ? 1u : 2u)); }
+#else
 void port_exit(int code) { (void)code; }    /* a board runs until it is reset */
 
 void port_mark(uint8_t region, uint8_t begin) { (void)region; (void)begin; }
+#endif
 
 int port_stack_bounds(uint8_t **lo, uint8_t **hi) {
 #if defined(__AVR__)
