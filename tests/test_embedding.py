@@ -24,6 +24,7 @@ from mcutrain.corefacts import save_slot_bytes
 from mcutrain.exporter import sim
 from mcutrain.exporter.boards import get_board
 from mcutrain.exporter.export import ExportError, ExportResult, export_project
+from mcutrain.exporter.folders import FolderError
 from mcutrain.exporter.memplan import MemoryPlanError
 from mcutrain.exporter.paths import firmware_dir
 
@@ -93,7 +94,7 @@ def test_a_library_is_not_written_over_anything_without_force(library: ExportRes
     out = tmp_path / "lib"
     export_project(checkpoint(), "uno", out, library=True)
     (out / "mine.txt").write_text("keep")
-    with pytest.raises(ExportError, match="pass --force"):
+    with pytest.raises(FolderError, match="pass --force"):
         export_project(checkpoint("sgd"), "uno", out, library=True)
     assert (out / "mine.txt").read_text() == "keep"
     r = export_project(checkpoint("sgd"), "uno", out, library=True, force=True)
