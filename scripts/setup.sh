@@ -27,6 +27,7 @@ fi
 
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --upgrade pip >/dev/null
-# the test extra's torch (it exports the ONNX files of the import tests): the CPU build, not the CUDA one
+# the test extra pins torch==2.13.0 (it writes the ONNX files of the import tests): the CPU build this machine
+# class keeps on disk; an unpinned torch would download a CUDA build of several GB
 "$PY" -m pip install -q -e ".[test]"
 echo "mcutrain setup: done ($("$PY" -c 'import mcutrain; print("mcutrain", mcutrain.__version__)'))"
