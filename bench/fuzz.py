@@ -1,6 +1,6 @@
 """Fuzzing what reads untrusted bytes (issue 9), for longer than the test suite does:
 
-1. frames: the firmware's frame handling (firmware/app/mct_app.c, unchanged) under a coverage-guided libFuzzer
+1. frames: the firmware's frame handling (firmware/app/mct_protocol.c over mct_app.c, unchanged) under a coverage-guided libFuzzer
    run, built with clang -fsanitize=fuzzer,address,undefined around bench/fuzz_frames.c (which stands in for
    a target port and checks every reply frame and that no refused, read-only or cut-short frame changes a
    weight). The model is exported for the native board; the corpus starts from one valid frame of every
@@ -105,8 +105,8 @@ def build_frame_fuzzer(
     workdir: Path, cc: str, edit_app: Optional[Callable[[str], str]] = None, common: Optional[Path] = None
 ) -> Path:
     """Export the fuzz model and build the harness with the project's app sources and core; returns the
-    fuzzer program. edit_app changes a copy of mct_app.c first (the tests plant a bug with it to see the
-    harness catch it). common: a folder where the exported project and every object but mct_app.c's are
+    fuzzer program. edit_app changes a copy of mct_protocol.c (the frame handling) first (the tests plant a bug with it to see the
+    harness catch it). common: a folder where the exported project and every object but mct_protocol.c's are
     kept, to be reused by the next build given the same folder."""
     common = common or workdir / "common"
     project = common / "project"
@@ -115,12 +115,12 @@ def build_frame_fuzzer(
     if not (common / "objects.done").exists():
         export_fuzz_model(project)
         (common / "obj").mkdir(parents=True, exist_ok=True)
-        sources = [HARNESS, src / "mct_crc.c", src / "model.c"] + sorted(core.glob("*.c"))
+        sources = [HARNESS, src / "mct_crc.c", src / "mct_app.c", src / "model.c"] + sorted(core.glob("*.c"))
         inc = [*model_flags(project), f"-I{src}", f"-I{core}", f"-I{project / 'include'}"]
         _compile([[cc, *flags, *inc, "-c", str(f), "-o", str(common / "obj" / f"{f.stem}.o")] for f in sources])
         (common / "objects.done").write_text("")
-    app = workdir / "mct_app.c"
-    text = (src / "mct_app.c").read_text()
+    app = workdir / "mct_protocol.c"
+    text = (src / "mct_protocol.c").read_text()
     app.write_text(edit_app(text) if edit_app else text)
     inc = [*model_flags(project), f"-I{src}", f"-I{core}", f"-I{project / 'include'}"]
     exe = workdir / "fuzz_frames"

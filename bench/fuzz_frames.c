@@ -1,4 +1,4 @@
-/* fuzz_frames.c - libFuzzer harness of the firmware's frame handling (firmware/app/mct_app.c), built by
+/* fuzz_frames.c - libFuzzer harness of the firmware's frame handling (firmware/app/mct_protocol.c), built by
  * bench/fuzz.py with an exported project's model.c/model.h, the project's app sources and the C core, under
  * -fsanitize=fuzzer,address,undefined.
  *

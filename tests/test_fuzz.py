@@ -73,7 +73,7 @@ def test_the_harness_catches_a_refused_frame_that_changes_a_weight(
     refusal = "if (!base || off > n || count > n - off) { reply_status(MCT_CMD_WRITE, MCT_ST_BAD_ARG); return; }"
 
     def plant(app: str) -> str:
-        assert refusal in app, "the WRITE refusal in mct_app.c changed: update this test"
+        assert refusal in app, "the WRITE refusal in mct_protocol.c changed: update this test"
         return app.replace(refusal, refusal.replace("{ reply_status", "{ a->params[0] += 1.0f; reply_status"))
 
     r = fuzz.run_frames(200, tmp_path, seed=5, edit_app=plant, common=common)
