@@ -1,10 +1,10 @@
 """Fuzzing what reads untrusted bytes (issue 9), for longer than the test suite does:
 
-1. frames: the firmware's frame handling (firmware/app/mct_protocol.c over mct_app.c, unchanged) under a coverage-guided libFuzzer
-   run, built with clang -fsanitize=fuzzer,address,undefined around bench/fuzz_frames.c (which stands in for
-   a target port and checks every reply frame and that no refused, read-only or cut-short frame changes a
-   weight). The model is exported for the native board; the corpus starts from one valid frame of every
-   command.
+1. frames: the firmware's frame handling (firmware/app/mct_protocol.c over mct_app.c, unchanged) under
+   a coverage-guided libFuzzer run, built with clang -fsanitize=fuzzer,address,undefined around
+   bench/fuzz_frames.c (which stands in for a target port and checks every reply frame and that no refused,
+   read-only or cut-short frame changes a weight). The model is exported for the native board; the corpus
+   starts from one valid frame of every command.
 2. loaders: random mutations of valid model files (raw bytes; header fields and payload bytes with the
    checksum made valid, so the mutation reaches the parser) and of CSV, NPZ and IDX (plain and .gz) data
    files, fed to mcutrain's loaders in a subprocess whose address space is limited (RLIMIT_AS) and with a
@@ -105,9 +105,9 @@ def build_frame_fuzzer(
     workdir: Path, cc: str, edit_app: Optional[Callable[[str], str]] = None, common: Optional[Path] = None
 ) -> Path:
     """Export the fuzz model and build the harness with the project's app sources and core; returns the
-    fuzzer program. edit_app changes a copy of mct_protocol.c (the frame handling) first (the tests plant a bug with it to see the
-    harness catch it). common: a folder where the exported project and every object but mct_protocol.c's are
-    kept, to be reused by the next build given the same folder."""
+    fuzzer program. edit_app changes a copy of mct_protocol.c (the frame handling) first (the tests
+    plant a bug with it to see the harness catch it). common: a folder where the exported project and every
+    object but mct_protocol.c's are kept, to be reused by the next build given the same folder."""
     common = common or workdir / "common"
     project = common / "project"
     src, core = project / "src", project / "lib" / "mcutrain_core" / "src"

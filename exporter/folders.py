@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 from mcutrain.errors import McuTrainError
+from mcutrain.files import fsync_dir
 
 MARKER = "mcutrain.json"
 KINDS: Dict[str, str] = {
@@ -190,25 +191,11 @@ def recover(path: Union[str, Path]) -> None:
     if os.path.lexists(old):
         if not os.path.lexists(p):
             os.rename(old, p)
-            _fsync_dir(p.parent)
+            fsync_dir(p.parent)
         else:
             shutil.rmtree(old)
     if os.path.lexists(new):
         shutil.rmtree(new)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Flush a folder's entries to the disk, where the system allows it."""
-    try:
-        fd = os.open(str(folder), os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def sync_tree(root: Path) -> None:
@@ -220,7 +207,7 @@ def sync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(folder))
+        fsync_dir(Path(folder))
 
 
 _AT_FDCWD = -100
@@ -262,22 +249,22 @@ def replace_folder(path: Union[str, Path], fill: Callable[[Path], None]) -> Path
             os.chmod(new, stat.S_IMODE(p.stat().st_mode))  # a replaced project keeps its permissions
         fill(new)
         sync_tree(new)
-        _fsync_dir(parent)
+        fsync_dir(parent)
         if not os.path.lexists(p):
             os.rename(new, p)
         elif exchange(new, p):
-            _fsync_dir(parent)
+            fsync_dir(parent)
             shutil.rmtree(new)  # now the old folder
         else:
             os.rename(p, old)  # kept until the new folder is in place; recover() puts it back after a crash
-            _fsync_dir(parent)
+            fsync_dir(parent)
             os.rename(new, p)
-            _fsync_dir(parent)
+            fsync_dir(parent)
             shutil.rmtree(old)
     except BaseException:
         if os.path.lexists(old) and not os.path.lexists(p):
             os.rename(old, p)
         shutil.rmtree(new, ignore_errors=True)
         raise
-    _fsync_dir(parent)
+    fsync_dir(parent)
     return p

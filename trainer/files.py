@@ -33,10 +33,10 @@ def current_umask() -> int:
     return mask
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Flush a folder's entries (the rename) to the disk, where the system allows it."""
+def fsync_dir(folder: Path) -> None:
+    """Flush a folder's entries (a rename, a new file) to the disk, where the system allows it."""
     try:
-        fd = os.open(str(folder), os.O_RDONLY)
+        fd = os.open(str(folder), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
         return
     try:
@@ -70,7 +70,7 @@ def atomic_write(path: Union[str, Path], data: bytes) -> None:
         except OSError:
             pass
         raise
-    _fsync_dir(folder)
+    fsync_dir(folder)
 
 
 def read_limited(f: BinaryIO, limit: int, size: int = 0) -> bytes:
