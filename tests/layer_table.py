@@ -70,3 +70,28 @@ def every_layer_net(n_in: int = 6, n_out: int = 4, seed: int = 11) -> Sequential
     if width != n_out:
         mods.append(L.Linear(width, n_out))
     return Sequential(*mods, L.Softmax(0.8)).rand_params(seed=seed, scale=0.8)
+
+
+def mixed_layers() -> List[Module]:
+    """Most layer kinds in one chain from 8 to 6 features (a network's body: add a head), for the tests that
+    run a bit of everything through one path (a simulated board, ONNX export)."""
+    return [
+        L.Linear(8, 10),
+        L.RMSNorm(10),
+        L.Swish(10),
+        Residual(L.Linear(10, 10), L.Tanh()),
+        L.GLU(10, 8, "swish"),
+        L.DyT(8),
+        LR(Sequential(L.Linear(8, 8), L.Sigmoid()), 2.0),
+        L.Diag(8),
+        L.LeakyRelu(0.25),
+        L.Conv1d(8, 6, 3),
+        L.SiLU(),
+        L.ScalarScale(6),
+        L.Softplus(),
+        L.Sine(),
+        L.Dense(6, 6),
+        L.Cosine(),
+        L.Bias1d(6),
+        L.Relu(),
+    ]

@@ -28,10 +28,11 @@ from foreign_models import (
     torch_onnx,
     torch_residual,
 )
+from layer_table import mixed_layers
 from onnx import TensorProto, helper, numpy_helper
 
 from helpers import same_bits
-from mcutrain import LR, Residual, Sequential
+from mcutrain import Residual, Sequential
 from mcutrain import layers as L
 from mcutrain.cli.commands import main
 from mcutrain.errors import ImportModelError, McuTrainError, MissingExtraError
@@ -199,24 +200,7 @@ def test_every_mcutrain_layer_exports_to_onnx(head: bool, tmp_path: Path) -> Non
     """to_onnx knows every layer and composition; onnxruntime computes what the C core computes (also
     without the final softmax, whose output hides small differences)."""
     layers = [
-        L.Linear(8, 10),
-        L.RMSNorm(10),
-        L.Swish(10),
-        Residual(L.Linear(10, 10), L.Tanh()),
-        L.GLU(10, 8, "swish"),
-        L.DyT(8),
-        LR(Sequential(L.Linear(8, 8), L.Sigmoid()), 2.0),
-        L.Diag(8),
-        L.LeakyRelu(0.25),
-        L.Conv1d(8, 6, 3),
-        L.SiLU(),
-        L.ScalarScale(6),
-        L.Softplus(),
-        L.Sine(),
-        L.Dense(6, 6),
-        L.Cosine(),
-        L.Bias1d(6),
-        L.Relu(),
+        *mixed_layers(),
         # each gate in a residual block, which keeps the values' magnitude (a stack of GLUs shrinks them)
         Residual(L.GLU(6, 6, "leaky_relu")),
         Residual(L.ReluGLU(6, 6)),

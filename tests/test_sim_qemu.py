@@ -18,9 +18,10 @@ from typing import List, Tuple
 
 import numpy as np
 import pytest
+from layer_table import mixed_layers
 
 from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, readme_net, train_lockstep
-from mcutrain import LR, Checkpoint, Residual, Sequential, TrainParams, losses
+from mcutrain import Checkpoint, Sequential, TrainParams, losses
 from mcutrain import layers as L
 from mcutrain.exporter import pio, sim
 from mcutrain.exporter.boards import get_board
@@ -53,24 +54,7 @@ def tool_dirs(pio_core: Path) -> Path:
 def mixed_net() -> Module:
     """A small network through most layer kinds (fits the micro:bit's 16 KB with Adam's two slots)."""
     return Sequential(
-        L.Linear(8, 10),
-        L.RMSNorm(10),
-        L.Swish(10),
-        Residual(L.Linear(10, 10), L.Tanh()),
-        L.GLU(10, 8, "swish"),
-        L.DyT(8),
-        LR(Sequential(L.Linear(8, 8), L.Sigmoid()), 2.0),
-        L.Diag(8),
-        L.LeakyRelu(0.25),
-        L.Conv1d(8, 6, 3),
-        L.SiLU(),
-        L.ScalarScale(6),
-        L.Softplus(),
-        L.Sine(),
-        L.Dense(6, 6),
-        L.Cosine(),
-        L.Bias1d(6),
-        L.Relu(),
+        *mixed_layers(),
         L.Linear(6, 4),
         L.Softmax(0.8),
     ).rand_params(seed=11)
