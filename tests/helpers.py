@@ -139,3 +139,13 @@ def rebuild(version: int, header_bytes: bytes, payload: bytes) -> bytes:
     """A model file with the given version and raw header (padded to 4 bytes) and a correct CRC."""
     header_bytes += b" " * (-len(header_bytes) % 4)
     return with_crc(MAGIC + struct.pack("<II", version, len(header_bytes)) + header_bytes + payload)
+
+
+def own_pio_env(core: Path) -> Dict[str, str]:
+    """Environment for a PlatformIO build that runs in parallel with others: its own core folder and its own
+    build cache beside it (SCons keeps its .sconsign database in the build cache, and parallel builds that
+    share one race on replacing that file)."""
+    return {
+        "PLATFORMIO_CORE_DIR": str(core),
+        "PLATFORMIO_BUILD_CACHE_DIR": str(core.parent / f"{core.name}-build-cache"),
+    }

@@ -22,7 +22,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 import pytest
 
-from helpers import bits
+from helpers import bits, own_pio_env
 from mcutrain import Checkpoint, Residual, Sequential, TrainParams, losses
 from mcutrain import layers as L
 from mcutrain.exporter import pio
@@ -127,10 +127,8 @@ class Run:
 
 
 def pio_test(project: Path, env: str, core: Path, *extra: str) -> subprocess.CompletedProcess:
-    """`pio test -e ENV` in project with its own PlatformIO core folder."""
-    return pio.run(
-        ["test", "-e", env, *extra], project, timeout=PIO_TIMEOUT, extra_env={"PLATFORMIO_CORE_DIR": str(core)}
-    )
+    """`pio test -e ENV` in project with its own PlatformIO core folder and build cache."""
+    return pio.run(["test", "-e", env, *extra], project, timeout=PIO_TIMEOUT, extra_env=own_pio_env(core))
 
 
 def core_dir(base: Path, name: str) -> Path:

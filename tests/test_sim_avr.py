@@ -25,7 +25,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, readme_net, train_lockstep
+from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, own_pio_env, readme_net, train_lockstep
 from mcutrain import Checkpoint, Sequential, TrainParams
 from mcutrain import layers as L
 from mcutrain.exporter import pio, sim
@@ -158,7 +158,7 @@ def export_and_build(cfg: Config, base: Path) -> Built:
     core = base / f"pio-core-{cfg.name}"
     (core / "packages").mkdir(parents=True)
     (core / "packages" / "tool-scons").symlink_to(pio.ensure_scons(), target_is_directory=True)
-    r = pio.run(["run", "-e", "sim-uno"], b.path, extra_env={"PLATFORMIO_CORE_DIR": str(core)})
+    r = pio.run(["run", "-e", "sim-uno"], b.path, extra_env=own_pio_env(core))
     if r.returncode != 0:
         b.error = "\n".join((r.stdout + r.stderr).strip().splitlines()[-25:])
     return b
