@@ -26,6 +26,7 @@ from .checks import as_batch, number, whole
 from .corefacts import Status
 from .errors import ConfigError, ShapeError, TrainingError
 from .fitloop import DEFAULT_CALLBACK_EVERY, FitProgress, FitResult, run_fit
+from .locking import OwnLock
 from .losses import Loss
 from .optim import Optimizer, TrainParams
 from .program import Program, ProgramBuilder, core_net
@@ -55,7 +56,7 @@ class Gradients:
         return self.values / np.float32(self.samples)
 
 
-class Module:
+class Module(OwnLock):
     """Base class of layers and compositions: sizes, parameters and the five operations.
 
     Thread-safe: the calls that read or write a network's parameters or optimizer state hold the
@@ -69,7 +70,7 @@ class Module:
         self._buf: Optional[np.ndarray] = None
         self._program: Optional[Program] = None
         self._core: Any = None
-        self._lock = threading.RLock()
+        OwnLock.__init__(self)
 
     # ---- description (overridden by layers) ----
     def param_count(self) -> int:
@@ -99,15 +100,8 @@ class Module:
         """The architecture as plain data (see mcutrain.architecture)."""
         raise NotImplementedError
 
-    def __getstate__(self) -> Dict[str, Any]:
-        """Copies and pickles leave the lock behind (a copy gets its own, see __setstate__)."""
-        state = self.__dict__.copy()
-        state.pop("_lock", None)
-        return state
-
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
+        super().__setstate__(state)
         for c in self.children():  # the children were restored first: they take this module's lock
             c._share_lock(self._lock)
 

@@ -5,7 +5,6 @@ and mct_opt_elem); these objects hold the configuration, the per-parameter slots
 
 from __future__ import annotations
 
-import threading
 import weakref
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Dict, Optional
@@ -16,6 +15,7 @@ from . import _core
 from .checks import number, whole
 from .corefacts import OPT_DTYPE, TRAIN_STATE_DTYPE, OptKind, Schedule, by_name, names, opt_slots, train_state_init
 from .errors import ConfigError
+from .locking import OwnLock
 
 # The names the API uses for the core's schedules and optimizers ('constant', 'sgd', ...) -> enum values,
 # and the optimizer slots per parameter, all asked from the core (corefacts).
@@ -132,7 +132,7 @@ def _pack(tp: TrainParams, kind: str, coeffs: Dict[str, float]) -> np.ndarray:
     return c
 
 
-class Optimizer:
+class Optimizer(OwnLock):
     """An optimizer bound to a parameter count: its settings, per-parameter slots and step."""
 
     def __init__(
@@ -165,17 +165,7 @@ class Optimizer:
         self._cfg = _pack(params, kind, self.coeffs).view(np.uint8)
         self._state_buf = np.zeros(SLOTS[kind] * self.n_params, np.float32)
         self._ts = train_state_init().view(np.uint8)
-        self._lock = threading.RLock()  # held (inside the network's lock) by every call that updates the state
-
-    def __getstate__(self) -> Dict[str, Any]:
-        """Copies and pickles leave the lock behind (a copy gets its own)."""
-        state = self.__dict__.copy()
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
+        OwnLock.__init__(self)  # the lock is held (inside the network's lock) by every call that updates the state
 
     @property
     def params(self) -> TrainParams:
