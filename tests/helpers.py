@@ -7,10 +7,12 @@ tests/ on sys.path)."""
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import json
 import struct
 import zlib
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
@@ -149,3 +151,13 @@ def own_pio_env(core: Path) -> Dict[str, str]:
         "PLATFORMIO_CORE_DIR": str(core),
         "PLATFORMIO_BUILD_CACHE_DIR": str(core.parent / f"{core.name}-build-cache"),
     }
+
+
+def load_bench(name: str) -> ModuleType:
+    """bench/NAME.py imported by its path (bench/ is not a package), for the tests of a benchmark script."""
+    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

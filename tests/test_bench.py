@@ -3,7 +3,6 @@ against is the same training step as mcutrain's train_batch."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from typing import List
 import numpy as np
 import pytest
 
+from helpers import load_bench
 from mcutrain import Sequential, TrainParams, losses, train_batch
 from mcutrain import layers as L
 from mcutrain.module import Module
@@ -25,11 +25,7 @@ BENCH = ROOT / "bench" / "train_throughput.py"
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
     """bench/train_throughput.py imported by its path (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("train_throughput", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("train_throughput")
 
 
 def test_the_benchmark_runs_and_reports_both_networks(tmp_path: Path) -> None:

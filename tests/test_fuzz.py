@@ -10,7 +10,6 @@ their counts), and the inputs those runs found that the loaders did not handle.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import zipfile
@@ -21,20 +20,13 @@ import numpy as np
 import pytest
 from test_hostile_input import run_limited, small_model_bytes
 
-from helpers import rebuild, split
-
-ROOT = Path(__file__).resolve().parent.parent
-FUZZ = ROOT / "bench" / "fuzz.py"
+from helpers import load_bench, rebuild, split
 
 
 @pytest.fixture(scope="module")
 def fuzz() -> ModuleType:
     """bench/fuzz.py imported by its path (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("fuzz", FUZZ)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("fuzz")
 
 
 @pytest.fixture(scope="module")
