@@ -12,7 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mcutrain.corefacts import CONST_STORAGE_OPS, I8_WEIGHTS_BIT, Op, Storage
+from mcutrain.corefacts import CONST_STORAGE_OPS, I8_WEIGHTS_BIT, Op, OptKind, Storage
 from mcutrain.program import Program
 
 Segments = Sequence[Tuple[int, int, int]]  # (device RAM offset, host offset, count) of each RAM block
@@ -66,7 +66,7 @@ class DeviceModel:
             if d.op in (Op.ACT, Op.GLU):
                 acts |= 1 << d.kind
         return [
-            f"-DMCT_OPT_ONLY={int(self.opt_cfg[0]['kind'])}",
+            f"-DMCT_OPT_ONLY={int(self.opt_kind)}",
             f"-DMCT_LOSS_ONLY={self.loss_kind}",
             f"-DMCT_OPS_MASK=0x{ops:x}u",
             f"-DMCT_ACTS_MASK=0x{acts:x}u",
@@ -85,6 +85,11 @@ class DeviceModel:
     def from_host_params(self, host_params: np.ndarray) -> np.ndarray:
         """The device's RAM parameters taken from the host network's."""
         return segments_from_host(self.segments, host_params, self.program.n_params)
+
+    @property
+    def opt_kind(self) -> OptKind:
+        """The optimizer kind the device trains with (its name: opt_kind.name.lower(), e.g. 'sgd')."""
+        return OptKind(int(self.opt_cfg[0]["kind"]))
 
     @property
     def save_slots(self) -> int:

@@ -282,11 +282,7 @@ def _npz_bytes(x: np.ndarray) -> bytes:
 
 def optimizer_name(m: DeviceModel) -> str:
     """The name of the optimizer kind the device model trains with (sgd, momentum, ..., adam)."""
-    from mcutrain.corefacts import OptKind
-    from mcutrain.optim import KINDS
-
-    kind = int(m.opt_cfg[0]["kind"])
-    return next((n for n, v in KINDS.items() if v == kind), OptKind(kind).name.lower())
+    return m.opt_kind.name.lower()
 
 
 def _loss_of(m: DeviceModel) -> Loss:

@@ -124,7 +124,7 @@ def extra_code(m: DeviceModel, board: Board) -> int:
     if board.core != "avr":
         return 0
     ops = {d.op for d in m.program.layers}
-    kind = OptKind(int(m.opt_cfg[0]["kind"]))
+    kind = m.opt_kind
     i8 = any(d.storage == Storage.I8 for d in m.program.layers)
     return sum(AVR_OP_CODE.get(op, 0) for op in ops) + AVR_OPT_CODE.get(kind, 0) + (AVR_I8_WEIGHTS_CODE if i8 else 0)
 
