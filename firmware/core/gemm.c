@@ -33,6 +33,34 @@
 #else
 #define MCT_EACH(X) X(0) X(1) X(2) X(3)
 #endif
+#if MCT_VFP_ASM && MCT_TILE_N == 8
+/* Tiles on a Cortex-M FPU, 8, 4, 2 and 1 outputs wide: per k one VLDMIA of A's element into s16 and one VLDM of
+ * the row's weights, then one VMUL (k = 0) or VMLA per output into s0.. (the sums of the C tile below). */
+#define VFP_OP(op, acc, w) op " s" #acc ", s16, s" #w "\n\t"
+#define VFP_TILE(NAME, WREGS, ACCS, MUL, MLA, ...)                                                           \
+    MCT_NOINLINE static void NAME(const float *A, const float *B, float *C, uint32_t K, uint32_t N) {       \
+        uint32_t ldb = 4u * N;                                                                              \
+        __asm__ volatile("vldmia %[a]!, {s16}\n\tvldm %[b], " WREGS "\n\t" MUL                            \
+                         "subs %[k], %[k], #1\n\tbeq 2f\n"                                                  \
+                         "1:\n\tadd %[b], %[b], %[ldb]\n\tvldmia %[a]!, {s16}\n\tvldm %[b], " WREGS "\n\t" MLA \
+                         "subs %[k], %[k], #1\n\tbne 1b\n"                                                  \
+                         "2:\n\tvstm %[c], " ACCS "\n\t"                                                   \
+                         : [a] "+r"(A), [b] "+r"(B), [k] "+r"(K)                                           \
+                         : [c] "r"(C), [ldb] "r"(ldb)                                                       \
+                         : __VA_ARGS__, "s16", "cc", "memory");                                             \
+    }
+#define VFP_OPS8(op) VFP_OP(op, 0, 8) VFP_OP(op, 1, 9) VFP_OP(op, 2, 10) VFP_OP(op, 3, 11) \
+    VFP_OP(op, 4, 12) VFP_OP(op, 5, 13) VFP_OP(op, 6, 14) VFP_OP(op, 7, 15)
+#define VFP_OPS4(op) VFP_OP(op, 0, 8) VFP_OP(op, 1, 9) VFP_OP(op, 2, 10) VFP_OP(op, 3, 11)
+#define VFP_OPS2(op) VFP_OP(op, 0, 8) VFP_OP(op, 1, 9)
+#define VFP_OPS1(op) VFP_OP(op, 0, 8)
+VFP_TILE(gemm_tile, "{s8-s15}", "{s0-s7}", VFP_OPS8("vmul.f32"), VFP_OPS8("vmla.f32"), "s0", "s1", "s2", "s3",
+         "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15")
+VFP_TILE(gemm_tile4, "{s8-s11}", "{s0-s3}", VFP_OPS4("vmul.f32"), VFP_OPS4("vmla.f32"), "s0", "s1", "s2", "s3",
+         "s8", "s9", "s10", "s11")
+VFP_TILE(gemm_tile2, "{s8-s9}", "{s0-s1}", VFP_OPS2("vmul.f32"), VFP_OPS2("vmla.f32"), "s0", "s1", "s8", "s9")
+VFP_TILE(gemm_tile1, "{s8}", "{s0}", VFP_OPS1("vmul.f32"), VFP_OPS1("vmla.f32"), "s0", "s8")
+#else
 #define MCT_ACC_DECL(i) float s##i = a * B[i];
 #define MCT_ACC_ADD(i) s##i = s##i + a * b[i];
 #define MCT_ACC_STORE(i) C[i] = s##i;
@@ -47,6 +75,7 @@ MCT_NOINLINE static void gemm_tile(const float *A, const float *B, float *C, uin
     }
     MCT_EACH(MCT_ACC_STORE)
 }
+#endif
 #else
 /* One full TM x TN tile of C = A B. The n loop is outside the m loop so that a compiler keeps the
  * tile in vector registers, one B load serving every row. */
@@ -211,8 +240,18 @@ void mct_gemm(const float *A, const float *B, float *C, uint32_t M, uint32_t K, 
         float *c = C + (size_t)m * N;
         for (uint32_t n = 0; n < N; n += MCT_TILE_N) {
             uint32_t nr = N - n < MCT_TILE_N ? N - n : MCT_TILE_N;
-            if (mr == MCT_TILE_M && nr == MCT_TILE_N) gemm_tile(a, B + n, c + n, K, N);
-            else gemm_edge(a, B + n, c + n, K, N, mr, nr);
+            if (mr == MCT_TILE_M && nr == MCT_TILE_N) {
+                gemm_tile(a, B + n, c + n, K, N);
+                continue;
+            }
+#if MCT_VFP_ASM && MCT_TILE_N == 8
+            (void)gemm_edge;
+            if (nr & 4u) gemm_tile4(a, B + n, c + n, K, N);
+            if (nr & 2u) gemm_tile2(a, B + n + (nr & 4u), c + n + (nr & 4u), K, N);
+            if (nr & 1u) gemm_tile1(a, B + n + nr - 1u, c + n + nr - 1u, K, N);
+#else
+            gemm_edge(a, B + n, c + n, K, N, mr, nr);
+#endif
         }
     }
 #endif
@@ -292,6 +331,53 @@ void mct_transpose(const float *A, float *AT, uint32_t rows, uint32_t cols) {
 #define FUSED_ROWS(KIND)                                                                                   \
     if (mct_opt_regularizes(oc)) FUSED_LOOP(KIND, 1) else FUSED_LOOP(KIND, 0)
 
+#if MCT_VFP_ASM
+/* Four weights of a row per step on a Cortex-M FPU, n4 steps: w[o] = w[o] - lr * (xi * gy[o]) (VMUL, then VMLS,
+ * which rounds the product before the difference), and with a, first a = a + gy[o] * w[o] with the weight
+ * before its update (VMLA): the arithmetic of FUSED_LOOP for plain SGD. */
+#define SGD4_HEAD "1:\n\tvldmia %[g]!, {s8-s11}\n\tvldm %[w], {s0-s3}\n\t"
+#define SGD4_TAIL                                                                                       \
+    "vmul.f32 s8, %[xi], s8\n\tvmul.f32 s9, %[xi], s9\n\tvmul.f32 s10, %[xi], s10\n\tvmul.f32 s11, %[xi], s11\n\t"    \
+    "vmls.f32 s0, %[lr], s8\n\tvmls.f32 s1, %[lr], s9\n\tvmls.f32 s2, %[lr], s10\n\tvmls.f32 s3, %[lr], s11\n\t"    \
+    "vstmia %[w]!, {s0-s3}\n\tsubs %[n], %[n], #1\n\tbne 1b\n\t"
+static void sgd_quads_vfp(float *w, const float *gy, uint32_t n4, float xi, float lr) {
+    __asm__ volatile(SGD4_HEAD SGD4_TAIL
+                     : [w] "+r"(w), [g] "+r"(gy), [n] "+r"(n4)
+                     : [xi] "t"(xi), [lr] "t"(lr)
+                     : "s0", "s1", "s2", "s3", "s8", "s9", "s10", "s11", "cc", "memory");
+}
+static float sgd_quads_dx_vfp(float *w, const float *gy, uint32_t n4, float xi, float lr, float a) {
+    __asm__ volatile(SGD4_HEAD "vmla.f32 %[a], s8, s0\n\tvmla.f32 %[a], s9, s1\n\tvmla.f32 %[a], s10, s2\n\t"
+                     "vmla.f32 %[a], s11, s3\n\t" SGD4_TAIL
+                     : [w] "+r"(w), [g] "+r"(gy), [n] "+r"(n4), [a] "+t"(a)
+                     : [xi] "t"(xi), [lr] "t"(lr)
+                     : "s0", "s1", "s2", "s3", "s8", "s9", "s10", "s11", "cc", "memory");
+    return a;
+}
+
+/* Plain SGD (no clipping, no regularization) of one sample's weights and, with gx, dL/dx: FUSED_LOOP's sums. */
+static void sgd_rows_vfp(float *W, const float *x, const float *gy, float *gx, uint32_t n_in, uint32_t n_out,
+                         float lr) {
+    for (uint32_t i = 0; i < n_in; i++) {
+        float xi = x[i], *wr = W + (size_t)i * n_out, a = 0.0f;
+        uint32_t o = 0;
+        if (gx) {
+            a = gy[0] * wr[0];
+            wr[0] = wr[0] - lr * (xi * gy[0]);
+            o = 1;
+        }
+        uint32_t n4 = (n_out - o) / 4u;
+        if (n4 && gx) a = sgd_quads_dx_vfp(wr + o, gy + o, n4, xi, lr, a);
+        else if (n4) sgd_quads_vfp(wr + o, gy + o, n4, xi, lr);
+        for (o += 4u * n4; o < n_out; o++) {
+            if (gx) a = a + gy[o] * wr[o];
+            wr[o] = wr[o] - lr * (xi * gy[o]);
+        }
+        if (gx) gx[i] = a;
+    }
+}
+#endif
+
 /* Weights of one sample (batch of 1, so the gradient sum is the single product) updated in place, and
  * dL/dx into gx unless NULL, in one pass over W. */
 static void fused_weights_1(const mct_layer *L, float *W, uint32_t q0, const float *x, const float *gy, float *gx,
@@ -306,7 +392,14 @@ static void fused_weights_1(const mct_layer *L, float *W, uint32_t q0, const flo
     case MCT_OPT_RMSPROP: FUSED_ROWS(MCT_OPT_RMSPROP) break;
     case MCT_OPT_RMSPROP_MOMENTUM: FUSED_ROWS(MCT_OPT_RMSPROP_MOMENTUM) break;
     case MCT_OPT_ADAM: FUSED_ROWS(MCT_OPT_ADAM) break;
-    default: FUSED_ROWS(MCT_OPT_SGD) break;
+    default:
+#if MCT_VFP_ASM
+        if (!mct_opt_regularizes(oc)) {
+            sgd_rows_vfp(W, x, gy, gx, n_in, n_out, lr);
+            break;
+        }
+#endif
+        FUSED_ROWS(MCT_OPT_SGD) break;
     }
 }
 
