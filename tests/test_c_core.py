@@ -130,3 +130,29 @@ def test_core_file_compiles_alone(source: Path, tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
     assert obj.stat().st_size > 0
+
+
+def test_device_math_gives_the_host_math_bits(tmp_path: Path) -> None:
+    """Devices branch around the rare cases of exp and of the division (mct_math.h, MCT_MATH_BRANCHES), the
+    host does not: tests/c/math_variants.c runs both builds of exp, tanh, log1p and sigmoid at every 257th
+    float32 bit pattern and the special values, and the division at quotients around the subnormal range,
+    and finds no result whose bits differ."""
+    src = ROOT / "tests" / "c"
+    flags = [*WARN, "-O2", "-ffp-contract=off", "-fno-math-errno", f"-I{CORE}"]
+    builds = {"_host": ["-DMCT_HOST_KERNELS"], "_dev": []}
+    objs = []
+    for suffix, extra in builds.items():
+        obj = tmp_path / f"math{suffix}.o"
+        cmd = [GCC, *flags, *extra, f"-DVARIANT={suffix}", "-c", str(src / "math_variant.c"), "-o", str(obj)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
+        objs.append(str(obj))
+    exe = tmp_path / "math_variants"
+    cmd = [GCC, *flags, str(src / "math_variants.c"), *objs, "-o", str(exe)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
+    run = subprocess.run([str(exe), "257"], capture_output=True, text=True, timeout=300)
+    summary = re.search(r"^(\d+) checked, (\d+) differ$", run.stdout, flags=re.MULTILINE)
+    assert summary is not None, describe(run)
+    assert int(summary.group(1)) > 16_000_000, describe(run)
+    assert run.returncode == 0 and summary.group(2) == "0", describe(run)

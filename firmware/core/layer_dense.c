@@ -111,6 +111,11 @@ void mct_dense_const_forward(const mct_layer *L, const uint8_t *c, const float *
             i8_forward_1(L, c, xs, ys);
             continue;
         }
+#if MCT_VFP_ASM   /* the FPU tiles of gemm.c read the blob's floats with VLDM; then the biases */
+        mct_gemm(xs, (const float *)(const void *)w, ys, 1, I, O);
+        if (L->kind)
+            for (uint32_t o = 0; o < O; o++) ys[o] = ys[o] + mct_cload_f32(bias + 4u * o);
+#else
         uint32_t o = 0;
 #if !defined(__AVR__)   /* (on AVR the tile saves little: the soft-float products dominate; flash is scarcer) */
         for (; o + 4u <= O; o += 4u) {   /* four outputs at a time, each summed over i ascending */
@@ -137,6 +142,7 @@ void mct_dense_const_forward(const mct_layer *L, const uint8_t *c, const float *
             for (uint32_t i = 1; i < I; i++) acc = acc + xs[i] * mct_cload_f32(w + 4u * ((size_t)i * O + o));
             ys[o] = L->kind ? acc + mct_cload_f32(bias + 4u * o) : acc;
         }
+#endif
     }
 }
 

@@ -23,13 +23,27 @@ static inline uint32_t mct_f2u(float f) { uint32_t u; memcpy(&u, &f, sizeof u); 
 /* Reinterpret the bits of a uint32_t as a float. */
 static inline float mct_u2f(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
 
+/* Device builds (no MCT_HOST_KERNELS) test the rare cases of mct_div and mct_expf with a branch or a
+ * bit test, which costs fewer instructions per call; the host keeps them branch-free compares so
+ * that its loops vectorise. Both give the same bits (tests/c/math_variants.c checks it). */
+#if !defined(MCT_HOST_KERNELS) && !defined(MCT_BRANCH_FREE_MATH)
+#define MCT_MATH_BRANCHES 1
+#else
+#define MCT_MATH_BRANCHES 0
+#endif
+
 /* a / b with a subnormal quotient flushed to a signed zero. avr-libc's division rounds some
  * subnormal quotients the other way; everywhere else the quotient is the IEEE one, so with this
  * every target gives the same bits. The core divides only through it. */
 static inline float mct_div(float a, float b) {
     float q = a / b;
+#if MCT_MATH_BRANCHES
+    uint32_t u = mct_f2u(q);
+    return (u & 0x7f800000u) ? q : mct_u2f(u & 0x80000000u);   /* exponent field 0: +-0 or subnormal */
+#else
     float m = q < 0.0f ? -q : q;
     return m < 1.17549435e-38f ? q * 0.0f : q;    /* a compare, not a bit test: loops still vectorise */
+#endif
 }
 
 /* Round a float (|x| < 2^22) to the nearest integer, ties to even, as a float. */
@@ -43,10 +57,8 @@ static inline int32_t mct_rint_to_i32(float k) {
     return (int32_t)(mct_f2u(k + 12582912.0f) - mct_f2u(12582912.0f));
 }
 
-/* e^x: 0 below -86, +inf above 88.5, NaN for NaN; within 1 ulp elsewhere. */
-static inline float mct_expf(float x) {
-    float xc = x < -86.0f ? -86.0f : x;
-    xc = xc > 88.5f ? 88.5f : xc;
+/* e^x for -86 <= xc <= 88.5 (the body of mct_expf). */
+static inline float mct_exp_inrange(float xc) {
     float k = mct_rintf(xc * 1.44269502f);                   /* x / ln 2 */
     float r = xc - k * 0.693145752f;                           /* ln2 high part (exact product) */
     r = r - k * 1.42860677e-06f;                               /* ln2 low part */
@@ -60,10 +72,22 @@ static inline float mct_expf(float x) {
     int32_t n = mct_rint_to_i32(k);                            /* -124 .. 128 */
     /* p * 2^n by adding n to p's exponent field: p is in [0.7, 1.42] (below 1 when n = 128), so the result
      * is a normal number and exactly the product */
-    float y = mct_u2f(mct_f2u(p) + ((uint32_t)n << 23));
+    return mct_u2f(mct_f2u(p) + ((uint32_t)n << 23));
+}
+
+/* e^x: 0 below -86, +inf above 88.5, NaN for NaN; within 1 ulp elsewhere. */
+static inline float mct_expf(float x) {
+#if MCT_MATH_BRANCHES
+    if (x >= -86.0f && x <= 88.5f) return mct_exp_inrange(x);
+    return x != x ? x : (x < 0.0f ? 0.0f : mct_u2f(0x7f800000u));
+#else
+    float xc = x < -86.0f ? -86.0f : x;
+    xc = xc > 88.5f ? 88.5f : xc;
+    float y = mct_exp_inrange(xc);
     y = x < -86.0f ? 0.0f : y;
     y = x > 88.5f ? mct_u2f(0x7f800000u) : y;
     return x != x ? x : y;
+#endif
 }
 
 /* Natural logarithm: -inf at 0, NaN below 0, within 1.5 ulp elsewhere (subnormals included). */
