@@ -68,6 +68,7 @@ class DeviceModel:
         return [
             f"-DMCT_OPT_ONLY={int(self.opt_kind)}",
             f"-DMCT_LOSS_ONLY={self.loss_kind}",
+            f"-DMCT_SCHED_ONLY={int(self.opt_cfg[0]['schedule'])}",
             f"-DMCT_OPS_MASK=0x{ops:x}u",
             f"-DMCT_ACTS_MASK=0x{acts:x}u",
         ]

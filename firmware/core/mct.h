@@ -24,6 +24,7 @@ extern "C" {
 /* Firmware for one model compiles only what it uses (the exporter sets these build flags):
  *   MCT_OPT_ONLY=k   the one optimizer kind (enum mct_opt_kind) the device trains with;
  *   MCT_LOSS_ONLY=k  the one loss (enum mct_loss_kind) it trains on;
+ *   MCT_SCHED_ONLY=k the one learning-rate schedule (enum mct_schedule) of its optimizer;
  *   MCT_OPS_MASK=m   the layer ops it uses: bit op (enum mct_op) set, plus bit 0 for frozen Dense
  *                    layers kept in flash and bit MCT_I8_WEIGHTS_BIT (31) for those with int8 weights
  *                    (MCT_STORE_I8); ops left out are rejected by mct_net_check;
@@ -41,6 +42,11 @@ extern "C" {
 #define MCT_OPT_KIND(k) ((void)(k), (uint8_t)(MCT_OPT_ONLY))
 #else
 #define MCT_OPT_KIND(k) (k)
+#endif
+#ifdef MCT_SCHED_ONLY
+#define MCT_SCHED_KIND(k) ((void)(k), (uint8_t)(MCT_SCHED_ONLY))
+#else
+#define MCT_SCHED_KIND(k) (k)
 #endif
 #ifdef MCT_LOSS_ONLY
 #define MCT_LOSS_KIND(k) ((void)(k), (uint8_t)(MCT_LOSS_ONLY))

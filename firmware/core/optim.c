@@ -21,10 +21,11 @@ mct_train_state mct_train_state_init(void) {
 
 float mct_lr_at(const mct_opt *o, uint32_t step) {
     float lr = o->lr;
-    if (o->decay_steps && o->schedule == MCT_LR_LINEAR) {
+    uint8_t schedule = MCT_SCHED_KIND(o->schedule);
+    if (o->decay_steps && schedule == MCT_LR_LINEAR) {
         uint32_t t = step < o->decay_steps ? step : o->decay_steps;
         lr = o->lr + (o->lr_final - o->lr) * mct_div((float)t, (float)o->decay_steps);
-    } else if (o->decay_steps && o->schedule == MCT_LR_COSINE) {
+    } else if (o->decay_steps && schedule == MCT_LR_COSINE) {
         if (step >= o->decay_steps) {
             lr = o->lr_final;
         } else {
@@ -49,8 +50,8 @@ mct_step mct_step_begin(const mct_opt *o, const mct_train_state *ts, float loss)
 float mct_opt_similarity(const mct_opt *o, const float *state, const float *grads, uint32_t n_params) {
     if (o->sim_penalty <= 0.0f) return 1.0f;
     const float *v;
-    if (o->kind == MCT_OPT_MOMENTUM) v = state;
-    else if (o->kind == MCT_OPT_RMSPROP_MOMENTUM) v = state + n_params;
+    if (MCT_OPT_KIND(o->kind) == MCT_OPT_MOMENTUM) v = state;
+    else if (MCT_OPT_KIND(o->kind) == MCT_OPT_RMSPROP_MOMENTUM) v = state + n_params;
     else return 1.0f;
     float dot = 0.0f, vv = 0.0f, gg = 0.0f;
     for (uint32_t j = 0; j < n_params; j++) {
