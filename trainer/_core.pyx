@@ -61,6 +61,10 @@ cdef extern from "mct.h" nogil:
                           uint32_t scratch_n, int host, float *grads)
     int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                     const float *grads, uint32_t nb, float mean_loss)
+    int mct_update_begin(const mct_net *net, const mct_opt *o, const float *state, const mct_train_state *ts,
+                         const float *grads, float mean_loss, mct_step *s)
+    void mct_apply_part(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
+                        float *state, float div, uint32_t j0, uint32_t j1)
     int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                        uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
                        float *arena, float *scratch, uint32_t scratch_n, float *grads, float *loss)
@@ -256,6 +260,17 @@ cdef enum:
     MIN_PARALLEL_WORK = 100000
 
 
+cdef inline void _add_parts(float *g0, size_t stride, uint32_t nt, uint32_t j0, uint32_t j1) noexcept nogil:
+    """Parameters [j0, j1) of the parts' gradient sums (part c at g0 + c * stride) added into part 0's, in
+    part order."""
+    cdef uint32_t c, j
+    cdef float *gc
+    for c in range(1, nt):
+        gc = g0 + c * stride
+        for j in range(j0, j1):
+            g0[j] = g0[j] + gc[j]
+
+
 cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_train_state *tsp, uint8_t loss_kind,
                float loss_param, const float *xp, const float *tp, uint32_t nb, uint32_t threads, float *b,
                float *mean) noexcept nogil:
@@ -269,10 +284,11 @@ cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_
     cdef uint32_t S = mct_scratch_size(net, per, 1, 0) + net.n_out * per
     cdef size_t stride = <size_t>A * per + S + P
     cdef float *ls = b + nt * stride
-    cdef uint32_t c, s0, n, j
+    cdef uint32_t c, s0, n
     cdef float total = 0
     cdef float *g0
-    cdef float *gc
+    cdef mct_step st
+    cdef int status
     cdef uint32_t in_w = net.n_in, out_w = net.n_out
     if not mct_all_finite(xp, nb * in_w) or not mct_all_finite(tp, nb * out_w):
         mean[0] = <float>NAN
@@ -296,17 +312,27 @@ cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_
             ls[c] = mct_batch_grads(net, pp, loss_kind, loss_param, xp + <size_t>s0 * in_w, tp + <size_t>s0 * out_w,
                                     n, b + c * stride, b + c * stride + <size_t>A * per, S, 1,
                                     b + c * stride + <size_t>A * per + S)
-    if nt > 1:  # the parts' gradient sums, added in part order
-        g0 = b + <size_t>A * per + S
-        for c in range(1, nt):
-            gc = b + c * stride + <size_t>A * per + S
-            for j in range(P):
-                g0[j] = g0[j] + gc[j]
     for c in range(nt):
         total = total + ls[c]
     total = mct_div(total, <float>nb)
     mean[0] = total
-    return mct_update(net, pp, op, sp, tsp, b + <size_t>A * per + S, nb, total)
+    g0 = b + <size_t>A * per + S
+    if nt == 1 or <uint64_t>P * per < MIN_PARALLEL_WORK:
+        _add_parts(g0, stride, nt, 0, P)
+        return mct_update(net, pp, op, sp, tsp, g0, nb, total)
+    # the same sums and the same update, each thread on its own range of parameters (every parameter's sum over
+    # the parts and its update are its own, so the bits do not depend on the split)
+    for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
+        _add_parts(g0, stride, nt, <uint32_t>((<uint64_t>P * c) // nt), <uint32_t>((<uint64_t>P * (c + 1)) // nt))
+    status = mct_update_begin(net, op, sp, tsp, g0, total, &st)
+    if status != MCT_OK:
+        return status
+    for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
+        mct_apply_part(net, op, &st, pp, g0, sp, <float>nb, <uint32_t>((<uint64_t>P * c) // nt),
+                       <uint32_t>((<uint64_t>P * (c + 1)) // nt))
+    mct_step_end(op, tsp)
+    return MCT_OK
+
 
 
 cdef inline uint64_t _mix(uint64_t z) noexcept nogil:

@@ -335,6 +335,10 @@ float mct_loss_backward(const mct_net *net, float *params, float *arena, uint32_
 /* Apply gradient sums (divided by div) to the parameters of every trainable layer. */
 void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
                float *state, float div);
+/* mct_apply for the parameters with indices in [j0, j1) only (each parameter's update is its own: parts of the
+ * range may run on several threads). */
+void mct_apply_part(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
+                    float *state, float div, uint32_t j0, uint32_t j1);
 /* Forward, loss and backward of nb samples with gradient sums stored in grads; returns the summed loss
  * (scratch as for mct_train_step, with host's transposes if host). */
 float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind, float loss_param,
@@ -347,6 +351,10 @@ int mct_all_finite(const float *v, uint32_t n);
  * the apply and the step advance follow (MCT_OK). */
 int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                const float *grads, uint32_t nb, float mean_loss);
+/* mct_update up to the apply: the checks (MCT_E_NONFINITE, MCT_E_NONFINITE_GRAD) or MCT_OK and the step's
+ * values in *s; then mct_apply (or its parts) and mct_step_end finish it. */
+int mct_update_begin(const mct_net *net, const mct_opt *o, const float *state, const mct_train_state *ts,
+                     const float *grads, float mean_loss, mct_step *s);
 /* One training update on nb samples (scratch: mct_scratch_size(net, nb, 0, 0) + n_out * nb floats;
  * the last n_out * nb hold dL/dy). With grads == NULL the gradients are applied as soon as they are
  * known (no grads buffer: the device path; not with the similarity penalty: MCT_E_UNSUPPORTED). The mean

@@ -178,13 +178,22 @@ void mct_backward_from(const mct_net *net, uint16_t top, float *params, float *a
     }
 }
 
-void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
-               float *state, float div) {
+void mct_apply_part(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
+                    float *state, float div, uint32_t j0, uint32_t j1) {
     for (uint16_t l = 0; l < net->n_layers; l++) {
         mct_layer Lc;
         const mct_layer *L = mct_get_layer(net, l, &Lc);
         if (!L->trainable || !L->n_p || L->storage != MCT_STORE_RAM) continue;
-        mct_opt_apply_range(o, s, mct_layer_lr(s, L), params + L->p_off, grads + L->p_off,
-                            state ? state + L->p_off : NULL, net->n_params, L->n_p, L->n_w, div);
+        /* the layer's parameters [p_off, p_off + n_p) within [j0, j1): from a to b, the first n_w are weights */
+        uint32_t a = L->p_off > j0 ? L->p_off : j0, end = L->p_off + L->n_p, b = end < j1 ? end : j1;
+        if (a >= b) continue;
+        uint32_t k = a - L->p_off, n_w = L->n_w > k ? L->n_w - k : 0;
+        mct_opt_apply_range(o, s, mct_layer_lr(s, L), params + a, grads + a, state ? state + a : NULL, net->n_params,
+                            b - a, n_w < b - a ? n_w : b - a, div);
     }
+}
+
+void mct_apply(const mct_net *net, const mct_opt *o, const mct_step *s, float *params, const float *grads,
+               float *state, float div) {
+    mct_apply_part(net, o, s, params, grads, state, div, 0, net->n_params);
 }

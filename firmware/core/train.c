@@ -72,12 +72,20 @@ float mct_batch_grads(const mct_net *net, const float *params, uint8_t loss_kind
                              scratch_n, host);
 }
 
-int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
-               const float *grads, uint32_t nb, float mean) {
+int mct_update_begin(const mct_net *net, const mct_opt *o, const float *state, const mct_train_state *ts,
+                     const float *grads, float mean, mct_step *s) {
     if (!mct_all_finite(&mean, 1)) return MCT_E_NONFINITE;
     if (!mct_all_finite(grads, net->n_params)) return MCT_E_NONFINITE_GRAD;
-    mct_step s = mct_step_begin(o, ts, mean);
-    s.sim = mct_opt_similarity(o, state, grads, net->n_params);
+    *s = mct_step_begin(o, ts, mean);
+    s->sim = mct_opt_similarity(o, state, grads, net->n_params);
+    return MCT_OK;
+}
+
+int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
+               const float *grads, uint32_t nb, float mean) {
+    mct_step s;
+    int status = mct_update_begin(net, o, state, ts, grads, mean, &s);
+    if (status != MCT_OK) return status;
     mct_apply(net, o, &s, params, grads, state, (float)nb);
     mct_step_end(o, ts);
     return MCT_OK;

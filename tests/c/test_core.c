@@ -833,6 +833,42 @@ static void test_batch_grads_host_equals_device(void) {
 /* The buffered update must not depend on what the grads buffer held before the step (the host
  * trainer hands in uninitialised memory): frozen layers have no gradient, and neither the similarity
  * penalty of momentum nor any finiteness check may read stale values there. */
+/* mct_apply_part over [0, j) and [j, n_params), at every split point j, gives mct_apply's parameters and
+ * optimizer state bit for bit (the threads of the host's train_batch each apply a range), for every optimizer
+ * kind with clipping and L1/L2 (which only the first n_w parameters of a layer get) on the mixed network. */
+static void test_apply_in_parts_equals_apply(void) {
+    netb b;
+    const mct_net *net = mixed_net(&b);
+    uint32_t n = net->n_params;
+    rng_seed(77);
+    float *p0 = falloc(n), *g = falloc(n), *pw = falloc(n), *pp = falloc(n);
+    float *s0 = falloc(2u * n), *sw = falloc(2u * n), *sp = falloc(2u * n);
+    init_params(net, p0);
+    for (uint32_t j = 0; j < n; j++) g[j] = rng_uniform(-2.0f, 2.0f);
+    for (uint32_t j = 0; j < 2u * n; j++) s0[j] = rng_uniform(0.0f, 0.5f);
+    for (uint8_t kind = 0; kind <= MCT_OPT_ADAM; kind++) {
+        mct_opt o = make_opt(kind);
+        mct_train_state ts = mct_train_state_init();
+        mct_step st;
+        CHECKF(mct_update_begin(net, &o, s0, &ts, g, 0.7f, &st) == MCT_OK, "%s: update_begin", k_opt_names[kind]);
+        memcpy(pw, p0, sizeof(float) * n);
+        memcpy(sw, s0, sizeof(float) * 2u * n);
+        mct_apply(net, &o, &st, pw, g, mct_opt_slots(kind) ? sw : NULL, 3.0f);
+        CHECKF(!same_bits(pw, p0, n), "%s: the apply changed nothing", k_opt_names[kind]);
+        for (uint32_t split = 0; split <= n; split++) {
+            memcpy(pp, p0, sizeof(float) * n);
+            memcpy(sp, s0, sizeof(float) * 2u * n);
+            float *state = mct_opt_slots(kind) ? sp : NULL;
+            mct_apply_part(net, &o, &st, pp, g, state, 3.0f, split, n);   /* the later part first */
+            mct_apply_part(net, &o, &st, pp, g, state, 3.0f, 0, split);
+            CHECKF(same_bits(pp, pw, n), "%s: params differ when split at %u", k_opt_names[kind], (unsigned)split);
+            CHECKF(same_bits(sp, sw, 2u * n), "%s: state differs when split at %u", k_opt_names[kind],
+                   (unsigned)split);
+        }
+    }
+    free(p0); free(g); free(pw); free(pp); free(s0); free(sw); free(sp);
+}
+
 static void test_buffered_step_ignores_stale_grads(void) {
     netb b;
     const mct_net *net = mixed_net(&b); /* has a frozen Linear */
@@ -1477,6 +1513,7 @@ int main(void) {
     RUN(test_net_check_rejects_size_errors);
     RUN(test_net_check_rejects_residual_errors);
     RUN(test_gemm_equals_gemm_bt);
+    RUN(test_apply_in_parts_equals_apply);
     RUN(test_fused_equals_buffered_sgd);
     RUN(test_fused_equals_buffered_momentum);
     RUN(test_fused_equals_buffered_rmsprop);
