@@ -73,7 +73,8 @@ cdef extern from "mct.h" nogil:
     void mct_step_end(const mct_opt *o, mct_train_state *ts)
     float mct_lr_at(const mct_opt *o, uint32_t step)
     int mct_all_finite(const float *v, uint32_t n)
-    float mct_loss(uint8_t kind, float param, const float *y, const float *t, uint16_t n, float *grad)
+    float mct_loss_batch(uint8_t kind, float param, const float *y, const float *t, uint16_t n, uint32_t nb,
+                         float *grad, float *losses)
     size_t MCT_LAYER_SIZE "sizeof(mct_layer)"
     size_t MCT_OPT_SIZE "sizeof(mct_opt)"
     size_t MCT_TRAIN_STATE_SIZE "sizeof(mct_train_state)"
@@ -224,7 +225,7 @@ def math_eval(str name, float[::1] x):
 def loss_eval(int kind, float param, float[:, ::1] y, float[:, ::1] t):
     """(per-sample losses (n,), gradients dL/dy (n, width), mean loss) of a batch, computed by the core.
     The mean is the core's own batch loss (train.c): the float32 sum in sample order, then mct_div by n."""
-    cdef Py_ssize_t s, nb = y.shape[0], w = y.shape[1]
+    cdef Py_ssize_t nb = y.shape[0], w = y.shape[1]
     losses = np.empty(nb, np.float32)
     grads = np.empty((nb, w), np.float32)
     cdef float[::1] lv = losses
@@ -232,10 +233,9 @@ def loss_eval(int kind, float param, float[:, ::1] y, float[:, ::1] t):
     cdef float total = 0.0
     cdef float mean = 0.0
     with nogil:
-        for s in range(nb):
-            lv[s] = mct_loss(<uint8_t>kind, param, &y[s, 0], &t[s, 0], <uint16_t>w, &gv[s, 0])
-            total = total + lv[s]
         if nb > 0:
+            total = mct_loss_batch(<uint8_t>kind, param, &y[0, 0], &t[0, 0], <uint16_t>w, <uint32_t>nb, &gv[0, 0],
+                                   &lv[0])
             mean = mct_div(total, <float>nb)
     return losses, grads, float(mean)
 

@@ -218,6 +218,10 @@ enum mct_loss_kind { MCT_LOSS_LIST(MCT_LOSS_ENUM) MCT_LOSS_END_ };
 
 /* Loss of one sample (y = output, t = target, n values); dL/dy goes to grad (n floats, not NULL). */
 float mct_loss(uint8_t kind, float param, const float *y, const float *t, uint16_t n, float *grad);
+/* Losses of nb samples of n values each (rows of y, t, grad): returns their sum in sample order, each
+ * sample's loss into losses[s] unless NULL; the same bits as mct_loss sample by sample. */
+float mct_loss_batch(uint8_t kind, float param, const float *y, const float *t, uint16_t n, uint32_t nb, float *grad,
+                     float *losses);
 
 /* ---- optimizers ---- */
 #define MCT_OPT_ENUM(NAME, VALUE, SLOTS) MCT_OPT_##NAME = VALUE,

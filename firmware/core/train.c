@@ -24,11 +24,7 @@ float mct_net_loss(const mct_net *net, const float *arena, uint32_t nb, uint8_t 
         }
         return sum;
     }
-    for (uint32_t s = 0; s < nb; s++) {
-        size_t o = (size_t)s * net->n_out;
-        sum = sum + mct_loss(kind, param, y + o, t + o, net->n_out, g + o);
-    }
-    return sum;
+    return mct_loss_batch(kind, param, y, t, net->n_out, nb, g, NULL);
 }
 
 /* The backward pass from mct_net_loss's gradient g (which lies in the last n_out * nb floats of scratch): from
