@@ -355,15 +355,16 @@ static float sgd_quads_dx_vfp(float *w, const float *gy, uint32_t n4, float xi, 
     return a;
 }
 
-/* Plain SGD (no clipping, no regularization) of one sample's weights and, with gx, dL/dx: FUSED_LOOP's sums. */
-static void sgd_rows_vfp(float *W, const float *x, const float *gy, float *gx, uint32_t n_in, uint32_t n_out,
-                         float lr) {
+/* Plain SGD (no clipping, no regularization) of one sample's weights and, with gx, dL/dx: FUSED_LOOP's sums; the
+ * weights outside the quads are updated by mct_opt_elem_k itself. */
+static void sgd_rows_vfp(const mct_opt *oc, const mct_step *sc, float *W, const float *x, const float *gy, float *gx,
+                         uint32_t n_in, uint32_t n_out, float lr) {
     for (uint32_t i = 0; i < n_in; i++) {
         float xi = x[i], *wr = W + (size_t)i * n_out, a = 0.0f;
         uint32_t o = 0;
         if (gx) {
             a = gy[0] * wr[0];
-            wr[0] = wr[0] - lr * (xi * gy[0]);
+            mct_opt_elem_k(MCT_OPT_SGD, 0, oc, sc, lr, &wr[0], xi * gy[0], wr, 0, 1);
             o = 1;
         }
         uint32_t n4 = (n_out - o) / 4u;
@@ -371,7 +372,7 @@ static void sgd_rows_vfp(float *W, const float *x, const float *gy, float *gx, u
         else if (n4) sgd_quads_vfp(wr + o, gy + o, n4, xi, lr);
         for (o += 4u * n4; o < n_out; o++) {
             if (gx) a = a + gy[o] * wr[o];
-            wr[o] = wr[o] - lr * (xi * gy[o]);
+            mct_opt_elem_k(MCT_OPT_SGD, 0, oc, sc, lr, &wr[o], xi * gy[o], wr, 0, 1);
         }
         if (gx) gx[i] = a;
     }
@@ -395,7 +396,7 @@ static void fused_weights_1(const mct_layer *L, float *W, uint32_t q0, const flo
     default:
 #if MCT_VFP_ASM
         if (!mct_opt_regularizes(oc)) {
-            sgd_rows_vfp(W, x, gy, gx, n_in, n_out, lr);
+            sgd_rows_vfp(oc, sc, W, x, gy, gx, n_in, n_out, lr);
             break;
         }
 #endif

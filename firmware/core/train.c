@@ -27,22 +27,26 @@ float mct_net_loss(const mct_net *net, const float *arena, uint32_t nb, uint8_t 
     return mct_loss_batch(kind, param, y, t, net->n_out, nb, g, NULL);
 }
 
-/* The backward pass from mct_net_loss's gradient g (which lies in the last n_out * nb floats of scratch): from
- * the top when g is dL/dy, from below the final Softmax when the loss was fused with it. */
+/* Where training keeps mct_net_loss's gradient: the last n_out * nb floats of scratch, past what the backward pass
+ * uses. */
+static float *loss_grad(const mct_net *net, float *scratch, uint32_t scratch_n, uint32_t nb) {
+    return scratch + scratch_n - (size_t)net->n_out * nb;
+}
+
+/* The backward pass from mct_net_loss's gradient (at loss_grad): from the top when it is dL/dy, from below the
+ * final Softmax when the loss was fused with it. */
 static void backward_after_loss(const mct_net *net, uint8_t kind, float *params, float *arena, uint32_t nb,
-                                const float *g, float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n,
-                                int host) {
+                                float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n, int host) {
     uint16_t top = (uint16_t)(mct_loss_fused(net, kind) ? net->n_layers - 1 : net->n_layers);
-    mct_backward_from(net, top, params, arena, nb, g, gin, sink, scratch, scratch_n - net->n_out * nb, host);
+    mct_backward_from(net, top, params, arena, nb, loss_grad(net, scratch, scratch_n, nb), gin, sink, scratch,
+                      scratch_n - net->n_out * nb, host);
 }
 
 float mct_loss_backward(const mct_net *net, float *params, float *arena, uint32_t nb, uint8_t kind, float param,
                         const float *t, float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n,
                         int host) {
-    /* the loss gradient lives in the last n_out * nb floats of scratch, past what the backward pass uses */
-    float *g = scratch + scratch_n - (size_t)net->n_out * nb;
-    float sum = mct_net_loss(net, arena, nb, kind, param, t, g);
-    backward_after_loss(net, kind, params, arena, nb, g, gin, sink, scratch, scratch_n, host);
+    float sum = mct_net_loss(net, arena, nb, kind, param, t, loss_grad(net, scratch, scratch_n, nb));
+    backward_after_loss(net, kind, params, arena, nb, gin, sink, scratch, scratch_n, host);
     return sum;
 }
 
@@ -104,13 +108,13 @@ int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *s
     if (o->sim_penalty > 0.0f && (o->kind == MCT_OPT_MOMENTUM || o->kind == MCT_OPT_RMSPROP_MOMENTUM))
         return MCT_E_UNSUPPORTED;
     mct_forward(net, params, x, arena, nb);
-    float *gout = scratch + scratch_n - (size_t)net->n_out * nb;
-    float mean = mct_div(mct_net_loss(net, arena, nb, loss_kind, loss_param, t, gout), (float)nb);
+    float mean = mct_div(mct_net_loss(net, arena, nb, loss_kind, loss_param, t, loss_grad(net, scratch, scratch_n, nb)),
+                         (float)nb);
     *loss = mean;
     if (!mct_all_finite(&mean, 1)) return MCT_E_NONFINITE;
     mct_step s = mct_step_begin(o, ts, mean);
     mct_sink sink = {0, o, &s, state, net->n_params, (float)nb};
-    backward_after_loss(net, loss_kind, params, arena, nb, gout, NULL, &sink, scratch, scratch_n, 0);
+    backward_after_loss(net, loss_kind, params, arena, nb, NULL, &sink, scratch, scratch_n, 0);
     mct_step_end(o, ts);
     return MCT_OK;
 }
