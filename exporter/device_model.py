@@ -12,7 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mcutrain.corefacts import CONST_STORAGE_OPS, I8_WEIGHTS_BIT, Op, OptKind, Storage
+from mcutrain.corefacts import CONST_STORAGE_OPS, I8_WEIGHTS_BIT, Op, OptKind, Storage, opt_asks_reg
 from mcutrain.program import Program
 
 Segments = Sequence[Tuple[int, int, int]]  # (device RAM offset, host offset, count) of each RAM block
@@ -71,6 +71,8 @@ class DeviceModel:
             f"-DMCT_SCHED_ONLY={int(self.opt_cfg[0]['schedule'])}",
             f"-DMCT_OPS_MASK=0x{ops:x}u",
             f"-DMCT_ACTS_MASK=0x{acts:x}u",
+            f"-DMCT_LAST_OP={int(self.program.layers[-1].op)}",
+            f"-DMCT_REGULARIZE={int(opt_asks_reg(self.opt_cfg))}",
         ]
 
     def core(self) -> Any:

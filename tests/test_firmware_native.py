@@ -1031,6 +1031,49 @@ def test_firmware_links_only_the_ops_the_model_uses(roundtrip: RoundTrip, tmp_pa
     assert {"mct_dense_forward", "mct_glu_forward", "mct_rmsnorm_forward"} <= every
 
 
+def test_model_flags_guard_the_core(tmp_path: Path) -> None:
+    """The flags an export sets leave out what the model cannot reach and guard what they assume (mct.h):
+    tests/c/model_flags.c trains one step of an exported Linear/Tanh/Linear/Softmax model (cross-entropy, SGD with
+    L2) through the core, built with gcc, -ffunction-sections and --gc-sections. With the export's flags the step
+    trains and the program has no mct_loss_batch (MCT_LAST_OP: the loss is Softmax's fused one) and none of the
+    host's buffered update (mct_batch_grads, mct_update); without MCT_LAST_OP mct_loss_batch is back; a table that
+    does not end in the op MCT_LAST_OP names fails mct_net_check (E_NET); MCT_REGULARIZE=0 under an optimizer that
+    asks for L2 makes mct_train_step refuse (E_UNSUPPORTED) and leave the parameters alone."""
+    from mcutrain.corefacts import Op
+    from mcutrain.corefacts import Status as CoreStatus
+
+    if shutil.which("nm") is None:
+        pytest.fail("nm is not installed: apt-get install binutils")
+    net = small_net()
+    r = export_project(
+        Checkpoint(net, net.new_sgd(TrainParams(lr=0.05, l2=1e-3))), "native", tmp_path / "p", loss=losses.cross_entropy
+    )
+    assert "-DMCT_REGULARIZE=1" in model_flags(r.path) and f"-DMCT_LAST_OP={int(Op.SOFTMAX)}" in model_flags(r.path)
+    core = r.path / "lib" / "mcutrain_core" / "src"
+    sources = [str(r.path / "src" / "model.c"), str(Path(__file__).parent / "c" / "model_flags.c")]
+    sources += [str(f) for f in sorted(core.glob("*.c"))]
+
+    def run(name: str, extra: List[str]) -> Tuple[Dict[str, int], Set[str]]:
+        exe = tmp_path / name
+        cmd = ["gcc", *STRICT_FLAGS, "-O2", "-ffunction-sections", "-Wl,--gc-sections", *model_flags(r.path)]
+        cmd += [*extra, f"-I{core}", f"-I{r.path / 'src'}", *sources, "-o", str(exe)]
+        built = subprocess.run(cmd, capture_output=True, text=True)
+        assert built.returncode == 0, f"{' '.join(cmd)}\n{built.stderr}"
+        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+        return dict(zip(out[::2], map(int, out[1::2]))), defined_functions(exe)
+
+    as_exported, functions = run("as_exported", [])
+    assert as_exported == {"net_check": CoreStatus.OK, "train_step": CoreStatus.OK, "changed": 1}
+    assert "mct_train_step" in functions and "mct_softmax_xent" in functions
+    assert {"mct_loss_batch", "mct_batch_grads", "mct_update"}.isdisjoint(functions)
+    _, unflagged = run("no_last_op", ["-UMCT_LAST_OP"])
+    assert "mct_loss_batch" in unflagged
+    wrong_last, _ = run("wrong_last_op", ["-UMCT_LAST_OP", f"-DMCT_LAST_OP={int(Op.DENSE)}"])
+    assert wrong_last["net_check"] == CoreStatus.E_NET
+    no_reg, _ = run("no_regularize", ["-UMCT_REGULARIZE", "-DMCT_REGULARIZE=0"])
+    assert no_reg == {"net_check": CoreStatus.OK, "train_step": CoreStatus.E_UNSUPPORTED, "changed": 0}
+
+
 # ============================================================================ fused softmax cross-entropy
 
 

@@ -44,6 +44,7 @@ cdef extern from "mct.h" nogil:
     int mct_layer_size_of(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s)
     uint32_t mct_i8_floats(uint32_t n)
     uint8_t mct_opt_slots(uint8_t kind)
+    int mct_opt_asks_reg(const mct_opt *o)
     mct_train_state mct_train_state_init()
     uint32_t MCT_SAVE_SLOT_BYTES(uint32_t n_params, uint32_t slots)
     int mct_net_check(const mct_net *net)
@@ -67,7 +68,7 @@ cdef extern from "mct.h" nogil:
                         float *state, float div, uint32_t j0, uint32_t j1)
     int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                        uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
-                       float *arena, float *scratch, uint32_t scratch_n, float *grads, float *loss)
+                       float *arena, float *scratch, uint32_t scratch_n, float *loss)
     mct_step mct_step_begin(const mct_opt *o, const mct_train_state *ts, float loss)
     float mct_opt_similarity(const mct_opt *o, const float *state, const float *grads, uint32_t n_params)
     void mct_step_end(const mct_opt *o, mct_train_state *ts)
@@ -180,6 +181,12 @@ def i8_floats(uint32_t n):
 def opt_slots(uint8_t kind):
     """Per-parameter slots of an optimizer kind (mct_opt_slots)."""
     return mct_opt_slots(kind)
+
+
+def opt_asks_reg(const uint8_t[::1] opt):
+    """Does an optimizer config (struct mct_opt bytes) ask for clipping or L1/L2 (mct_opt_asks_reg)?"""
+    _need(opt.shape[0], MCT_OPT_SIZE, "the optimizer config (bytes)")
+    return bool(mct_opt_asks_reg(<const mct_opt *>&opt[0]))
 
 
 def train_state_init():
@@ -654,5 +661,5 @@ cdef class CoreNet:
         with nogil:
             rc = mct_train_step(&self.net, _fp(params, &empty), <const mct_opt *>&opt[0], _fp(state, &empty),
                                 <mct_train_state *>&ts[0], <uint8_t>loss_kind, loss_param, &x[0, 0], &t[0, 0], nb,
-                                &a[0], &sc[0], sc.shape[0], NULL, &loss)
+                                &a[0], &sc[0], sc.shape[0], &loss)
         return rc, loss

@@ -97,6 +97,11 @@ def opt_slots(kind: Any) -> int:
     return OPT_SLOTS[by_name(OptKind, kind) if isinstance(kind, str) else OptKind(int(kind))]
 
 
+def opt_asks_reg(opt_cfg: np.ndarray) -> bool:
+    """Does an optimizer config (one OPT_DTYPE record) ask for gradient clipping or L1/L2 (mct_opt_asks_reg)?"""
+    return bool(_core.opt_asks_reg(np.ascontiguousarray(opt_cfg).view(np.uint8).ravel()))
+
+
 # ---- struct layouts ----
 def _dtype(struct: str) -> np.dtype:
     size, fields = _STRUCTS[struct]
@@ -192,6 +197,7 @@ __all__ = [
     "GLU_GATES",
     "OPT_SLOTS",
     "opt_slots",
+    "opt_asks_reg",
     "LAYER_DTYPE",
     "OPT_DTYPE",
     "TRAIN_STATE_DTYPE",

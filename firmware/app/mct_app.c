@@ -123,7 +123,7 @@ float *mct_app_predict(mct_app *a) {
 int mct_app_train(mct_app *a, float *loss) {
     return mct_train_step(&mct_model, a->params, &mct_model_opt, a->state, &a->ts, MCT_MODEL_LOSS_KIND,
                           MCT_MODEL_LOSS_PARAM, a->arena + mct_model.in_off, a->target, 1, a->arena, a->scratch,
-                          MCT_MODEL_SCRATCH, 0, loss);
+                          MCT_MODEL_SCRATCH, loss);
 }
 
 uint8_t mct_app_status(int rc) {

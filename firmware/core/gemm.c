@@ -262,6 +262,7 @@ void mct_gemm_bt(const float *A, const float *B, float *C, uint32_t M, uint32_t 
         const float *a = A + (size_t)m * K;
         float *c = C + (size_t)m * N;
         uint32_t n = 0;
+#if !defined(__OPTIMIZE_SIZE__)   /* four outputs per pass over a (-Os: the one-output loop alone, the same sums) */
         for (; n + 4 <= N; n += 4) {
             const float *b0 = B + (size_t)n * K, *b1 = b0 + K, *b2 = b1 + K, *b3 = b2 + K;
             float a0 = a[0];
@@ -275,6 +276,7 @@ void mct_gemm_bt(const float *A, const float *B, float *C, uint32_t M, uint32_t 
             }
             c[n] = s0; c[n + 1] = s1; c[n + 2] = s2; c[n + 3] = s3;
         }
+#endif
         for (; n < N; n++) {
             const float *b = B + (size_t)n * K;
             float s = a[0] * b[0];
@@ -300,7 +302,7 @@ void mct_transpose(const float *A, float *AT, uint32_t rows, uint32_t cols) {
  * optimizer kind so that no per-weight branch on the kind remains; the update is mct_opt_elem_k's. With gx,
  * the same pass over a row of W first adds the row's term of dL/dx (gx[i] = sum over o ascending of
  * gy[o] * W[i][o], from the o = 0 product, as mct_gemm_bt sums it) from each weight before its update. */
-#if !defined(__AVR__)
+#if !defined(__AVR__) && !defined(__OPTIMIZE_SIZE__)
 #define FUSED_LOOP(KIND, REG)                                                                              \
     for (uint32_t i = 0; i < n_in; i++) {                                                                 \
         float xi = x[i], *wr = W + (size_t)i * n_out, *sr = st + (size_t)i * n_out;                      \
@@ -317,7 +319,7 @@ void mct_transpose(const float *A, float *AT, uint32_t rows, uint32_t cols) {
         for (uint32_t o = 0; o < n_out; o++)                                                            \
             mct_opt_elem_k((KIND), (REG), oc, sc, lr, &wr[o], xi * gy[o], sr + o, stride, 1);           \
     }
-#else   /* AVR: one copy of the loop (flash is scarce), the same sums */
+#else   /* AVR and -Os: one copy of the loop (flash is scarce), the same sums */
 #define FUSED_LOOP(KIND, REG)                                                                              \
     for (uint32_t i = 0; i < n_in; i++) {                                                                 \
         float xi = x[i], *wr = W + (size_t)i * n_out, *sr = st + (size_t)i * n_out, a = 0.0f;            \

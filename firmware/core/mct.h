@@ -28,7 +28,11 @@ extern "C" {
  *   MCT_OPS_MASK=m   the layer ops it uses: bit op (enum mct_op) set, plus bit 0 for frozen Dense
  *                    layers kept in flash and bit MCT_I8_WEIGHTS_BIT (31) for those with int8 weights
  *                    (MCT_STORE_I8); ops left out are rejected by mct_net_check;
- *   MCT_ACTS_MASK=m  the activations it uses: bit kind (enum mct_act).
+ *   MCT_ACTS_MASK=m  the activations it uses: bit kind (enum mct_act);
+ *   MCT_LAST_OP=op   the op of its last layer (mct_net_check rejects a table ending in another), so whether
+ *                    training fuses Softmax and cross-entropy (mct_loss_fused) is known when compiling;
+ *   MCT_REGULARIZE=0 its optimizer neither clips nor adds L1/L2 (mct_opt_asks_reg is 0; mct_train_step
+ *                    refuses a config that asks for them with MCT_E_UNSUPPORTED).
  * Without them (the host) everything is compiled in. The host build also defines MCT_HOST_KERNELS
  * (batch paths that transpose into scratch, see gemm.c) and wider MCT_TILE_M / MCT_TILE_N. */
 /* A library export (`mcutrain export --library`) writes these settings into mct_config.h next to the core,
@@ -58,6 +62,9 @@ extern "C" {
 #endif
 #ifndef MCT_ACTS_MASK
 #define MCT_ACTS_MASK 0xFFFFu
+#endif
+#ifndef MCT_REGULARIZE
+#define MCT_REGULARIZE 1
 #endif
 /* The MCT_OPS_MASK bit of int8-weight (MCT_STORE_I8) const layers (the ops stay below it). */
 #define MCT_I8_WEIGHTS_BIT 31
@@ -262,6 +269,10 @@ mct_train_state mct_train_state_init(void);
 float mct_lr_at(const mct_opt *o, uint32_t step);
 /* Prepare one update: learning rate, loss scaling, Adam corrections (advances nothing). */
 mct_step mct_step_begin(const mct_opt *o, const mct_train_state *ts, float loss);
+/* Does the optimizer config ask for gradient clipping or L1/L2 regularization? (1 = yes) */
+int mct_opt_asks_reg(const mct_opt *o);
+/* The optimizer state slot that holds the velocity (0 MOMENTUM, 1 RMSPROP_MOMENTUM), -1 for kinds without one. */
+int mct_opt_velocity_slot(const mct_opt *o);
 /* Momentum multiplier of the similarity penalty from the velocity and the summed grads (1 when off). */
 float mct_opt_similarity(const mct_opt *o, const float *state, const float *grads, uint32_t n_params);
 /* Advance the train state after an update. */
@@ -359,14 +370,14 @@ int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state
  * values in *s; then mct_apply (or its parts) and mct_step_end finish it. */
 int mct_update_begin(const mct_net *net, const mct_opt *o, const float *state, const mct_train_state *ts,
                      const float *grads, float mean_loss, mct_step *s);
-/* One training update on nb samples (scratch: mct_scratch_size(net, nb, 0, 0) + n_out * nb floats;
- * the last n_out * nb hold dL/dy). With grads == NULL the gradients are applied as soon as they are
- * known (no grads buffer: the device path; not with the similarity penalty: MCT_E_UNSUPPORTED). The mean
- * loss goes to *loss; a non-finite input or target returns MCT_E_NONFINITE_INPUT, a non-finite loss
- * MCT_E_NONFINITE (a buffered step's gradient: MCT_E_NONFINITE_GRAD), and params and state stay untouched. */
+/* One training update on nb samples that applies each gradient as soon as it is known, with no grads buffer (the
+ * device's update; scratch: mct_scratch_size(net, nb, 0, 0) + n_out * nb floats, the last n_out * nb hold the
+ * loss gradient; a momentum optimizer with the similarity penalty needs the summed gradient first:
+ * MCT_E_UNSUPPORTED, use mct_batch_grads + mct_update). The mean loss goes to *loss; a non-finite input or target
+ * returns MCT_E_NONFINITE_INPUT, a non-finite loss MCT_E_NONFINITE, and params and state stay untouched. */
 int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                    uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
-                   float *arena, float *scratch, uint32_t scratch_n, float *grads, float *loss);
+                   float *arena, float *scratch, uint32_t scratch_n, float *loss);
 
 #ifdef __cplusplus
 }

@@ -107,13 +107,14 @@ static MCT_INLINE void mct_opt_elem_k(uint8_t kind, int reg, const mct_opt *o, c
     *w = wv;
 }
 
-/* Does the optimizer clip or regularize (else mct_opt_elem_k may skip those steps)? */
-static inline int mct_opt_regularizes(const mct_opt *o) { return o->clip > 0.0f || o->l1 != 0.0f || o->l2 != 0.0f; }
+/* Does the update clip or regularize (else mct_opt_elem_k may skip those steps)? Never in firmware built with
+ * MCT_REGULARIZE=0 (mct_train_step refuses such a config there: mct_opt_asks_reg). */
+static inline int mct_opt_regularizes(const mct_opt *o) { return MCT_REGULARIZE && mct_opt_asks_reg(o); }
 
 /* Update one parameter with the optimizer's own kind (see mct_opt_elem_k). */
 static inline void mct_opt_elem(const mct_opt *o, const mct_step *s, float lr, float *w, float g, float *st,
                                 uint32_t stride, int weight) {
-    mct_opt_elem_k(o->kind, 1, o, s, lr, w, g, st, stride, weight);
+    mct_opt_elem_k(o->kind, MCT_REGULARIZE, o, s, lr, w, g, st, stride, weight);
 }
 
 /* Update n parameters w[0..n) from gradient sums g (divided by div); the first n_w are connection weights. */

@@ -83,6 +83,10 @@ int mct_net_check(const mct_net *net) {
         prev_i8 = mct_writes_i8(L->op);
     }
     if (prev_i8 || prev_n != net->n_out || prev_out != net->out_off) return MCT_E_NET;
+#ifdef MCT_LAST_OP
+    mct_layer Lc;
+    if (mct_get_layer(net, (uint16_t)(net->n_layers - 1), &Lc)->op != (MCT_LAST_OP)) return MCT_E_NET;
+#endif
     return MCT_OK;
 }
 

@@ -47,12 +47,18 @@ mct_step mct_step_begin(const mct_opt *o, const mct_train_state *ts, float loss)
     return s;
 }
 
+int mct_opt_asks_reg(const mct_opt *o) { return o->clip > 0.0f || o->l1 != 0.0f || o->l2 != 0.0f; }
+
+int mct_opt_velocity_slot(const mct_opt *o) {
+    uint8_t k = MCT_OPT_KIND(o->kind);
+    return k == MCT_OPT_MOMENTUM ? 0 : (k == MCT_OPT_RMSPROP_MOMENTUM ? 1 : -1);
+}
+
 float mct_opt_similarity(const mct_opt *o, const float *state, const float *grads, uint32_t n_params) {
     if (o->sim_penalty <= 0.0f) return 1.0f;
-    const float *v;
-    if (MCT_OPT_KIND(o->kind) == MCT_OPT_MOMENTUM) v = state;
-    else if (MCT_OPT_KIND(o->kind) == MCT_OPT_RMSPROP_MOMENTUM) v = state + n_params;
-    else return 1.0f;
+    int slot = mct_opt_velocity_slot(o);
+    if (slot < 0) return 1.0f;
+    const float *v = state + (size_t)slot * n_params;
     float dot = 0.0f, vv = 0.0f, gg = 0.0f;
     for (uint32_t j = 0; j < n_params; j++) {
         dot = dot + v[j] * grads[j];

@@ -1,20 +1,29 @@
 /* train.c - training updates built from forward, loss, backward and apply.
- * The buffered path (gradient sums in a grads buffer, then mct_update) serves the host trainer
- * and its threads; the fused path applies each gradient as soon as it is known, so a device
+ * The buffered path (gradient sums in a grads buffer: mct_batch_grads, then mct_update) serves the host trainer
+ * and its threads; the fused path (mct_train_step) applies each gradient as soon as it is known, so a device
  * needs no grads buffer. Both reach the same mct_opt_elem and give the same bits. */
 #include "mct_layers.h"
 
-int mct_loss_fused(const mct_net *net, uint8_t kind) {
+/* mct_loss_fused, inlined where training asks it: a constant in firmware built with MCT_LAST_OP and MCT_LOSS_ONLY,
+ * so the loss code it does not take is left out. */
+static MCT_INLINE int loss_fused(const mct_net *net, uint8_t kind) {
     if (!MCT_WITH_OP(MCT_OP_SOFTMAX) || MCT_LOSS_KIND(kind) != MCT_LOSS_XENT) return 0;
+#ifdef MCT_LAST_OP
+    (void)net;
+    return (MCT_LAST_OP) == MCT_OP_SOFTMAX;
+#else
     mct_layer Lc;
     return mct_get_layer(net, (uint16_t)(net->n_layers - 1), &Lc)->op == MCT_OP_SOFTMAX;
+#endif
 }
+
+int mct_loss_fused(const mct_net *net, uint8_t kind) { return loss_fused(net, kind); }
 
 float mct_net_loss(const mct_net *net, const float *arena, uint32_t nb, uint8_t kind, float param, const float *t,
                    float *g) {
     const float *y = arena + (size_t)net->out_off * nb;
     float sum = 0.0f;   /* summed in sample order */
-    if (mct_loss_fused(net, kind)) {
+    if (loss_fused(net, kind)) {
         mct_layer Lc;
         const mct_layer *L = mct_get_layer(net, (uint16_t)(net->n_layers - 1), &Lc);
         const float *x = arena + (size_t)L->in_off * nb;
@@ -37,7 +46,7 @@ static float *loss_grad(const mct_net *net, float *scratch, uint32_t scratch_n, 
  * final Softmax when the loss was fused with it. */
 static void backward_after_loss(const mct_net *net, uint8_t kind, float *params, float *arena, uint32_t nb,
                                 float *gin, const mct_sink *sink, float *scratch, uint32_t scratch_n, int host) {
-    uint16_t top = (uint16_t)(mct_loss_fused(net, kind) ? net->n_layers - 1 : net->n_layers);
+    uint16_t top = (uint16_t)(loss_fused(net, kind) ? net->n_layers - 1 : net->n_layers);
     mct_backward_from(net, top, params, arena, nb, loss_grad(net, scratch, scratch_n, nb), gin, sink, scratch,
                       scratch_n - net->n_out * nb, host);
 }
@@ -93,19 +102,13 @@ int mct_update(const mct_net *net, float *params, const mct_opt *o, float *state
 
 int mct_train_step(const mct_net *net, float *params, const mct_opt *o, float *state, mct_train_state *ts,
                    uint8_t loss_kind, float loss_param, const float *x, const float *t, uint32_t nb,
-                   float *arena, float *scratch, uint32_t scratch_n, float *grads, float *loss) {
+                   float *arena, float *scratch, uint32_t scratch_n, float *loss) {
     if (nb == 0 || scratch_n < mct_scratch_size(net, nb, 0, 0) + (uint32_t)net->n_out * nb) return MCT_E_ARG;
     /* inputs and targets first: a saturating layer can hide an inf or NaN from the loss but not from
-     * the gradients, and the fused path applies gradients as soon as they exist */
+     * the gradients, which are applied as soon as they exist */
     *loss = 0.0f;
     if (!mct_all_finite(x, net->n_in * nb) || !mct_all_finite(t, net->n_out * nb)) return MCT_E_NONFINITE_INPUT;
-    if (grads) {   /* buffered: grads are only written, params change in mct_update after its checks */
-        float sum = mct_batch_grads(net, params, loss_kind, loss_param, x, t, nb, arena, scratch, scratch_n, 0,
-                                    grads);
-        *loss = mct_div(sum, (float)nb);
-        return mct_update(net, params, o, state, ts, grads, nb, *loss);
-    }
-    if (o->sim_penalty > 0.0f && (o->kind == MCT_OPT_MOMENTUM || o->kind == MCT_OPT_RMSPROP_MOMENTUM))
+    if ((o->sim_penalty > 0.0f && mct_opt_velocity_slot(o) >= 0) || (!MCT_REGULARIZE && mct_opt_asks_reg(o)))
         return MCT_E_UNSUPPORTED;
     mct_forward(net, params, x, arena, nb);
     float mean = mct_div(mct_net_loss(net, arena, nb, loss_kind, loss_param, t, loss_grad(net, scratch, scratch_n, nb)),

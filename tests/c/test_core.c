@@ -638,11 +638,21 @@ static void run_free(run *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* One mct_train_step of a run; returns the status, the mean loss in *loss. */
+/* One update of a run; returns the status, the mean loss in *loss. A fused run takes mct_train_step (the device's
+ * update); a buffered run sums the gradients with mct_batch_grads and applies them with mct_update, as the host
+ * trainer does (_core.pyx, _step), with mct_train_step's checks of the arguments and of the inputs first. */
 static int run_step(run *r, const mct_net *net, const mct_opt *o, uint8_t loss_kind, float loss_param,
                     const float *x, const float *t, uint32_t nb, float *loss) {
-    return mct_train_step(net, r->params, o, r->state, &r->ts, loss_kind, loss_param, x, t, nb, r->arena,
-                          r->scratch, r->scratch_n, r->grads, loss);
+    if (!r->grads)
+        return mct_train_step(net, r->params, o, r->state, &r->ts, loss_kind, loss_param, x, t, nb, r->arena,
+                              r->scratch, r->scratch_n, loss);
+    *loss = 0.0f;
+    if (nb == 0 || r->scratch_n < mct_scratch_size(net, nb, 0, 0) + (uint32_t)net->n_out * nb) return MCT_E_ARG;
+    if (!mct_all_finite(x, net->n_in * nb) || !mct_all_finite(t, net->n_out * nb)) return MCT_E_NONFINITE_INPUT;
+    float sum = mct_batch_grads(net, r->params, loss_kind, loss_param, x, t, nb, r->arena, r->scratch, r->scratch_n,
+                                0, r->grads);
+    *loss = mct_div(sum, (float)nb);
+    return mct_update(net, r->params, o, r->state, &r->ts, r->grads, nb, *loss);
 }
 
 /* Train the same net from the same start on the same batches by both paths for `steps` steps and
@@ -940,15 +950,15 @@ static void test_train_step_rejects_bad_args(void) {
     float *p0 = falloc(net->n_params);
     init_params(net, p0);
     float x[2 * 5] = {0}, t[2 * 4] = {0};
-    for (int buffered = 0; buffered < 2; buffered++) {
+    {
         mct_opt o = make_opt(MCT_OPT_ADAM);
         run r;
-        run_init(&r, net, p0, o.kind, 2, buffered);
+        run_init(&r, net, p0, o.kind, 2, 0);
         float loss;
         CHECK(mct_train_step(net, r.params, &o, r.state, &r.ts, MCT_LOSS_MSE, 0.0f, x, t, 0, r.arena, r.scratch,
-                             r.scratch_n, r.grads, &loss) == MCT_E_ARG);
+                             r.scratch_n, &loss) == MCT_E_ARG);
         CHECK(mct_train_step(net, r.params, &o, r.state, &r.ts, MCT_LOSS_MSE, 0.0f, x, t, 2, r.arena, r.scratch,
-                             r.scratch_n - 1, r.grads, &loss) == MCT_E_ARG);
+                             r.scratch_n - 1, &loss) == MCT_E_ARG);
         CHECK(same_bits(r.params, p0, net->n_params));
         CHECK(r.ts.step == 0);
         run_free(&r);
