@@ -10,6 +10,8 @@ extension mcutrain._core built from trainer/_core.pyx plus the C core in firmwar
 
 The host build keeps -ffp-contract=off (as every firmware build does) so the host trainer computes
 the same bits as a device, and widens the register tiles of the matrix kernels for the host CPU.
+-fno-trapping-math lets the compiler evaluate both sides of a select (the special cases of exp and log),
+so their loops vectorise; it changes no result, only when floating-point exception flags may be raised.
 MCUTRAIN_MARCH selects the -march flag (default: native; set it to e.g. x86-64-v2 for a portable wheel).
 """
 
@@ -27,6 +29,7 @@ cflags = [
     "-O3",
     "-ffp-contract=off",
     "-fno-math-errno",
+    "-fno-trapping-math",
     "-fopenmp",
     "-DMCT_HOST_KERNELS",
     "-DMCT_TILE_M=4",

@@ -9,6 +9,7 @@
 
 float NAME(v_exp)(float x) { return mct_expf(x); }
 float NAME(v_tanh)(float x) { return mct_tanhf(x); }
+float NAME(v_log)(float x) { return mct_logf(x); }
 float NAME(v_log1p)(float x) { return mct_log1pf(x); }
 float NAME(v_sigmoid)(float x) { return mct_sigmoidf(x); }
 float NAME(v_div)(float a, float b) { return mct_div(a, b); }

@@ -1,5 +1,5 @@
 /* math_variants.c - the host's branch-free math (suffix _host) and the devices' (suffix _dev) must give the
- * same bits: exp, tanh, log1p and sigmoid at every STRIDE-th float32 bit pattern plus the special values, and
+ * same bits: exp, tanh, log, log1p and sigmoid at every STRIDE-th float32 bit pattern plus the special values, and
  * the division at quotients around the subnormal range. Prints the mismatches (at most 10) and their count;
  * exits 1 if there is one. */
 #include <stdint.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DECL(s) float v_exp##s(float); float v_tanh##s(float); float v_log1p##s(float); \
+#define DECL(s) float v_exp##s(float); float v_tanh##s(float); float v_log##s(float); float v_log1p##s(float); \
     float v_sigmoid##s(float); float v_div##s(float, float);
 DECL(_host)
 DECL(_dev)
@@ -28,6 +28,7 @@ static void same(const char *name, float x, float y, float a, float b) {
 static void one(float x) {
     same("exp", x, 0, v_exp_host(x), v_exp_dev(x));
     same("tanh", x, 0, v_tanh_host(x), v_tanh_dev(x));
+    same("log", x, 0, v_log_host(x), v_log_dev(x));
     same("log1p", x, 0, v_log1p_host(x), v_log1p_dev(x));
     same("sigmoid", x, 0, v_sigmoid_host(x), v_sigmoid_dev(x));
 }
