@@ -109,7 +109,7 @@
     X(E_NET, 1)              /* the layer table is inconsistent */                                            \
     X(E_ARG, 2)              /* a bad argument (a batch of 0, scratch too small) */                           \
     X(E_NONFINITE, 3)        /* the loss is not finite */                                                     \
-    X(E_UNSUPPORTED, 4)      /* not in this path (the similarity penalty without a grads buffer) */           \
+    X(E_UNSUPPORTED, 4)      /* not in this path or build (similarity penalty, fused; MCT_REGULARIZE=0) */    \
     X(E_NONFINITE_GRAD, 5)   /* the loss was finite, a gradient was not */                                    \
     X(E_NONFINITE_INPUT, 6)  /* an input or target is not finite */
 
