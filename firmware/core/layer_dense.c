@@ -137,9 +137,14 @@ void mct_dense_const_forward(const mct_layer *L, const uint8_t *c, const float *
             ys[o + 3] = L->kind ? a3 + mct_cload_f32(bias + 4u * o + 12) : a3;
         }
 #endif
-        for (; o < O; o++) {
-            float acc = xs[0] * mct_cload_f32(w + 4u * o);
-            for (uint32_t i = 1; i < I; i++) acc = acc + xs[i] * mct_cload_f32(w + 4u * ((size_t)i * O + o));
+        for (; o < O; o++) {   /* pointers, not indices: on AVR the loop's state then fits its registers */
+            const uint8_t *wi = w + 4u * o;
+            const size_t step = 4u * (size_t)O;
+            float acc = xs[0] * mct_cload_f32(wi);
+            for (const float *xi = xs + 1, *xe = xs + I; xi != xe; xi++) {
+                wi += step;
+                acc = acc + *xi * mct_cload_f32(wi);
+            }
             ys[o] = L->kind ? acc + mct_cload_f32(bias + 4u * o) : acc;
         }
 #endif
