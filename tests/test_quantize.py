@@ -102,14 +102,15 @@ def quant_ref(x: np.ndarray, inv_scale: float, zp: int) -> np.ndarray:
 
 
 def qdense_ref(xq: np.ndarray, c: QDenseConsts) -> np.ndarray:
-    """QDENSE re-derived with Python integers: acc = bias + sum (x - zx) w, saturated to 31 bits, then
-    round(acc * mult / 2^shift) half away from zero (shift clamped to [1, 62]), + zy, saturated."""
+    """QDENSE re-derived with Python integers: acc = bias + sum x w (the input zero point is in the bias, zx is not
+    read), saturated to 31 bits, then round(acc * mult / 2^shift) half away from zero (shift clamped to [1, 62]),
+    + zy, saturated."""
     nb, n_in = xq.shape
     n_out = c.w.shape[0]
-    zx, zy = min(127, max(-128, c.zx)), min(127, max(-128, c.zy))
+    zy = min(127, max(-128, c.zy))
     out = np.zeros((nb, n_out), np.int64)
     for s in range(nb):
-        d = [int(v) - zx for v in xq[s]]
+        d = [int(v) for v in xq[s]]
         for o in range(n_out):
             acc = int(c.bias[o]) + sum(d[i] * int(c.w[o, i]) for i in range(n_in))
             acc = max(-INT32_MAX, min(INT32_MAX, acc))

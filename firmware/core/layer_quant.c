@@ -3,10 +3,10 @@
  * without an FPU. Their constants and byte layouts are described at enum mct_op (mct.h).
  *
  * QDENSE and QLUT use integers only; QUANT and DEQUANT use one float multiply per element. Nothing here
- * can overflow a signed type or shift a negative number, whatever the blob holds: the sums of int8 products
- * and of weights are bounded by 65535 * 128 * 128 < 2^30 (their difference by 65535 * 255 * 128 < 2^31),
- * the biased accumulator saturates to 31 bits before the int64
- * product with the 31-bit multiplier, shifts are clamped to [1, 62] and rounding works on magnitudes.
+ * can overflow a signed type or shift a negative number, whatever the blob holds: a sum of int8 products is
+ * bounded by 65535 * 128 * 128 < 2^30, the biased accumulator saturates to 31 bits before the 64-bit
+ * product of magnitudes with the 31-bit multiplier, shifts are clamped to [1, 62] and rounding works on
+ * magnitudes.
  * Rounding is to nearest, ties away from zero, everywhere. */
 #include "mct_layers.h"
 #if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
@@ -105,38 +105,47 @@ static MCT_INLINE int16_t mul8(int8_t a, int8_t b) {
 #endif
 }
 
-/* sum of x[i] * w[i] (w in const memory) over n < 256 values, and the sum of the w[i] into *wsum; a function of
- * its own so that its few accumulators get registers on AVR. */
+/* sum of x[i] * w[i] (w in const memory) over n <= 65535 values: |x[i] w[i]| <= 2^14, so |sum| < 2^30, exact in
+ * int32 on every target; a function of its own so that its few accumulators get registers on AVR. */
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
-static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n, int16_t *wsum) {
+static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n) {
     int32_t acc = 0;
-    int16_t ws = 0;
-#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
-    /* Cortex-M4/M7/M33: four bytes per load, two 16 x 16 products per SMLAD; the integer sums are exact, so
-     * they equal the plain loop's below (and every other target's) */
-    int32_t ws32 = 0;
-    for (; n >= 4u; n -= 4u, x += 4, w += 4) {
-        uint32_t xv, wv;
-        memcpy(&xv, x, 4);
-        memcpy(&wv, w, 4);
-        int16x2_t w02 = __sxtb16(wv), w13 = __sxtb16(wv >> 8);
-        acc = __smlad(__sxtb16(xv), w02, acc);
-        acc = __smlad(__sxtb16(xv >> 8), w13, acc);
-        ws32 = __smlad(w02, 0x00010001, ws32);
-        ws32 = __smlad(w13, 0x00010001, ws32);
-    }
-    ws = (int16_t)ws32;
-#endif
-    for (; n; n--) {
-        int8_t wv = mct_cload_i8(w++);
-        acc += mul8(*x++, wv);
-        ws = (int16_t)(ws + wv);
-    }
-    *wsum = ws;
+    for (; n; n--) acc += mul8(*x++, mct_cload_i8(w++));
     return acc;
 }
+
+#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+#define MCT_QDENSE_ROWS 2u
+/* v rotated right by 8 bits: bytes 1 and 3 where SXTB16 reads (it folds into SXTB16's rotation) */
+static MCT_INLINE uint32_t ror8(uint32_t v) { return (v >> 8) | (v << 24); }
+/* Cortex-M4/M7/M33: dot8 of x with two weight rows w0 and w1 at once (the loads and sign extensions of x shared),
+ * four bytes per load, two 16 x 16 products per SMLAD. The integer sums are exact (bound at dot8), so they
+ * equal the plain loop's and every other target's. */
+static void dot8x2(const int8_t *x, const uint8_t *w0, const uint8_t *w1, uint32_t n, int32_t *a) {
+    int32_t a0 = 0, a1 = 0;
+    for (; n >= 4u; n -= 4u, x += 4, w0 += 4, w1 += 4) {
+        uint32_t xv, v0, v1;
+        memcpy(&xv, x, 4);
+        memcpy(&v0, w0, 4);
+        memcpy(&v1, w1, 4);
+        int16x2_t x02 = __sxtb16(xv), x13 = __sxtb16(ror8(xv));
+        a0 = __smlad(x02, __sxtb16(v0), a0);
+        a0 = __smlad(x13, __sxtb16(ror8(v0)), a0);
+        a1 = __smlad(x02, __sxtb16(v1), a1);
+        a1 = __smlad(x13, __sxtb16(ror8(v1)), a1);
+    }
+    for (; n; n--, x++) {
+        a0 += *x * mct_cload_i8(w0++);
+        a1 += *x * mct_cload_i8(w1++);
+    }
+    a[0] = a0;
+    a[1] = a1;
+}
+#else
+#define MCT_QDENSE_ROWS 1u
+#endif
 
 /* round(a * mult / 2^shift), ties away from zero, for |a| < 2^31 and |mult| <= 2^31, saturated to +-2^30 (the
  * caller adds a zero point and clamps to int8, so that changes nothing). In 32-bit pieces: the 64-bit product
@@ -145,6 +154,8 @@ static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n, int16_t *wsum
 static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     uint32_t n = shift < 1 ? 1u : (shift > 62 ? 62u : (uint32_t)shift);
     uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
+    uint32_t r;
+#if defined(__AVR__)
     uint16_t a0 = (uint16_t)ma, a1 = (uint16_t)(ma >> 16), b0 = (uint16_t)mm, b1 = (uint16_t)(mm >> 16);
     uint32_t lo = (uint32_t)a0 * b0, m1 = (uint32_t)a0 * b1, m2 = (uint32_t)a1 * b0, hi = (uint32_t)a1 * b1;
     uint32_t t = lo + (m1 << 16);
@@ -158,7 +169,7 @@ static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     } else {
         hi += (uint32_t)1 << (n - 33u);
     }
-    uint32_t r, over;
+    uint32_t over;
     if (n < 32u) {
         r = (lo >> n) | (hi << (32u - n));
         over = hi >> n;
@@ -167,35 +178,42 @@ static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
         over = 0;
     }
     if (over || r > 0x40000000u) r = 0x40000000u;
+#else
+    /* the same integer from one 32 x 32 -> 64 multiply (ma * mm + 2^(n - 1) <= 2^62 + 2^61 < 2^64) */
+    uint64_t p = ((uint64_t)ma * mm + ((uint64_t)1 << (n - 1u))) >> n;
+    r = p > 0x40000000u ? 0x40000000u : (uint32_t)p;
+#endif
     return ((a < 0) != (mult < 0)) ? -(int32_t)r : (int32_t)r;
+}
+
+/* One output of QDENSE from its integer dot product xw: bias added (saturated to +-(2^31 - 1)), requantized,
+ * zero point added, saturated to int8. */
+static int8_t qdense_out(const uint8_t *bias, const uint8_t *mult, const uint8_t *shift, int32_t zy, int32_t xw) {
+    int32_t bo = mct_cload_i32(bias), a;
+    if (xw >= 0) a = bo > INT32_MAX - xw ? INT32_MAX : (bo + xw < -INT32_MAX ? -INT32_MAX : bo + xw);
+    else a = bo < -INT32_MAX - xw ? -INT32_MAX : bo + xw;
+    return sat8(requantize(a, mct_cload_i32(mult), mct_cload_i32(shift)) + zy);
 }
 
 void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     uint32_t I = L->n_in, O = L->n_out;
     size_t sx = 4u * (size_t)mct_i8_floats(I), sy = 4u * (size_t)mct_i8_floats(O);
-    int32_t zx = zero_point(c), zy = zero_point(c + 4);
+    int32_t zy = zero_point(c + 4);   /* (zx at c is folded into the bias by the exporter: not read) */
     const uint8_t *bias = c + 8, *mult = bias + 4u * O, *shift = mult + 4u * O, *w = shift + 4u * O;
     for (uint32_t s = 0; s < nb; s++) {
         const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
         int8_t *ys = (int8_t *)y + (size_t)s * sy;
-        for (uint32_t o = 0; o < O; o++) {
-            const uint8_t *wo = w + (size_t)o * I;
-            /* sum (x - zx) w = sum x w - zx sum w: each product of two int8 is an 8 x 8 multiply whose
-             * result fits 16 bits (AVR's muls), summed in 32 bits; both sums are exact (|.| < 2^30) */
-            int32_t xw = 0, ws = 0;
-            for (uint32_t i0 = 0; i0 < I; i0 += 255u) {   /* at most 255 weights at a time: their sum fits 16 bits */
-                uint32_t n = I - i0 < 255u ? I - i0 : 255u;
-                int16_t ws16;
-                xw += dot8(xs + i0, wo + i0, n, &ws16);
-                ws += ws16;
-            }
-            int32_t acc = xw - zx * ws;
-            int32_t bo = mct_cload_i32(bias + 4u * o), a;   /* bias + acc saturated to +-(2^31 - 1) */
-            if (acc >= 0) a = bo > INT32_MAX - acc ? INT32_MAX : (bo + acc < -INT32_MAX ? -INT32_MAX : bo + acc);
-            else a = bo < -INT32_MAX - acc ? -INT32_MAX : bo + acc;
-            int32_t r = requantize(a, mct_cload_i32(mult + 4u * o), mct_cload_i32(shift + 4u * o)) + zy;
-            ys[o] = (int8_t)(r < -128 ? -128 : (r > 127 ? 127 : r));
+        uint32_t o = 0;
+#if MCT_QDENSE_ROWS > 1
+        for (; o + MCT_QDENSE_ROWS <= O; o += MCT_QDENSE_ROWS) {
+            int32_t xw[MCT_QDENSE_ROWS];
+            dot8x2(xs, w + (size_t)o * I, w + (size_t)(o + 1u) * I, I, xw);
+            for (uint32_t k = 0; k < MCT_QDENSE_ROWS; k++)
+                ys[o + k] = qdense_out(bias + 4u * (o + k), mult + 4u * (o + k), shift + 4u * (o + k), zy, xw[k]);
         }
+#endif
+        for (; o < O; o++)
+            ys[o] = qdense_out(bias + 4u * o, mult + 4u * o, shift + 4u * o, zy, dot8(xs, w + (size_t)o * I, I));
     }
 }
 

@@ -133,11 +133,13 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
  *   MCT_OP_QDENSE   int8 -> int8 dense, kind 0. Blob: i32 zx, i32 zy, i32 bias[n_out], i32 mult[n_out],
  *                   i32 shift[n_out], then int8 W[n_out][n_in] (row o = output o's weights), padded to
  *                   4 bytes. Per output o, in integers only:
- *                     acc = bias[o] + sum_i (x[i] - zx) * W[o][i]     (the sum in int32, exact;
+ *                     acc = bias[o] + sum_i x[i] * W[o][i]     (the sum in int32, exact;
  *                           adding the bias saturates to +-(2^31 - 1))
  *                     y[o] = clamp(zy + round(acc * mult[o] / 2^shift[o]), -128, 127)
- *                   with the product in int64 and shift clamped to [1, 62]. The exporter makes the
- *                   weights symmetric per output (zero point 0), bias = b / (sx * sw[o]) and
+ *                   with the product in int64 and shift clamped to [1, 62]. The input zero point is
+ *                   folded into the bias by the exporter; zx is kept for reference and the kernel does
+ *                   not read it. The exporter makes the weights symmetric per output (zero point 0),
+ *                   bias = round(b / (sx * sw[o])) - zx * sum_i W[o][i] (saturated to +-(2^31 - 1)) and
  *                   mult[o] / 2^shift[o] = sx * sw[o] / sy with mult in [2^30, 2^31).
  *   MCT_OP_QLUT     int8 -> int8 elementwise table: y = T[x + 128]; kind = the activation it stands for
  *                   (informational). Blob: int8 T[256] (256 bytes). */

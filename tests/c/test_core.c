@@ -1224,9 +1224,10 @@ static const mct_net *hand_q_net(netb *b) {
     memset(g_qblob_words, 0, sizeof g_qblob_words);
     /* QUANT: inv_scale 2, zero point -1 */
     put_f32(c + 0, 2.0f); put_i32(c + 4, -1);
-    /* QDENSE: zx -1, zy 3; bias {10, -7, 0}; mult/2^shift = 0.5, 3/16, 0.5; W[o][i] rows */
+    /* QDENSE: zx -1, zy 3; bias {10, -7, 0} - zx * (row sums {2, -1, 1}) = {12, -8, 1} (the exporter folds the
+     * input zero point into the bias); mult/2^shift = 0.5, 3/16, 0.5; W[o][i] rows */
     put_i32(c + 8, -1); put_i32(c + 12, 3);
-    put_i32(c + 16, 10); put_i32(c + 20, -7); put_i32(c + 24, 0);
+    put_i32(c + 16, 12); put_i32(c + 20, -8); put_i32(c + 24, 1);
     put_i32(c + 28, 1 << 30); put_i32(c + 32, 3 << 29); put_i32(c + 36, 1 << 30);
     put_i32(c + 40, 31); put_i32(c + 44, 33); put_i32(c + 48, 31);
     static const int8_t w[9] = {1, -2, 3, -128, 127, 0, 0, 0, 1};
@@ -1369,7 +1370,8 @@ static void test_quant_ops_by_hand(void) {
         for (int i = 0; i < 3; i++)
             CHECKF(qa[4 * s + i] == q0[4 * s + i], "QUANT sample %d value %d: %d want %d", s, i, qa[4 * s + i],
                    q0[4 * s + i]);
-    /* QDENSE, x - zx = {3, -2, 0} and {-127, 128, -1}:
+    /* QDENSE, bias + x . W equals the unfolded 10, -7, 0 + (x - zx) . W with x - zx = {3, -2, 0} and
+     * {-127, 128, -1}:
      *   s0: o0 10+3+4+0 = 17 -> 8.5 -> 9 (+3 = 12); o1 -7-384-254 = -645 -> -120.9375 -> -121 (-118);
      *       o2 0 -> 3
      *   s1: o0 10-127-256-3 = -376 -> -188 (+3 -> -128); o1 -7+16256+16256 = 32505 -> 6095 (-> 127);
