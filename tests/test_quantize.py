@@ -238,6 +238,26 @@ def test_quant_and_dequant_match_rederivation() -> None:
         assert np.array_equal(qp.quantize(x), q)
 
 
+def test_quant_rounds_one_ulp_around_every_tie() -> None:
+    """QUANT with inv_scale 1 (the product is the input, exactly) on every tie k + 1/2 of the int8 range and
+    beyond, and on the floats just below and above each (0.49999997 must give 0, not 1): the core equals the
+    float64 rounding half away from zero, and so does the host's copy."""
+    qp = QParams(1.0, 0)
+    halves = np.arange(-300, 300, dtype=np.float32) + np.float32(0.5)
+    x = np.concatenate(
+        [halves, np.nextafter(halves, np.float32(np.inf)), np.nextafter(halves, np.float32(-np.inf))]
+    ).astype(np.float32)
+    x = np.concatenate([x, np.float32([511.5, -511.5, 512.5, -512.5, 1023.9, -1023.9, 0.0, -0.0])])
+    n = x.shape[0]
+    prog = q_program([(Op.QUANT, n, n, quant_blob(qp)), (Op.DEQUANT, n, n, dequant_blob(qp))])
+    _, arena = run(prog, x[None, :])
+    q = quant_ref(x, 1.0, 0)
+    assert np.array_equal(arena_i8(arena, prog.layers[0], 1)[0], q)
+    assert np.array_equal(qp.quantize(x), q)
+    small = np.abs(x) < 100
+    assert set(np.unique(q[small] - np.trunc(x[small]))) == {-1, 0, 1}  # both directions of rounding occur
+
+
 def random_qdense(rng: np.random.Generator, n_in: int, n_out: int) -> QDenseConsts:
     """QDENSE constants that reach the limits: int8 weights including -128, any zero points, biases up to
     +-2^31-1, multipliers up to 2^31-1 and shifts outside [1, 62] (clamped by the kernel)."""

@@ -9,7 +9,7 @@
  * magnitudes.
  * Rounding is to nearest, ties away from zero, everywhere. */
 #include "mct_layers.h"
-#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+#if (defined(__ARM_FEATURE_SIMD32) || defined(__ARM_FEATURE_SAT)) && defined(__ARM_ARCH_ISA_THUMB)
 #include <arm_acle.h>
 #endif
 
@@ -20,22 +20,24 @@ static int32_t zero_point(const uint8_t *c) {
 }
 
 /* Saturate to int8. */
-static int8_t sat8(int32_t v) { return (int8_t)(v < -128 ? -128 : (v > 127 ? 127 : v)); }
+static MCT_INLINE int8_t sat8(int32_t v) {
+#if defined(__ARM_FEATURE_SAT)
+    return (int8_t)__ssat(v, 8);
+#else
+    return (int8_t)(v < -128 ? -128 : (v > 127 ? 127 : v));
+#endif
+}
 
-/* round(v) + zp saturated to int8, ties away from zero; NaN and -inf give -128, +inf 127. */
-static int8_t quant1(float v, int32_t zp) {
-    int32_t q;
-    if (!(v > -512.0f)) {
-        q = -512;
-    } else if (v > 512.0f) {
-        q = 512;
-    } else {
-        q = (int32_t)v;                 /* toward zero; |v| <= 512 so it fits */
-        float f = v - (float)q;         /* exact: the fraction of a float below 2^24 is representable */
-        if (f >= 0.5f) q++;
-        else if (f <= -0.5f) q--;
-    }
-    return sat8(q + zp);
+/* round(v) + zp saturated to int8, ties away from zero; NaN and -inf give -128, +inf 127. With one float
+ * conversion, no float rounding step and no branch: t = trunc(2 v) (2 v is exact), and round(v) is
+ * floor((t + 1) / 2) for t >= 0 and floor(t / 2) for t < 0 (as floor(|v| + 1/2) = floor((floor(2 |v|) + 1) / 2)),
+ * the floor taken on t + 2049 - [t < 0] > 0 (|t| <= 1024) as an unsigned shift. */
+static MCT_INLINE int8_t quant1(float v, int32_t zp) {
+    v = v > -512.0f ? v : -512.0f;          /* also NaN */
+    v = v < 512.0f ? v : 512.0f;
+    int32_t t = (int32_t)(v + v);
+    uint32_t u = (uint32_t)(t + 2049) - ((uint32_t)t >> 31);
+    return sat8((int32_t)(u >> 1) - 1024 + zp);
 }
 
 int mct_quantize_check(const mct_layer *L) { return L->n_in == L->n_out; }
@@ -93,6 +95,62 @@ void mct_dequantize_forward(const mct_layer *L, const uint8_t *c, const float *x
     }
 }
 
+/* QDENSE's dot products: sums of x[i] * w[i] (w in const memory) over n <= 65535 values; |x[i] w[i]| <= 2^14, so
+ * |sum| < 2^30, exact in int32 on every target, whatever the order. */
+#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+#define MCT_QDENSE_ROWS 4u
+/* The int8 values 1 and 3 of v sign-extended into two int16 halves (SXTB16 with its rotation, one instruction). */
+static MCT_INLINE int16x2_t sxtb16_hi(uint32_t v) {
+    int16x2_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+    return r;
+}
+
+/* Cortex-M4/M7/M33: dot8 of x with `rows` (1 to 4) consecutive weight rows of n values at w at once (the loads
+ * and sign extensions of x shared; a missing row repeats the last one, its sums unused), four bytes per load,
+ * two 16 x 16 products per SMLAD, into a[0..3]. The integer sums are exact (bound above), so they equal the
+ * plain loop's and every other target's. */
+__attribute__((noinline)) static void dot8x4(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t rows,
+                                             int32_t *a) {
+    const uint8_t *w0 = w, *w1 = rows > 1u ? w0 + n : w0, *w2 = rows > 2u ? w1 + n : w1;
+    const uint8_t *w3 = rows > 3u ? w2 + n : w2;
+    const int8_t *end = x + (n & ~3u);
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    while (x != end) {
+        uint32_t xv, v;
+        memcpy(&xv, x, 4);
+        x += 4;
+        int16x2_t x02 = __sxtb16(xv), x13 = sxtb16_hi(xv);
+        memcpy(&v, w0, 4);
+        w0 += 4;
+        a0 = __smlad(x02, __sxtb16(v), a0);
+        a0 = __smlad(x13, sxtb16_hi(v), a0);
+        memcpy(&v, w1, 4);
+        w1 += 4;
+        a1 = __smlad(x02, __sxtb16(v), a1);
+        a1 = __smlad(x13, sxtb16_hi(v), a1);
+        memcpy(&v, w2, 4);
+        w2 += 4;
+        a2 = __smlad(x02, __sxtb16(v), a2);
+        a2 = __smlad(x13, sxtb16_hi(v), a2);
+        memcpy(&v, w3, 4);
+        w3 += 4;
+        a3 = __smlad(x02, __sxtb16(v), a3);
+        a3 = __smlad(x13, sxtb16_hi(v), a3);
+    }
+    for (n &= 3u; n; n--, x++) {
+        a0 += *x * mct_cload_i8(w0++);
+        a1 += *x * mct_cload_i8(w1++);
+        a2 += *x * mct_cload_i8(w2++);
+        a3 += *x * mct_cload_i8(w3++);
+    }
+    a[0] = a0;
+    a[1] = a1;
+    a[2] = a2;
+    a[3] = a3;
+}
+#else
+#define MCT_QDENSE_ROWS 1u
 /* a * b of two int8 as a 16-bit product: one 8 x 8 multiply (AVR's muls, which a compiler would widen to a
  * 16 x 16 -> 32 call inside a 32-bit sum). */
 static MCT_INLINE int16_t mul8(int8_t a, int8_t b) {
@@ -105,52 +163,59 @@ static MCT_INLINE int16_t mul8(int8_t a, int8_t b) {
 #endif
 }
 
-/* sum of x[i] * w[i] (w in const memory) over n <= 65535 values: |x[i] w[i]| <= 2^14, so |sum| < 2^30, exact in
- * int32 on every target; a function of its own so that its few accumulators get registers on AVR. */
+/* The dot product of x and one weight row w of n values; a function of its own so that its few accumulators get
+ * registers on AVR. */
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
+#if defined(__AVR__) && defined(__AVR_HAVE_MUL__) && defined(__AVR_HAVE_LPMX__)
+/* AVR: dot8 over k = 1 to 256 values (k = 256 passed as 0), 14 cycles a value: x read with ld X+, w from flash
+ * with lpm Z+, one muls each. Each product p (-16256 <= p <= 16384) is added as p + 2^15 (its sign bit flipped:
+ * 16 bits unsigned, below 49153) into a 24-bit unsigned sum, at most 256 * 49152 < 2^24, so nothing wraps; the
+ * k * 2^15 is taken off at the end. The same integer as the plain loop (mul8), which is the reference. */
+static int32_t dot8_avr(const int8_t *x, const uint8_t *w, uint8_t k) {
+    uint32_t acc = 0;
+    uint8_t n = k, a, b, flip, zero;
+    __asm__ volatile(
+        "ldi %[flip], 0x80\n\t"
+        "clr %[zero]\n"
+        "1:\n\t"
+        "ld %[a], %a[x]+\n\t"
+        "lpm %[b], %a[w]+\n\t"
+        "muls %[a], %[b]\n\t"
+        "eor r1, %[flip]\n\t"
+        "add %A[acc], r0\n\t"
+        "adc %B[acc], r1\n\t"
+        "adc %C[acc], %[zero]\n\t"
+        "dec %[n]\n\t"
+        "brne 1b\n\t"
+        "clr __zero_reg__"
+        : [acc] "+r"(acc), [x] "+x"(x), [w] "+z"(w), [n] "+r"(n), [a] "=&d"(a), [b] "=&d"(b), [flip] "=&d"(flip),
+          [zero] "=&r"(zero)
+        :
+        : "memory");
+    return (int32_t)acc - (int32_t)(k ? k : 256u) * 32768;
+}
+#endif
+
 static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n) {
     int32_t acc = 0;
+#if defined(__AVR__) && defined(__AVR_HAVE_MUL__) && defined(__AVR_HAVE_LPMX__)
+    for (; n > 256u; n -= 256u, x += 256, w += 256) acc += dot8_avr(x, w, 0);
+    if (n) acc += dot8_avr(x, w, (uint8_t)n);
+#else
     for (; n; n--) acc += mul8(*x++, mct_cload_i8(w++));
+#endif
     return acc;
 }
 
-#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
-#define MCT_QDENSE_ROWS 2u
-/* v rotated right by 8 bits: bytes 1 and 3 where SXTB16 reads (it folds into SXTB16's rotation) */
-static MCT_INLINE uint32_t ror8(uint32_t v) { return (v >> 8) | (v << 24); }
-/* Cortex-M4/M7/M33: dot8 of x with two weight rows w0 and w1 at once (the loads and sign extensions of x shared),
- * four bytes per load, two 16 x 16 products per SMLAD. The integer sums are exact (bound at dot8), so they
- * equal the plain loop's and every other target's. */
-static void dot8x2(const int8_t *x, const uint8_t *w0, const uint8_t *w1, uint32_t n, int32_t *a) {
-    int32_t a0 = 0, a1 = 0;
-    for (; n >= 4u; n -= 4u, x += 4, w0 += 4, w1 += 4) {
-        uint32_t xv, v0, v1;
-        memcpy(&xv, x, 4);
-        memcpy(&v0, w0, 4);
-        memcpy(&v1, w1, 4);
-        int16x2_t x02 = __sxtb16(xv), x13 = __sxtb16(ror8(xv));
-        a0 = __smlad(x02, __sxtb16(v0), a0);
-        a0 = __smlad(x13, __sxtb16(ror8(v0)), a0);
-        a1 = __smlad(x02, __sxtb16(v1), a1);
-        a1 = __smlad(x13, __sxtb16(ror8(v1)), a1);
-    }
-    for (; n; n--, x++) {
-        a0 += *x * mct_cload_i8(w0++);
-        a1 += *x * mct_cload_i8(w1++);
-    }
-    a[0] = a0;
-    a[1] = a1;
-}
-#else
-#define MCT_QDENSE_ROWS 1u
 #endif
 
 /* round(a * mult / 2^shift), ties away from zero, for |a| < 2^31 and |mult| <= 2^31, saturated to +-2^30 (the
- * caller adds a zero point and clamps to int8, so that changes nothing). In 32-bit pieces: the 64-bit product
- * of the magnitudes from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves (on
- * AVR a 64-bit multiply or shift is a slow library call); exact, so every target gets the same integer. */
+ * caller adds a zero point and clamps to int8, so that changes nothing), on the magnitudes. On AVR in 32-bit
+ * pieces: the 64-bit product from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves
+ * (there a 64-bit multiply or shift is a slow library call); elsewhere in uint64. Both are exact, so every target
+ * gets the same integer. */
 static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     uint32_t n = shift < 1 ? 1u : (shift > 62 ? 62u : (uint32_t)shift);
     uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
@@ -179,41 +244,52 @@ static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     }
     if (over || r > 0x40000000u) r = 0x40000000u;
 #else
-    /* the same integer from one 32 x 32 -> 64 multiply (ma * mm + 2^(n - 1) <= 2^62 + 2^61 < 2^64) */
-    uint64_t p = ((uint64_t)ma * mm + ((uint64_t)1 << (n - 1u))) >> n;
-    r = p > 0x40000000u ? 0x40000000u : (uint32_t)p;
+    if (n > 32u) {
+        /* the usual case (multipliers below 1/2): the rounding term 2^(n - 1) only reaches the high word, and
+         * (ma * mm / 2^32 + 2^(n - 33)) / 2^(n - 32) <= (2^30 + 2^29) / 2 < 2^30 needs no saturation */
+        r = ((uint32_t)(((uint64_t)ma * mm) >> 32) + ((uint32_t)1 << (n - 33u))) >> (n - 32u);
+    } else {
+        /* the same integer from the whole 64-bit sum (ma * mm + 2^(n - 1) <= 2^62 + 2^61 < 2^64) */
+        uint64_t p = ((uint64_t)ma * mm + ((uint64_t)1 << (n - 1u))) >> n;
+        r = p > 0x40000000u ? 0x40000000u : (uint32_t)p;
+    }
 #endif
     return ((a < 0) != (mult < 0)) ? -(int32_t)r : (int32_t)r;
 }
 
-/* One output of QDENSE from its integer dot product xw: bias added (saturated to +-(2^31 - 1)), requantized,
- * zero point added, saturated to int8. */
-static int8_t qdense_out(const uint8_t *bias, const uint8_t *mult, const uint8_t *shift, int32_t zy, int32_t xw) {
+/* One output o of QDENSE (constants c, n_out O) from its integer dot product xw: bias added (saturated to
+ * +-(2^31 - 1)), requantized, zero point zy added, saturated to int8. */
+static MCT_INLINE int8_t qdense_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, int32_t xw) {
+    const uint8_t *bias = c + 8u + 4u * o;
     int32_t bo = mct_cload_i32(bias), a;
+#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+    a = __qadd(bo, xw);                          /* saturates to [-2^31, 2^31 - 1]: the same sum, and ... */
+    a += a == INT32_MIN;                         /* ... -2^31 becomes -(2^31 - 1) as below */
+#else
     if (xw >= 0) a = bo > INT32_MAX - xw ? INT32_MAX : (bo + xw < -INT32_MAX ? -INT32_MAX : bo + xw);
     else a = bo < -INT32_MAX - xw ? -INT32_MAX : bo + xw;
-    return sat8(requantize(a, mct_cload_i32(mult), mct_cload_i32(shift)) + zy);
+#endif
+    return sat8(requantize(a, mct_cload_i32(bias + 4u * O), mct_cload_i32(bias + 8u * O)) + zy);
 }
 
 void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     uint32_t I = L->n_in, O = L->n_out;
     size_t sx = 4u * (size_t)mct_i8_floats(I), sy = 4u * (size_t)mct_i8_floats(O);
     int32_t zy = zero_point(c + 4);   /* (zx at c is folded into the bias by the exporter: not read) */
-    const uint8_t *bias = c + 8, *mult = bias + 4u * O, *shift = mult + 4u * O, *w = shift + 4u * O;
+    const uint8_t *w = c + 8u + 12u * O;
     for (uint32_t s = 0; s < nb; s++) {
         const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
         int8_t *ys = (int8_t *)y + (size_t)s * sy;
-        uint32_t o = 0;
 #if MCT_QDENSE_ROWS > 1
-        for (; o + MCT_QDENSE_ROWS <= O; o += MCT_QDENSE_ROWS) {
+        for (uint32_t o = 0; o < O; o += MCT_QDENSE_ROWS) {
+            uint32_t r = O - o < MCT_QDENSE_ROWS ? O - o : MCT_QDENSE_ROWS;
             int32_t xw[MCT_QDENSE_ROWS];
-            dot8x2(xs, w + (size_t)o * I, w + (size_t)(o + 1u) * I, I, xw);
-            for (uint32_t k = 0; k < MCT_QDENSE_ROWS; k++)
-                ys[o + k] = qdense_out(bias + 4u * (o + k), mult + 4u * (o + k), shift + 4u * (o + k), zy, xw[k]);
+            dot8x4(xs, w + (size_t)o * I, I, r, xw);
+            for (uint32_t k = 0; k < r; k++) ys[o + k] = qdense_out(c, O, o + k, zy, xw[k]);
         }
+#else
+        for (uint32_t o = 0; o < O; o++) ys[o] = qdense_out(c, O, o, zy, dot8(xs, w + (size_t)o * I, I));
 #endif
-        for (; o < O; o++)
-            ys[o] = qdense_out(bias + 4u * o, mult + 4u * o, shift + 4u * o, zy, dot8(xs, w + (size_t)o * I, I));
     }
 }
 
