@@ -28,10 +28,13 @@ static MCT_INLINE int8_t sat8(int32_t v) {
 #endif
 }
 
-/* round(v) + zp saturated to int8, ties away from zero; NaN and -inf give -128, +inf 127. With one float
- * conversion, no float rounding step and no branch: t = trunc(2 v) (2 v is exact), and round(v) is
- * floor((t + 1) / 2) for t >= 0 and floor(t / 2) for t < 0 (as floor(|v| + 1/2) = floor((floor(2 |v|) + 1) / 2)),
- * the floor taken on t + 2049 - [t < 0] > 0 (|t| <= 1024) as an unsigned shift. */
+/* round(v) + zp saturated to int8, ties away from zero; NaN and -inf give -128, +inf 127. Where floats are in
+ * hardware, with one float conversion, no float rounding step and no branch: t = trunc(2 v) (2 v is exact), and
+ * round(v) is floor((t + 1) / 2) for t >= 0 and floor(t / 2) for t < 0 (as floor(|v| + 1/2) =
+ * floor((floor(2 |v|) + 1) / 2)), the floor taken on t + 2049 - [t < 0] > 0 (|t| <= 1024) as an unsigned shift.
+ * With soft floats (AVR, Cortex-M0/M3, rv32imc) the same integer from v's bits, with integer operations only:
+ * for 1/2 <= |v| < 512, |v| = m 2^(e - 150) with m the 24-bit significand, so floor(2 |v|) = m >> (149 - e). */
+#if defined(__SSE__) || defined(__ARM_FP) || defined(__aarch64__) || defined(__riscv_flen)
 static MCT_INLINE int8_t quant1(float v, int32_t zp) {
     v = v > -512.0f ? v : -512.0f;          /* also NaN */
     v = v < 512.0f ? v : 512.0f;
@@ -39,6 +42,29 @@ static MCT_INLINE int8_t quant1(float v, int32_t zp) {
     uint32_t u = (uint32_t)(t + 2049) - ((uint32_t)t >> 31);
     return sat8((int32_t)(u >> 1) - 1024 + zp);
 }
+#else
+static int8_t quant1(float v, int32_t zp) {
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    uint32_t mag = b & 0x7FFFFFFFu;
+    int16_t r;
+    if (mag > 0x7F800000u) return sat8(-512 + zp);      /* NaN */
+    if (mag >= 0x44000000u) {                           /* |v| >= 512, inf included */
+        r = 512;
+    } else if (mag < 0x3F000000u) {                     /* |v| < 1/2 */
+        r = 0;
+    } else {                                            /* 126 <= e <= 135: shifts of 8, then 6 to 15 */
+        uint16_t t = (uint16_t)(((mag & 0x7FFFFFu) | 0x800000u) >> 8), hi = (uint16_t)(mag >> 16);
+        uint8_t k = (uint8_t)(141u - (uint8_t)(hi >> 7));
+        if (k >= 8u) {
+            t >>= 8;
+            k = (uint8_t)(k - 8u);
+        }
+        r = (int16_t)((uint16_t)((t >> k) + 1u) >> 1);
+    }
+    return sat8((int32_t)((b >> 31) ? -r : r) + zp);
+}
+#endif
 
 int mct_quantize_check(const mct_layer *L) { return L->n_in == L->n_out; }
 
@@ -169,39 +195,53 @@ static MCT_INLINE int16_t mul8(int8_t a, int8_t b) {
 __attribute__((noinline))
 #endif
 #if defined(__AVR__) && defined(__AVR_HAVE_MUL__) && defined(__AVR_HAVE_LPMX__)
-/* AVR: dot8 over k = 1 to 256 values (k = 256 passed as 0), 14 cycles a value: x read with ld X+, w from flash
- * with lpm Z+, one muls each. Each product p (-16256 <= p <= 16384) is added as p + 2^15 (its sign bit flipped:
- * 16 bits unsigned, below 49153) into a 24-bit unsigned sum, at most 256 * 49152 < 2^24, so nothing wraps; the
- * k * 2^15 is taken off at the end. The same integer as the plain loop (mul8), which is the reference. */
+/* One product into the sum (AVR dot8_avr): x with ld X+, w from flash with lpm Z+, muls, the product's sign bit
+ * flipped, added to the 24-bit sum. */
+#define MCT_DOT8_STEP                                                                                          \
+    "ld %[a], %a[x]+\n\t"                                                                                      \
+    "lpm %[b], %a[w]+\n\t"                                                                                     \
+    "muls %[a], %[b]\n\t"                                                                                      \
+    "eor r1, %[flip]\n\t"                                                                                      \
+    "add %A[acc], r0\n\t"                                                                                      \
+    "adc %B[acc], r1\n\t"                                                                                      \
+    "adc %C[acc], %[zero]\n\t"
+/* AVR: dot8 over k = 1 to 255 values, 12.5 cycles a value (two per loop pass). Each product p (-16256 <= p <=
+ * 16384) is added as p + 2^15 (its sign bit flipped: 16 bits unsigned) into a 24-bit sum that starts at
+ * 2^24 - k 2^15, so modulo 2^24 it ends at sum p, which lies in (-2^22, 2^22): sign-extended from 24 bits, it is
+ * the same integer as the plain loop's (mul8), which is the reference. */
 static int32_t dot8_avr(const int8_t *x, const uint8_t *w, uint8_t k) {
-    uint32_t acc = 0;
+    /* 2^24 - k 2^15 = (512 - k) 2^15: byte 2 = (512 - k) / 2 = 128 + (256 - k) / 2, byte 1 = (k & 1) 2^7 */
+    uint32_t acc = ((uint32_t)(uint8_t)(((uint8_t)(0u - k) >> 1) | 0x80u) << 16) | (k & 1u ? 0x8000u : 0u);
     uint8_t n = k, a, b, flip, zero;
     __asm__ volatile(
         "ldi %[flip], 0x80\n\t"
-        "clr %[zero]\n"
+        "clr %[zero]\n\t"
+        "sbrs %[n], 0\n\t"
+        "rjmp 2f\n\t"
+        MCT_DOT8_STEP
+        "2:\n\t"
+        "lsr %[n]\n\t"
+        "breq 3f\n"
         "1:\n\t"
-        "ld %[a], %a[x]+\n\t"
-        "lpm %[b], %a[w]+\n\t"
-        "muls %[a], %[b]\n\t"
-        "eor r1, %[flip]\n\t"
-        "add %A[acc], r0\n\t"
-        "adc %B[acc], r1\n\t"
-        "adc %C[acc], %[zero]\n\t"
+        MCT_DOT8_STEP
+        MCT_DOT8_STEP
         "dec %[n]\n\t"
-        "brne 1b\n\t"
+        "brne 1b\n"
+        "3:\n\t"
         "clr __zero_reg__"
         : [acc] "+r"(acc), [x] "+x"(x), [w] "+z"(w), [n] "+r"(n), [a] "=&d"(a), [b] "=&d"(b), [flip] "=&d"(flip),
           [zero] "=&r"(zero)
         :
         : "memory");
-    return (int32_t)acc - (int32_t)(k ? k : 256u) * 32768;
+    return (int32_t)((acc & 0xFFFFFFu) ^ 0x800000u) - 0x800000;   /* the sum's 24 bits, sign-extended */
 }
+#undef MCT_DOT8_STEP
 #endif
 
 static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n) {
     int32_t acc = 0;
 #if defined(__AVR__) && defined(__AVR_HAVE_MUL__) && defined(__AVR_HAVE_LPMX__)
-    for (; n > 256u; n -= 256u, x += 256, w += 256) acc += dot8_avr(x, w, 0);
+    for (; n > 255u; n -= 255u, x += 255, w += 255) acc += dot8_avr(x, w, 255u);
     if (n) acc += dot8_avr(x, w, (uint8_t)n);
 #else
     for (; n; n--) acc += mul8(*x++, mct_cload_i8(w++));
@@ -209,6 +249,48 @@ static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n) {
     return acc;
 }
 
+#endif
+
+#if defined(__AVR__)
+/* a * b of two uint16 as a uint32: four 8 x 8 mul (the compiler calls a 32 x 32 library multiply for it). */
+static MCT_INLINE uint32_t mul16u(uint16_t a, uint16_t b) {
+#if defined(__AVR_HAVE_MUL__)
+    uint32_t r;
+    uint8_t z;
+    __asm__("clr %[z]\n\t"
+            "mul %A[a], %A[b]\n\t"
+            "movw %A[r], r0\n\t"
+            "mul %B[a], %B[b]\n\t"
+            "movw %C[r], r0\n\t"
+            "mul %A[a], %B[b]\n\t"
+            "add %B[r], r0\n\t"
+            "adc %C[r], r1\n\t"
+            "adc %D[r], %[z]\n\t"
+            "mul %B[a], %A[b]\n\t"
+            "add %B[r], r0\n\t"
+            "adc %C[r], r1\n\t"
+            "adc %D[r], %[z]\n\t"
+            "clr __zero_reg__"
+            : [r] "=&r"(r), [z] "=&r"(z)
+            : [a] "r"(a), [b] "r"(b));
+    return r;
+#else
+    return (uint32_t)a * b;
+#endif
+}
+
+/* v >> k for k < 32, whole bytes first (AVR shifts one bit per instruction, in a loop for a variable count). */
+static uint32_t shr32(uint32_t v, uint8_t k) {
+    if (k >= 16u) {
+        v >>= 16;
+        k = (uint8_t)(k - 16u);
+    }
+    if (k >= 8u) {
+        v >>= 8;
+        k = (uint8_t)(k - 8u);
+    }
+    return v >> k;
+}
 #endif
 
 /* round(a * mult / 2^shift), ties away from zero, for |a| < 2^31 and |mult| <= 2^31, saturated to +-2^30 (the
@@ -222,11 +304,15 @@ static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     uint32_t r;
 #if defined(__AVR__)
     uint16_t a0 = (uint16_t)ma, a1 = (uint16_t)(ma >> 16), b0 = (uint16_t)mm, b1 = (uint16_t)(mm >> 16);
-    uint32_t lo = (uint32_t)a0 * b0, m1 = (uint32_t)a0 * b1, m2 = (uint32_t)a1 * b0, hi = (uint32_t)a1 * b1;
+    uint32_t lo = mul16u(a0, b0), m1 = mul16u(a0, b1), m2 = mul16u(a1, b0), hi = mul16u(a1, b1);
     uint32_t t = lo + (m1 << 16);
     hi += (m1 >> 16) + (m2 >> 16) + (t < lo);
     lo = t + (m2 << 16);
     hi += lo < t;                                    /* hi:lo = ma * mm <= 2^62 */
+    if (n > 32u) {   /* the usual case: as below off AVR, floor((hi + 2^(k - 1)) / 2^k) = (hi / 2^(k - 1) + 1) / 2 */
+        r = (shr32(hi, (uint8_t)(n - 33u)) + 1u) >> 1;
+        return ((a < 0) != (mult < 0)) ? -(int32_t)r : (int32_t)r;
+    }
     if (n <= 32u) {                                  /* + 2^(n - 1): no carry out of hi (the sum is < 2^63) */
         t = lo + ((uint32_t)1 << (n - 1u));
         hi += t < lo;
@@ -259,7 +345,12 @@ static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
 
 /* One output o of QDENSE (constants c, n_out O) from its integer dot product xw: bias added (saturated to
  * +-(2^31 - 1)), requantized, zero point zy added, saturated to int8. */
-static MCT_INLINE int8_t qdense_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, int32_t xw) {
+#if defined(__AVR__)
+__attribute__((noinline))   /* its own registers: inlined, its 32-bit values spill to the stack */
+#else
+MCT_INLINE
+#endif
+static int8_t qdense_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, int32_t xw) {
     const uint8_t *bias = c + 8u + 4u * o;
     int32_t bo = mct_cload_i32(bias), a;
 #if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
