@@ -124,7 +124,6 @@ void mct_dequantize_forward(const mct_layer *L, const uint8_t *c, const float *x
 /* QDENSE's dot products: sums of x[i] * w[i] (w in const memory) over n <= 65535 values; |x[i] w[i]| <= 2^14, so
  * |sum| < 2^30, exact in int32 on every target, whatever the order. */
 #if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
-#define MCT_QDENSE_ROWS 4u
 /* The int8 values 1 and 3 of v sign-extended into two int16 halves (SXTB16 with its rotation, one instruction). */
 static MCT_INLINE int16x2_t sxtb16_hi(uint32_t v) {
     int16x2_t r;
@@ -132,14 +131,12 @@ static MCT_INLINE int16x2_t sxtb16_hi(uint32_t v) {
     return r;
 }
 
-/* Cortex-M4/M7/M33: dot8 of x with `rows` (1 to 4) consecutive weight rows of n values at w at once (the loads
- * and sign extensions of x shared; a missing row repeats the last one, its sums unused), four bytes per load,
- * two 16 x 16 products per SMLAD, into a[0..3]. The integer sums are exact (bound above), so they equal the
- * plain loop's and every other target's. */
-__attribute__((noinline)) static void dot8x4(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t rows,
-                                             int32_t *a) {
-    const uint8_t *w0 = w, *w1 = rows > 1u ? w0 + n : w0, *w2 = rows > 2u ? w1 + n : w1;
-    const uint8_t *w3 = rows > 3u ? w2 + n : w2;
+/* Cortex-M4/M7/M33: the loads and sign extensions of x shared by the four rows (a missing row repeats the last
+ * one, its sums unused), four bytes per load, two 16 x 16 products per SMLAD. The integer sums are exact (bound
+ * above), so they equal the plain loop's and every other target's. */
+void mct_dot8_rows(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t stride, uint32_t rows, int32_t *acc) {
+    const uint8_t *w0 = w, *w1 = rows > 1u ? w0 + stride : w0, *w2 = rows > 2u ? w1 + stride : w1;
+    const uint8_t *w3 = rows > 3u ? w2 + stride : w2;
     const int8_t *end = x + (n & ~3u);
     int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     while (x != end) {
@@ -170,13 +167,12 @@ __attribute__((noinline)) static void dot8x4(const int8_t *x, const uint8_t *w, 
         a2 += *x * mct_cload_i8(w2++);
         a3 += *x * mct_cload_i8(w3++);
     }
-    a[0] = a0;
-    a[1] = a1;
-    a[2] = a2;
-    a[3] = a3;
+    acc[0] = a0;
+    if (rows > 1u) acc[1] = a1;
+    if (rows > 2u) acc[2] = a2;
+    if (rows > 3u) acc[3] = a3;
 }
 #else
-#define MCT_QDENSE_ROWS 1u
 /* a * b of two int8 as a 16-bit product: one 8 x 8 multiply (AVR's muls, which a compiler would widen to a
  * 16 x 16 -> 32 call inside a 32-bit sum). */
 static MCT_INLINE int16_t mul8(int8_t a, int8_t b) {
@@ -249,6 +245,12 @@ static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n) {
     return acc;
 }
 
+#endif
+
+#if !(defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB))
+void mct_dot8_rows(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t stride, uint32_t rows, int32_t *acc) {
+    for (uint32_t k = 0; k < rows; k++) acc[k] = dot8(x, w + (size_t)k * stride, n);
+}
 #endif
 
 #if defined(__AVR__)
@@ -371,16 +373,12 @@ void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, fl
     for (uint32_t s = 0; s < nb; s++) {
         const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
         int8_t *ys = (int8_t *)y + (size_t)s * sy;
-#if MCT_QDENSE_ROWS > 1
-        for (uint32_t o = 0; o < O; o += MCT_QDENSE_ROWS) {
-            uint32_t r = O - o < MCT_QDENSE_ROWS ? O - o : MCT_QDENSE_ROWS;
-            int32_t xw[MCT_QDENSE_ROWS];
-            dot8x4(xs, w + (size_t)o * I, I, r, xw);
+        for (uint32_t o = 0; o < O; o += MCT_DOT8_ROWS) {
+            uint32_t r = O - o < MCT_DOT8_ROWS ? O - o : MCT_DOT8_ROWS;
+            int32_t xw[MCT_DOT8_ROWS];
+            mct_dot8_rows(xs, w + (size_t)o * I, I, I, r, xw);
             for (uint32_t k = 0; k < r; k++) ys[o + k] = qdense_out(c, O, o + k, zy, xw[k]);
         }
-#else
-        for (uint32_t o = 0; o < O; o++) ys[o] = qdense_out(c, O, o, zy, dot8(xs, w + (size_t)o * I, I));
-#endif
     }
 }
 

@@ -168,10 +168,11 @@ static inline uint32_t mct_i8_floats(uint32_t n) { return (n + 3u) / 4u; }
 /* Where a layer's parameters live (mct_layer.storage). Only frozen Dense/Linear layers may live in
  * the const blob (net->cdata, flash on a device), at byte offset p_off:
  *   MCT_STORE_F32: W f32 [n_in][n_out], then b f32 [n_out] for Linear.
- *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_in][n_out]. Each
- *                  sample's input is quantized once, symmetric: m = max |x|, q[i] = round(x[i] * (127 / m))
+ *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_out][n_in] (row o =
+ *                  output o's weights, as QDENSE's). Each sample's input is quantized once, symmetric:
+ *                  m = max |x|, q[i] = round(x[i] * (127 / m))
  *                  (ties to even, in [-127, 127]; q = 0 when m <= 1e-30), then in integers and one float
- *                  step per output: y[o] = (float)(sum_i q[i] * W[i][o]) * ((m / 127) * scale[o]) (+ b[o]);
+ *                  step per output: y[o] = (float)(sum_i q[i] * W[o][i]) * ((m / 127) * scale[o]) (+ b[o]);
  *                  a sample with an inf or NaN input gives NaN outputs.
  *   MCT_STORE_Q:   the constants of a full-integer op (MCT_OP_QUANT ... MCT_OP_QLUT, layouts there);
  *                  those ops always have this storage. */
