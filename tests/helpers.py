@@ -208,3 +208,27 @@ def with_extreme_qdense_constants(m: Any) -> Any:
         mult[4], shift[4] = 12345, 20
         blob[base : base + 12 * n] = c.astype("<i4").tobytes()
     return replace(m, program=replace(m.program, cdata=bytes(blob)))
+
+
+def quant_tie_inputs(m: Any) -> np.ndarray:
+    """Inputs for an int8-full DeviceModel whose product with its first QUANT's inv_scale is exactly a tie k + 1/2
+    (k from -140 to 139, so past the int8 range too), with the floats just above and below each, as rows of the
+    network's input width: QUANT's rounding at and next to every tie, on the device."""
+    from mcutrain.corefacts import Op
+
+    d = next(d for d in m.program.layers if d.op == Op.QUANT)
+    inv = np.frombuffer(bytes(m.program.cdata), "<f4", count=1, offset=d.p_off)[0]
+    vals: List[np.float32] = []
+    for k in range(-140, 140):
+        tie = np.float32(k + 0.5)
+        x = np.float32(tie / inv)
+        for _ in range(8):  # a few ulps around the quotient: the first whose f32 product is the tie
+            if np.float32(x * inv) == tie:
+                vals += [x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(-np.inf))]
+                break
+            x = np.nextafter(x, np.float32(np.inf) if np.float32(x * inv) < tie else np.float32(-np.inf))
+    assert len(vals) >= 300, "too few exact ties found"
+    n = m.program.n_in
+    out = np.zeros(-(-len(vals) // n) * n, np.float32)
+    out[: len(vals)] = vals
+    return out.reshape(-1, n)

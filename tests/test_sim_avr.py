@@ -32,6 +32,7 @@ from helpers import (
     int8_full_net,
     onehot_samples,
     own_pio_env,
+    quant_tie_inputs,
     readme_net,
     train_lockstep,
     with_extreme_qdense_constants,
@@ -449,6 +450,7 @@ def test_int8_full_predicts_the_host_output(tmp_path: Path) -> None:
     cal, x = int8_full_inputs(seed=4)
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)))
     r = export_project(ck, "uno", tmp_path / "p", quant="int8-full", trainable="none", calibration=cal, sim=True)
+    x = np.concatenate([x, quant_tie_inputs(r.model)])
     extreme = with_extreme_qdense_constants(r.model)
     out = tmp_path / "extreme"
     files = {"src/model.h": model_h(extreme), "src/model.c": model_c(extreme)}

@@ -26,6 +26,7 @@ from helpers import (
     int8_full_inputs,
     int8_full_net,
     onehot_samples,
+    quant_tie_inputs,
     readme_net,
     train_lockstep,
     with_extreme_qdense_constants,
@@ -163,6 +164,7 @@ def test_int8_full_export_predicts_the_host_output(board: str, tmp_path: Path) -
         trainable="none",
         calibration=cal,
     )
+    x = np.concatenate([x, quant_tie_inputs(r.model)])
     extreme = with_extreme_qdense_constants(r.model)
     out = tmp_path / "extreme"
     write_project(

@@ -295,6 +295,18 @@ static uint32_t shr32(uint32_t v, uint8_t k) {
 }
 #endif
 
+#if !defined(__AVR__)
+/* requantize's magnitude for shifts n <= 32, from the whole 64-bit sum (ma * mm + 2^(n - 1) <= 2^62 + 2^61 <
+ * 2^64), saturated to 2^30; a function of its own, out of the way of the usual case's registers. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static uint32_t requantize_low(uint32_t ma, uint32_t mm, uint32_t n) {
+    uint64_t p = ((uint64_t)ma * mm + ((uint64_t)1 << (n - 1u))) >> n;
+    return p > 0x40000000u ? 0x40000000u : (uint32_t)p;
+}
+#endif
+
 /* round(a * mult / 2^shift), ties away from zero, for |a| < 2^31 and |mult| <= 2^31, saturated to +-2^30 (the
  * caller adds a zero point and clamps to int8, so that changes nothing), on the magnitudes. On AVR in 32-bit
  * pieces: the 64-bit product from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves
@@ -333,13 +345,12 @@ static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     if (over || r > 0x40000000u) r = 0x40000000u;
 #else
     if (n > 32u) {
-        /* the usual case (multipliers below 1/2): the rounding term 2^(n - 1) only reaches the high word, and
-         * (ma * mm / 2^32 + 2^(n - 33)) / 2^(n - 32) <= (2^30 + 2^29) / 2 < 2^30 needs no saturation */
-        r = ((uint32_t)(((uint64_t)ma * mm) >> 32) + ((uint32_t)1 << (n - 33u))) >> (n - 32u);
+        /* the usual case (multipliers below 1/2): the rounding term 2^(n - 1) only reaches the high word h, and
+         * floor((h + 2^(k - 1)) / 2^k) = (h / 2^(k - 1) + 1) / 2 for k = n - 32 >= 1, at most (2^30 + 1) / 2:
+         * no saturation */
+        r = (((uint32_t)(((uint64_t)ma * mm) >> 32) >> (n - 33u)) + 1u) >> 1;
     } else {
-        /* the same integer from the whole 64-bit sum (ma * mm + 2^(n - 1) <= 2^62 + 2^61 < 2^64) */
-        uint64_t p = ((uint64_t)ma * mm + ((uint64_t)1 << (n - 1u))) >> n;
-        r = p > 0x40000000u ? 0x40000000u : (uint32_t)p;
+        r = requantize_low(ma, mm, n);
     }
 #endif
     return ((a < 0) != (mult < 0)) ? -(int32_t)r : (int32_t)r;
