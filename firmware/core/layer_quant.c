@@ -384,12 +384,16 @@ void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, fl
     for (uint32_t s = 0; s < nb; s++) {
         const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
         int8_t *ys = (int8_t *)y + (size_t)s * sy;
+#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
         for (uint32_t o = 0; o < O; o += MCT_DOT8_ROWS) {
             uint32_t r = O - o < MCT_DOT8_ROWS ? O - o : MCT_DOT8_ROWS;
             int32_t xw[MCT_DOT8_ROWS];
             mct_dot8_rows(xs, w + (size_t)o * I, I, I, r, xw);
             for (uint32_t k = 0; k < r; k++) ys[o + k] = qdense_out(c, O, o + k, zy, xw[k]);
         }
+#else   /* one row at a time: nothing is shared between rows there */
+        for (uint32_t o = 0; o < O; o++) ys[o] = qdense_out(c, O, o, zy, dot8(xs, w + (size_t)o * I, I));
+#endif
     }
 }
 
