@@ -116,7 +116,7 @@ def const_blob_entry(d: LayerDesc, w: np.ndarray, b: Optional[np.ndarray], quant
     if quant in ("int8", "int8-full"):
         q, scale = quantize_weights(w, d.n_in, d.n_out)
         parts = [scale.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
-        blob = b"".join(parts) + q.tobytes()
+        blob = b"".join(parts) + np.ascontiguousarray(q.T).tobytes()  # W int8 [n_out][n_in]
         return pad4(blob), int(Storage.I8)
     parts = [w.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
     return b"".join(parts), int(Storage.F32)

@@ -12,7 +12,8 @@ Modes (`build_device_model(quant=...)`):
     run gets its scale and zero point from the min/max (widened to include 0) that the f32 network
     reaches on the user's calibration inputs;
   * weights are symmetric int8 per output channel (the same scheme as 'int8'), the bias is int32 at
-    scale sx * sw[o], and the output is requantized with a fixed-point multiplier and shift per channel;
+    scale sx * sw[o] with the input's zero point folded in (so the device sums plain products), and the
+    output is requantized with a fixed-point multiplier and shift per channel;
   * each activation becomes a 256-entry table T[q] = Q_out(act(D_in(q))), where D_in is the device's
     DEQUANT, act is the C core's own f32 activation (run through the core) and Q_out the device's QUANT,
     so the table is exactly what the device would compute in float from the dequantized input.
@@ -152,7 +153,7 @@ class QDenseConsts:
 
     zx: int
     zy: int
-    bias: np.ndarray  # int64 [n_out], within int32
+    bias: np.ndarray  # int64 [n_out], within int32; includes -zx * sum_i w[o][i]
     mult: np.ndarray  # int64 [n_out]
     shift: np.ndarray  # int64 [n_out]
     w: np.ndarray  # int8 [n_out][n_in]
@@ -171,14 +172,19 @@ class QDenseConsts:
 def qdense_consts(
     w: np.ndarray, b: Optional[np.ndarray], n_in: int, n_out: int, qin: QParams, qout: QParams
 ) -> QDenseConsts:
-    """Integer form of y = x W (+ b) between the input quantization qin and the output quantization qout."""
+    """Integer form of y = x W (+ b) between the input quantization qin and the output quantization qout (the input
+    zero point folded into the bias, see MCT_OP_QDENSE)."""
     q, sw = quantize_weights(w, n_in, n_out)
     sx, sy = float(qin.scale), float(qout.scale)
     acc_scale = sx * sw.astype(np.float64)
-    bias = np.zeros(n_out, np.int64)
+    bias = np.zeros(n_out, np.float64)
     if b is not None:
         bias = np.rint(np.asarray(b, np.float64) / acc_scale)
-        bias = np.clip(bias, -INT32_MAX, INT32_MAX).astype(np.int64)
+    # sum_i (x[i] - zx) W[o][i] = sum_i x[i] W[o][i] - zx sum_i W[o][i]: the second term goes into the bias, so
+    # the device sums plain products. It is an integer below 2^30 in magnitude, exact in float64 next to any
+    # bias below 2^53; a larger bias saturates either way.
+    bias = bias - float(qin.zero_point) * q.astype(np.float64).sum(axis=0)
+    bias = np.clip(bias, -INT32_MAX, INT32_MAX).astype(np.int64)
     ms = [requant_multiplier(float(a) / sy) for a in acc_scale]
     return QDenseConsts(
         qin.zero_point,

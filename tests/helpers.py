@@ -161,3 +161,74 @@ def load_bench(name: str) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+# ---------------------------------------------------------------- int8-full on the devices
+
+
+def int8_full_net() -> Sequential:
+    """13 -> 7 (ReLU) -> 6 (tanh) -> 5: widths that leave remainders in every device kernel of the full-integer
+    ops (4-byte loads, four QDENSE rows at a time)."""
+    return Sequential(L.Linear(13, 7), L.Relu(), L.Linear(7, 6), L.Tanh(), L.Linear(6, 5)).rand_params(seed=9)
+
+
+def int8_full_inputs(seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(calibration inputs, probe inputs) for int8_full_net: the probes also go 4x beyond the calibrated range
+    (saturated codes) and include an all-zero sample."""
+    rng = np.random.default_rng(seed)
+    cal = rng.standard_normal((200, 13)).astype(np.float32)
+    probe = rng.standard_normal((8, 13)).astype(np.float32)
+    probe[1] *= np.float32(4.0)
+    probe[2] = 0.0
+    return cal, probe
+
+
+def with_extreme_qdense_constants(m: Any) -> Any:
+    """A copy of an int8-full DeviceModel whose QDENSE constants (MCT_OP_QDENSE in mct.h) reach the limits the
+    kernels of every target must handle alike, on outputs 0-4 of each QDENSE: biases 2^31 - 1 and -2^31, a
+    negative multiplier, a multiplier of -2^31, shifts 0 (clamped to 1), 20, 32, 33 and 63 (clamped to 62); the
+    other outputs keep the exporter's constants."""
+    from dataclasses import replace
+
+    from mcutrain.corefacts import Op
+
+    blob = bytearray(m.program.cdata)
+    for d in m.program.layers:
+        if d.op != Op.QDENSE:
+            continue
+        n = d.n_out
+        assert n >= 5, "the extreme constants take five outputs"
+        base = d.p_off + 8
+        c = np.frombuffer(bytes(blob[base : base + 12 * n]), "<i4").astype(np.int64).reshape(3, n)
+        bias, mult, shift = c
+        bias[0], mult[0], shift[0] = 2**31 - 1, mult[0], 33
+        bias[1], mult[1], shift[1] = -(2**31), -mult[1], 63
+        mult[2], shift[2] = -(2**31), 0
+        mult[3], shift[3] = 1 << 20, 32
+        mult[4], shift[4] = 12345, 20
+        blob[base : base + 12 * n] = c.astype("<i4").tobytes()
+    return replace(m, program=replace(m.program, cdata=bytes(blob)))
+
+
+def quant_tie_inputs(m: Any) -> np.ndarray:
+    """Inputs for an int8-full DeviceModel whose product with its first QUANT's inv_scale is exactly a tie k + 1/2
+    (k from -140 to 139, so past the int8 range too), with the floats just above and below each, as rows of the
+    network's input width: QUANT's rounding at and next to every tie, on the device."""
+    from mcutrain.corefacts import Op
+
+    d = next(d for d in m.program.layers if d.op == Op.QUANT)
+    inv = np.frombuffer(bytes(m.program.cdata), "<f4", count=1, offset=d.p_off)[0]
+    vals: List[np.float32] = []
+    for k in range(-140, 140):
+        tie = np.float32(k + 0.5)
+        x = np.float32(tie / inv)
+        for _ in range(8):  # a few ulps around the quotient: the first whose f32 product is the tie
+            if np.float32(x * inv) == tie:
+                vals += [x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(-np.inf))]
+                break
+            x = np.nextafter(x, np.float32(np.inf) if np.float32(x * inv) < tie else np.float32(-np.inf))
+    assert len(vals) >= 300, "too few exact ties found"
+    n = m.program.n_in
+    out = np.zeros(-(-len(vals) // n) * n, np.float32)
+    out[: len(vals)] = vals
+    return out.reshape(-1, n)

@@ -102,14 +102,15 @@ def quant_ref(x: np.ndarray, inv_scale: float, zp: int) -> np.ndarray:
 
 
 def qdense_ref(xq: np.ndarray, c: QDenseConsts) -> np.ndarray:
-    """QDENSE re-derived with Python integers: acc = bias + sum (x - zx) w, saturated to 31 bits, then
-    round(acc * mult / 2^shift) half away from zero (shift clamped to [1, 62]), + zy, saturated."""
+    """QDENSE re-derived with Python integers: acc = bias + sum x w (the input zero point is in the bias, zx is not
+    read), saturated to 31 bits, then round(acc * mult / 2^shift) half away from zero (shift clamped to [1, 62]),
+    + zy, saturated."""
     nb, n_in = xq.shape
     n_out = c.w.shape[0]
-    zx, zy = min(127, max(-128, c.zx)), min(127, max(-128, c.zy))
+    zy = min(127, max(-128, c.zy))
     out = np.zeros((nb, n_out), np.int64)
     for s in range(nb):
-        d = [int(v) - zx for v in xq[s]]
+        d = [int(v) for v in xq[s]]
         for o in range(n_out):
             acc = int(c.bias[o]) + sum(d[i] * int(c.w[o, i]) for i in range(n_in))
             acc = max(-INT32_MAX, min(INT32_MAX, acc))
@@ -235,6 +236,26 @@ def test_quant_and_dequant_match_rederivation() -> None:
         want = (q - qp.zero_point).astype(np.float32) * np.float32(qp.scale)
         assert np.array_equal(y[0], want)
         assert np.array_equal(qp.quantize(x), q)
+
+
+def test_quant_rounds_one_ulp_around_every_tie() -> None:
+    """QUANT with inv_scale 1 (the product is the input, exactly) on every tie k + 1/2 of the int8 range and
+    beyond, and on the floats just below and above each (0.49999997 must give 0, not 1): the core equals the
+    float64 rounding half away from zero, and so does the host's copy."""
+    qp = QParams(1.0, 0)
+    halves = np.arange(-300, 300, dtype=np.float32) + np.float32(0.5)
+    x = np.concatenate(
+        [halves, np.nextafter(halves, np.float32(np.inf)), np.nextafter(halves, np.float32(-np.inf))]
+    ).astype(np.float32)
+    x = np.concatenate([x, np.float32([511.5, -511.5, 512.5, -512.5, 1023.9, -1023.9, 0.0, -0.0])])
+    n = x.shape[0]
+    prog = q_program([(Op.QUANT, n, n, quant_blob(qp)), (Op.DEQUANT, n, n, dequant_blob(qp))])
+    _, arena = run(prog, x[None, :])
+    q = quant_ref(x, 1.0, 0)
+    assert np.array_equal(arena_i8(arena, prog.layers[0], 1)[0], q)
+    assert np.array_equal(qp.quantize(x), q)
+    small = np.abs(x) < 100
+    assert set(np.unique(q[small] - np.trunc(x[small]))) == {-1, 0, 1}  # both directions of rounding occur
 
 
 def random_qdense(rng: np.random.Generator, n_in: int, n_out: int) -> QDenseConsts:

@@ -25,7 +25,18 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, own_pio_env, readme_net, train_lockstep
+from helpers import (
+    assert_device_equals_twin,
+    assert_same_bits,
+    int8_full_inputs,
+    int8_full_net,
+    onehot_samples,
+    own_pio_env,
+    quant_tie_inputs,
+    readme_net,
+    train_lockstep,
+    with_extreme_qdense_constants,
+)
 from mcutrain import Checkpoint, Sequential, TrainParams
 from mcutrain import layers as L
 from mcutrain.exporter import pio, sim
@@ -428,6 +439,28 @@ def test_missing_tools_name_the_packages(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SimError, match=r"avr-gcc.*not found.*apt-get install .*gcc-avr avr-libc"):
         sim.start(r.path, UNO, build=False)
+
+
+def test_int8_full_predicts_the_host_output(tmp_path: Path) -> None:
+    """Full-integer int8 on the ATmega328P (the ld/lpm/muls dot product, requantization in 32-bit pieces, QUANT
+    in soft float) equals the host's C core bit for bit: with the exporter's constants and with QDENSE
+    constants at their limits (saturating biases, negative and -2^31 multipliers, shifts outside [1, 62] and on
+    both sides of 32)."""
+    net = int8_full_net()
+    cal, x = int8_full_inputs(seed=4)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)))
+    r = export_project(ck, "uno", tmp_path / "p", quant="int8-full", trainable="none", calibration=cal, sim=True)
+    x = np.concatenate([x, quant_tie_inputs(r.model)])
+    extreme = with_extreme_qdense_constants(r.model)
+    out = tmp_path / "extreme"
+    files = {"src/model.h": model_h(extreme), "src/model.c": model_c(extreme)}
+    write_project(out, UNO, files, "extreme QDENSE constants", extreme.build_flags())
+    for path, m in [(r.path, r.model), (out, extreme)]:
+        want = DeviceTwin(m).predict(x)
+        with sim.start(path, UNO, store=path / "eeprom.bin") as s:
+            assert s.device.info().hash == m.hash().hex()
+            assert_same_bits(s.device.predict(x), want, f"int8-full PREDICT ({path.name})")
+    assert not np.array_equal(DeviceTwin(extreme).predict(x), DeviceTwin(r.model).predict(x))
 
 
 def test_avr_float_operations_match_the_host(tmp_path: Path) -> None:

@@ -20,13 +20,25 @@ import numpy as np
 import pytest
 from layer_table import mixed_layers
 
-from helpers import assert_device_equals_twin, assert_same_bits, onehot_samples, readme_net, train_lockstep
+from helpers import (
+    assert_device_equals_twin,
+    assert_same_bits,
+    int8_full_inputs,
+    int8_full_net,
+    onehot_samples,
+    quant_tie_inputs,
+    readme_net,
+    train_lockstep,
+    with_extreme_qdense_constants,
+)
 from mcutrain import Checkpoint, Sequential, TrainParams, losses
 from mcutrain import layers as L
 from mcutrain.exporter import pio, sim
 from mcutrain.exporter.boards import get_board
+from mcutrain.exporter.cgen import model_c, model_h
 from mcutrain.exporter.export import ExportResult, export_project
 from mcutrain.exporter.memplan import MemoryPlanError
+from mcutrain.exporter.project import write_project
 from mcutrain.exporter.sim import SimError
 from mcutrain.exporter.sim_qemu import elf_sizes, set_env_option
 from mcutrain.exporter.twin import DeviceTwin
@@ -132,6 +144,44 @@ def test_int8_export_predicts_the_host_quantized_output(board: str, tmp_path: Pa
         train_lockstep(s.device, twin, xs, ts)
         assert_device_equals_twin(s.device, twin)
         assert_same_bits(s.device.predict(x), twin.predict(x), "int8 PREDICT after training the last layer")
+
+
+@pytest.mark.parametrize("board", CORE_BOARDS)
+def test_int8_full_export_predicts_the_host_output(board: str, tmp_path: Path) -> None:
+    """Full-integer int8 (QUANT, QDENSE, QLUT, DEQUANT) on every core equals the host's C core bit for bit: with
+    the exporter's constants, and with QDENSE constants at their limits (saturating biases, negative and -2^31
+    multipliers, shifts outside [1, 62] and on both sides of 32), which the cores requantize by different code
+    (Cortex-M's SMLAD rows and 64-bit multiply, AVR's 32-bit pieces, the plain C loop)."""
+    net = int8_full_net()
+    cal, x = int8_full_inputs(seed=4)
+    r = export(
+        net,
+        net.new_sgd(TrainParams(lr=0.01)),
+        losses.mse,
+        board,
+        tmp_path / "p",
+        quant="int8-full",
+        trainable="none",
+        calibration=cal,
+    )
+    x = np.concatenate([x, quant_tie_inputs(r.model)])
+    extreme = with_extreme_qdense_constants(r.model)
+    out = tmp_path / "extreme"
+    write_project(
+        out,
+        r.board,
+        {"src/model.h": model_h(extreme), "src/model.c": model_c(extreme)},
+        "extreme QDENSE constants",
+        extreme.build_flags(),
+    )
+    for path, m in [(r.path, r.model), (out, extreme)]:
+        twin = DeviceTwin(m)
+        want = twin.predict(x)
+        with sim.start(path, r.board) as s:
+            assert s.device.info().hash == m.hash().hex()
+            assert_same_bits(s.device.predict(x), want, f"int8-full PREDICT ({path.name})")
+    assert not np.array_equal(DeviceTwin(extreme).predict(x), DeviceTwin(r.model).predict(x))
+    assert not np.array_equal(DeviceTwin(r.model).predict(x), net(x)), "the export gave the f32 network's outputs"
 
 
 # ---- the issue's networks, fully trainable on the simulated Cortex-M4F ----

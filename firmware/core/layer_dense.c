@@ -33,34 +33,16 @@ void mct_dense_backward(const mct_layer *L, float *p, const mct_bwd *b) {
 static MCT_INLINE int32_t acc_get(const float *p) { int32_t v; memcpy(&v, p, sizeof v); return v; }
 static MCT_INLINE void acc_set(float *p, int32_t v) { memcpy(p, &v, sizeof v); }
 
-/* Four outputs' integer dot products over n inputs: acc[k] += sum_i xq[i] * W[i][k] (w = &W[0][0] of the four,
- * rows O apart). A function of its own so that its accumulators stay in registers. */
-#if defined(__GNUC__)
-__attribute__((noinline))
-#endif
-static void i8_tile4(const int8_t *xq, const uint8_t *w, uint32_t n, uint32_t O, float *acc) {
-    int32_t a0 = acc_get(acc), a1 = acc_get(acc + 1), a2 = acc_get(acc + 2), a3 = acc_get(acc + 3);
-    for (; n; n--, w += O) {
-        int16_t q = *xq++;
-        a0 += q * mct_cload_i8(w);   /* an int product: 16 bits on AVR (|q w| <= 16256), 32 on ARM */
-        a1 += q * mct_cload_i8(w + 1);
-        a2 += q * mct_cload_i8(w + 2);
-        a3 += q * mct_cload_i8(w + 3);
-    }
-    acc_set(acc, a0); acc_set(acc + 1, a1); acc_set(acc + 2, a2); acc_set(acc + 3, a3);
-}
-
 /* Integer dot products of an int8-weight layer for one sample: acc[o] += sum over i in [i0, i0 + n) of
- * xq[i - i0] * W[i][o], four outputs at a time. The sums are exact (|acc| <= 127 * 128 * 65535 < 2^31), so
- * their order does not matter. */
-static void i8_dot_chunk(const int8_t *xq, const uint8_t *w, uint32_t i0, uint32_t n, uint32_t O, float *acc) {
-    uint32_t o = 0;
-    for (; o + 4u <= O; o += 4u) i8_tile4(xq, w + (size_t)i0 * O + o, n, O, acc + o);
-    for (; o < O; o++) {
-        int32_t a = acc_get(acc + o);
-        const uint8_t *wi = w + (size_t)i0 * O + o;
-        for (uint32_t i = 0; i < n; i++, wi += O) a += (int16_t)xq[i] * mct_cload_i8(wi);
-        acc_set(acc + o, a);
+ * xq[i - i0] * W[o][i], MCT_DOT8_ROWS outputs per pass over xq (mct_dot8_rows). The sums are exact
+ * (|acc| <= 127 * 128 * 65535 < 2^31), so their order does not matter. */
+static void i8_dot_chunk(const int8_t *xq, const uint8_t *w, uint32_t i0, uint32_t n, uint32_t I, uint32_t O,
+                         float *acc) {
+    for (uint32_t o = 0; o < O; o += MCT_DOT8_ROWS) {
+        uint32_t r = O - o < MCT_DOT8_ROWS ? O - o : MCT_DOT8_ROWS;
+        int32_t d[MCT_DOT8_ROWS];
+        mct_dot8_rows(xq, w + (size_t)o * I + i0, n, I, r, d);
+        for (uint32_t k = 0; k < r; k++) acc_set(acc + o + k, acc_get(acc + o + k) + d[k]);
     }
 }
 
@@ -74,12 +56,14 @@ __attribute__((noinline))
 static void i8_forward_1(const mct_layer *L, const uint8_t *c, const float *xs, float *ys) {
     uint32_t I = L->n_in, O = L->n_out;
     const uint8_t *bias = c + 4u * O, *w = c + 4u * (O + (L->kind ? O : 0));
-    float amax = 0.0f;
+    /* max |x| from the magnitudes' bits: non-negative floats order as their bits do, inf and NaN above the rest */
+    uint32_t mbits = 0;
     for (uint32_t i = 0; i < I; i++) {
-        float a = xs[i] < 0.0f ? -xs[i] : xs[i];
-        amax = a > amax || a != a ? a : amax;
+        uint32_t m = mct_f2u(xs[i]) & 0x7FFFFFFFu;
+        mbits = m > mbits ? m : mbits;
     }
-    if (!(amax <= 3.40282347e38f)) {   /* an inf or NaN input: every output is NaN */
+    float amax = mct_u2f(mbits);
+    if (mbits >= 0x7F800000u) {   /* an inf or NaN input: every output is NaN */
         for (uint32_t o = 0; o < O; o++) ys[o] = mct_u2f(0x7fc00000u);
         return;
     }
@@ -90,10 +74,10 @@ static void i8_forward_1(const mct_layer *L, const uint8_t *c, const float *xs, 
         int8_t xq[MCT_I8_CHUNK];
         uint32_t n = I - i0 < MCT_I8_CHUNK ? I - i0 : MCT_I8_CHUNK;
         for (uint32_t i = 0; i < n; i++) {
-            int32_t q = mct_rint_to_i32(mct_rintf(xs[i0 + i] * inv));
+            int32_t q = mct_rint_to_i32(xs[i0 + i] * inv);   /* its v + 1.5 * 2^23 rounds as mct_rintf(v) does */
             xq[i] = (int8_t)(q > 127 ? 127 : (q < -127 ? -127 : q));
         }
-        i8_dot_chunk(xq, w, i0, n, O, ys);
+        i8_dot_chunk(xq, w, i0, n, I, O, ys);
     }
     for (uint32_t o = 0; o < O; o++) {
         float v = (float)acc_get(ys + o) * (sx * mct_cload_f32(c + 4u * o));
@@ -161,10 +145,10 @@ void mct_dense_const_backward(const mct_layer *L, const uint8_t *c, const mct_bw
         float *gx = b->gx + (size_t)s * I;
         for (uint32_t i = 0; i < I; i++) {
             float acc;
-            if (i8) {   /* dL/dx[i] = sum_o gy[o] * scale[o] * W[i][o] */
-                acc = gs[0] * (mct_cload_f32(c) * (float)mct_cload_i8(w + (size_t)i * O));
+            if (i8) {   /* dL/dx[i] = sum_o gy[o] * scale[o] * W[o][i] */
+                acc = gs[0] * (mct_cload_f32(c) * (float)mct_cload_i8(w + i));
                 for (uint32_t o = 1; o < O; o++)
-                    acc = acc + gs[o] * (mct_cload_f32(c + 4u * o) * (float)mct_cload_i8(w + (size_t)i * O + o));
+                    acc = acc + gs[o] * (mct_cload_f32(c + 4u * o) * (float)mct_cload_i8(w + (size_t)o * I + i));
             } else {
                 acc = gs[0] * mct_cload_f32(w + 4u * (size_t)i * O);
                 for (uint32_t o = 1; o < O; o++) acc = acc + gs[o] * mct_cload_f32(w + 4u * ((size_t)i * O + o));

@@ -3,13 +3,13 @@
  * without an FPU. Their constants and byte layouts are described at enum mct_op (mct.h).
  *
  * QDENSE and QLUT use integers only; QUANT and DEQUANT use one float multiply per element. Nothing here
- * can overflow a signed type or shift a negative number, whatever the blob holds: the sums of int8 products
- * and of weights are bounded by 65535 * 128 * 128 < 2^30 (their difference by 65535 * 255 * 128 < 2^31),
- * the biased accumulator saturates to 31 bits before the int64
- * product with the 31-bit multiplier, shifts are clamped to [1, 62] and rounding works on magnitudes.
+ * can overflow a signed type or shift a negative number, whatever the blob holds: a sum of int8 products is
+ * bounded by 65535 * 128 * 128 < 2^30, the biased accumulator saturates to 31 bits before the 64-bit
+ * product of magnitudes with the 31-bit multiplier, shifts are clamped to [1, 62] and rounding works on
+ * magnitudes.
  * Rounding is to nearest, ties away from zero, everywhere. */
 #include "mct_layers.h"
-#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+#if (defined(__ARM_FEATURE_SIMD32) || defined(__ARM_FEATURE_SAT)) && defined(__ARM_ARCH_ISA_THUMB)
 #include <arm_acle.h>
 #endif
 
@@ -20,23 +20,51 @@ static int32_t zero_point(const uint8_t *c) {
 }
 
 /* Saturate to int8. */
-static int8_t sat8(int32_t v) { return (int8_t)(v < -128 ? -128 : (v > 127 ? 127 : v)); }
-
-/* round(v) + zp saturated to int8, ties away from zero; NaN and -inf give -128, +inf 127. */
-static int8_t quant1(float v, int32_t zp) {
-    int32_t q;
-    if (!(v > -512.0f)) {
-        q = -512;
-    } else if (v > 512.0f) {
-        q = 512;
-    } else {
-        q = (int32_t)v;                 /* toward zero; |v| <= 512 so it fits */
-        float f = v - (float)q;         /* exact: the fraction of a float below 2^24 is representable */
-        if (f >= 0.5f) q++;
-        else if (f <= -0.5f) q--;
-    }
-    return sat8(q + zp);
+static MCT_INLINE int8_t sat8(int32_t v) {
+#if defined(__ARM_FEATURE_SAT)
+    return (int8_t)__ssat(v, 8);
+#else
+    return (int8_t)(v < -128 ? -128 : (v > 127 ? 127 : v));
+#endif
 }
+
+/* round(v) + zp saturated to int8, ties away from zero; NaN and -inf give -128, +inf 127. Where floats are in
+ * hardware, with one float conversion, no float rounding step and no branch: t = trunc(2 v) (2 v is exact), and
+ * round(v) is floor((t + 1) / 2) for t >= 0 and floor(t / 2) for t < 0 (as floor(|v| + 1/2) =
+ * floor((floor(2 |v|) + 1) / 2)), the floor taken on t + 2049 - [t < 0] > 0 (|t| <= 1024) as an unsigned shift.
+ * With soft floats (AVR, Cortex-M0/M3, rv32imc) the same integer from v's bits, with integer operations only:
+ * for 1/2 <= |v| < 512, |v| = m 2^(e - 150) with m the 24-bit significand, so floor(2 |v|) = m >> (149 - e). */
+#if defined(__SSE__) || defined(__ARM_FP) || defined(__aarch64__) || defined(__riscv_flen)
+static MCT_INLINE int8_t quant1(float v, int32_t zp) {
+    v = v > -512.0f ? v : -512.0f;          /* also NaN */
+    v = v < 512.0f ? v : 512.0f;
+    int32_t t = (int32_t)(v + v);
+    uint32_t u = (uint32_t)(t + 2049) - ((uint32_t)t >> 31);
+    return sat8((int32_t)(u >> 1) - 1024 + zp);
+}
+#else
+static int8_t quant1(float v, int32_t zp) {
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    uint32_t mag = b & 0x7FFFFFFFu;
+    int16_t r;
+    if (mag > 0x7F800000u) return sat8(-512 + zp);      /* NaN */
+    if (mag >= 0x44000000u) {                           /* |v| >= 512, inf included */
+        r = 512;
+    } else if (mag < 0x3F000000u) {                     /* |v| < 1/2 */
+        r = 0;
+    } else {                                            /* 126 <= e <= 135: shifts of 8, then 6 to 15 */
+        uint16_t t = (uint16_t)(((mag & 0x7FFFFFu) | 0x800000u) >> 8), hi = (uint16_t)(mag >> 16);
+        uint8_t k = (uint8_t)(141u - (uint8_t)(hi >> 7));
+        if (k >= 8u) {
+            t >>= 8;
+            k = (uint8_t)(k - 8u);
+        }
+        r = (int16_t)((uint16_t)((t >> k) + 1u) >> 1);
+    }
+    return sat8((int32_t)((b >> 31) ? -r : r) + zp);
+}
+#endif
 
 int mct_quantize_check(const mct_layer *L) { return L->n_in == L->n_out; }
 
@@ -93,6 +121,58 @@ void mct_dequantize_forward(const mct_layer *L, const uint8_t *c, const float *x
     }
 }
 
+/* QDENSE's dot products: sums of x[i] * w[i] (w in const memory) over n <= 65535 values; |x[i] w[i]| <= 2^14, so
+ * |sum| < 2^30, exact in int32 on every target, whatever the order. */
+#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+/* The int8 values 1 and 3 of v sign-extended into two int16 halves (SXTB16 with its rotation, one instruction). */
+static MCT_INLINE int16x2_t sxtb16_hi(uint32_t v) {
+    int16x2_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+    return r;
+}
+
+/* Cortex-M4/M7/M33: the loads and sign extensions of x shared by the four rows (a missing row repeats the last
+ * one, its sums unused), four bytes per load, two 16 x 16 products per SMLAD. The integer sums are exact (bound
+ * above), so they equal the plain loop's and every other target's. */
+void mct_dot8_rows(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t stride, uint32_t rows, int32_t *acc) {
+    const uint8_t *w0 = w, *w1 = rows > 1u ? w0 + stride : w0, *w2 = rows > 2u ? w1 + stride : w1;
+    const uint8_t *w3 = rows > 3u ? w2 + stride : w2;
+    const int8_t *end = x + (n & ~3u);
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    while (x != end) {
+        uint32_t xv, v;
+        memcpy(&xv, x, 4);
+        x += 4;
+        int16x2_t x02 = __sxtb16(xv), x13 = sxtb16_hi(xv);
+        memcpy(&v, w0, 4);
+        w0 += 4;
+        a0 = __smlad(x02, __sxtb16(v), a0);
+        a0 = __smlad(x13, sxtb16_hi(v), a0);
+        memcpy(&v, w1, 4);
+        w1 += 4;
+        a1 = __smlad(x02, __sxtb16(v), a1);
+        a1 = __smlad(x13, sxtb16_hi(v), a1);
+        memcpy(&v, w2, 4);
+        w2 += 4;
+        a2 = __smlad(x02, __sxtb16(v), a2);
+        a2 = __smlad(x13, sxtb16_hi(v), a2);
+        memcpy(&v, w3, 4);
+        w3 += 4;
+        a3 = __smlad(x02, __sxtb16(v), a3);
+        a3 = __smlad(x13, sxtb16_hi(v), a3);
+    }
+    for (n &= 3u; n; n--, x++) {
+        a0 += *x * mct_cload_i8(w0++);
+        a1 += *x * mct_cload_i8(w1++);
+        a2 += *x * mct_cload_i8(w2++);
+        a3 += *x * mct_cload_i8(w3++);
+    }
+    acc[0] = a0;
+    if (rows > 1u) acc[1] = a1;
+    if (rows > 2u) acc[2] = a2;
+    if (rows > 3u) acc[3] = a3;
+}
+#else
 /* a * b of two int8 as a 16-bit product: one 8 x 8 multiply (AVR's muls, which a compiler would widen to a
  * 16 x 16 -> 32 call inside a 32-bit sum). */
 static MCT_INLINE int16_t mul8(int8_t a, int8_t b) {
@@ -105,52 +185,148 @@ static MCT_INLINE int16_t mul8(int8_t a, int8_t b) {
 #endif
 }
 
-/* sum of x[i] * w[i] (w in const memory) over n < 256 values, and the sum of the w[i] into *wsum; a function of
- * its own so that its few accumulators get registers on AVR. */
+/* The dot product of x and one weight row w of n values; a function of its own so that its few accumulators get
+ * registers on AVR. */
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
-static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n, int16_t *wsum) {
-    int32_t acc = 0;
-    int16_t ws = 0;
-#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
-    /* Cortex-M4/M7/M33: four bytes per load, two 16 x 16 products per SMLAD; the integer sums are exact, so
-     * they equal the plain loop's below (and every other target's) */
-    int32_t ws32 = 0;
-    for (; n >= 4u; n -= 4u, x += 4, w += 4) {
-        uint32_t xv, wv;
-        memcpy(&xv, x, 4);
-        memcpy(&wv, w, 4);
-        int16x2_t w02 = __sxtb16(wv), w13 = __sxtb16(wv >> 8);
-        acc = __smlad(__sxtb16(xv), w02, acc);
-        acc = __smlad(__sxtb16(xv >> 8), w13, acc);
-        ws32 = __smlad(w02, 0x00010001, ws32);
-        ws32 = __smlad(w13, 0x00010001, ws32);
-    }
-    ws = (int16_t)ws32;
+#if defined(__AVR__) && defined(__AVR_HAVE_MUL__) && defined(__AVR_HAVE_LPMX__)
+/* One product into the sum (AVR dot8_avr): x with ld X+, w from flash with lpm Z+, muls, the product's sign bit
+ * flipped, added to the 24-bit sum. */
+#define MCT_DOT8_STEP                                                                                          \
+    "ld %[a], %a[x]+\n\t"                                                                                      \
+    "lpm %[b], %a[w]+\n\t"                                                                                     \
+    "muls %[a], %[b]\n\t"                                                                                      \
+    "eor r1, %[flip]\n\t"                                                                                      \
+    "add %A[acc], r0\n\t"                                                                                      \
+    "adc %B[acc], r1\n\t"                                                                                      \
+    "adc %C[acc], %[zero]\n\t"
+/* AVR: dot8 over k = 1 to 255 values, 12.5 cycles a value (two per loop pass). Each product p (-16256 <= p <=
+ * 16384) is added as p + 2^15 (its sign bit flipped: 16 bits unsigned) into a 24-bit sum that starts at
+ * 2^24 - k 2^15, so modulo 2^24 it ends at sum p, which lies in (-2^22, 2^22): sign-extended from 24 bits, it is
+ * the same integer as the plain loop's (mul8), which is the reference. */
+static int32_t dot8_avr(const int8_t *x, const uint8_t *w, uint8_t k) {
+    /* 2^24 - k 2^15 = (512 - k) 2^15: byte 2 = (512 - k) / 2 = 128 + (256 - k) / 2, byte 1 = (k & 1) 2^7 */
+    uint32_t acc = ((uint32_t)(uint8_t)(((uint8_t)(0u - k) >> 1) | 0x80u) << 16) | (k & 1u ? 0x8000u : 0u);
+    uint8_t n = k, a, b, flip, zero;
+    __asm__ volatile(
+        "ldi %[flip], 0x80\n\t"
+        "clr %[zero]\n\t"
+        "sbrs %[n], 0\n\t"
+        "rjmp 2f\n\t"
+        MCT_DOT8_STEP
+        "2:\n\t"
+        "lsr %[n]\n\t"
+        "breq 3f\n"
+        "1:\n\t"
+        MCT_DOT8_STEP
+        MCT_DOT8_STEP
+        "dec %[n]\n\t"
+        "brne 1b\n"
+        "3:\n\t"
+        "clr __zero_reg__"
+        : [acc] "+r"(acc), [x] "+x"(x), [w] "+z"(w), [n] "+r"(n), [a] "=&d"(a), [b] "=&d"(b), [flip] "=&d"(flip),
+          [zero] "=&r"(zero)
+        :
+        : "memory");
+    return (int32_t)((acc & 0xFFFFFFu) ^ 0x800000u) - 0x800000;   /* the sum's 24 bits, sign-extended */
+}
+#undef MCT_DOT8_STEP
 #endif
-    for (; n; n--) {
-        int8_t wv = mct_cload_i8(w++);
-        acc += mul8(*x++, wv);
-        ws = (int16_t)(ws + wv);
-    }
-    *wsum = ws;
+
+static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n) {
+    int32_t acc = 0;
+#if defined(__AVR__) && defined(__AVR_HAVE_MUL__) && defined(__AVR_HAVE_LPMX__)
+    for (; n > 255u; n -= 255u, x += 255, w += 255) acc += dot8_avr(x, w, 255u);
+    if (n) acc += dot8_avr(x, w, (uint8_t)n);
+#else
+    for (; n; n--) acc += mul8(*x++, mct_cload_i8(w++));
+#endif
     return acc;
 }
 
+#endif
+
+#if !(defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB))
+void mct_dot8_rows(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t stride, uint32_t rows, int32_t *acc) {
+    for (uint32_t k = 0; k < rows; k++) acc[k] = dot8(x, w + (size_t)k * stride, n);
+}
+#endif
+
+#if defined(__AVR__)
+/* a * b of two uint16 as a uint32: four 8 x 8 mul (the compiler calls a 32 x 32 library multiply for it). */
+static MCT_INLINE uint32_t mul16u(uint16_t a, uint16_t b) {
+#if defined(__AVR_HAVE_MUL__)
+    uint32_t r;
+    uint8_t z;
+    __asm__("clr %[z]\n\t"
+            "mul %A[a], %A[b]\n\t"
+            "movw %A[r], r0\n\t"
+            "mul %B[a], %B[b]\n\t"
+            "movw %C[r], r0\n\t"
+            "mul %A[a], %B[b]\n\t"
+            "add %B[r], r0\n\t"
+            "adc %C[r], r1\n\t"
+            "adc %D[r], %[z]\n\t"
+            "mul %B[a], %A[b]\n\t"
+            "add %B[r], r0\n\t"
+            "adc %C[r], r1\n\t"
+            "adc %D[r], %[z]\n\t"
+            "clr __zero_reg__"
+            : [r] "=&r"(r), [z] "=&r"(z)
+            : [a] "r"(a), [b] "r"(b));
+    return r;
+#else
+    return (uint32_t)a * b;
+#endif
+}
+
+/* v >> k for k < 32, whole bytes first (AVR shifts one bit per instruction, in a loop for a variable count). */
+static uint32_t shr32(uint32_t v, uint8_t k) {
+    if (k >= 16u) {
+        v >>= 16;
+        k = (uint8_t)(k - 16u);
+    }
+    if (k >= 8u) {
+        v >>= 8;
+        k = (uint8_t)(k - 8u);
+    }
+    return v >> k;
+}
+#endif
+
+#if !defined(__AVR__)
+/* requantize's magnitude for shifts n <= 32, from the whole 64-bit sum (ma * mm + 2^(n - 1) <= 2^62 + 2^61 <
+ * 2^64), saturated to 2^30; a function of its own, out of the way of the usual case's registers. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static uint32_t requantize_low(uint32_t ma, uint32_t mm, uint32_t n) {
+    uint64_t p = ((uint64_t)ma * mm + ((uint64_t)1 << (n - 1u))) >> n;
+    return p > 0x40000000u ? 0x40000000u : (uint32_t)p;
+}
+#endif
+
 /* round(a * mult / 2^shift), ties away from zero, for |a| < 2^31 and |mult| <= 2^31, saturated to +-2^30 (the
- * caller adds a zero point and clamps to int8, so that changes nothing). In 32-bit pieces: the 64-bit product
- * of the magnitudes from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves (on
- * AVR a 64-bit multiply or shift is a slow library call); exact, so every target gets the same integer. */
+ * caller adds a zero point and clamps to int8, so that changes nothing), on the magnitudes. On AVR in 32-bit
+ * pieces: the 64-bit product from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves
+ * (there a 64-bit multiply or shift is a slow library call); elsewhere in uint64. Both are exact, so every target
+ * gets the same integer. */
 static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     uint32_t n = shift < 1 ? 1u : (shift > 62 ? 62u : (uint32_t)shift);
     uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
+    uint32_t r;
+#if defined(__AVR__)
     uint16_t a0 = (uint16_t)ma, a1 = (uint16_t)(ma >> 16), b0 = (uint16_t)mm, b1 = (uint16_t)(mm >> 16);
-    uint32_t lo = (uint32_t)a0 * b0, m1 = (uint32_t)a0 * b1, m2 = (uint32_t)a1 * b0, hi = (uint32_t)a1 * b1;
+    uint32_t lo = mul16u(a0, b0), m1 = mul16u(a0, b1), m2 = mul16u(a1, b0), hi = mul16u(a1, b1);
     uint32_t t = lo + (m1 << 16);
     hi += (m1 >> 16) + (m2 >> 16) + (t < lo);
     lo = t + (m2 << 16);
     hi += lo < t;                                    /* hi:lo = ma * mm <= 2^62 */
+    if (n > 32u) {   /* the usual case: as below off AVR, floor((hi + 2^(k - 1)) / 2^k) = (hi / 2^(k - 1) + 1) / 2 */
+        r = (shr32(hi, (uint8_t)(n - 33u)) + 1u) >> 1;
+        return ((a < 0) != (mult < 0)) ? -(int32_t)r : (int32_t)r;
+    }
     if (n <= 32u) {                                  /* + 2^(n - 1): no carry out of hi (the sum is < 2^63) */
         t = lo + ((uint32_t)1 << (n - 1u));
         hi += t < lo;
@@ -158,7 +334,7 @@ static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     } else {
         hi += (uint32_t)1 << (n - 33u);
     }
-    uint32_t r, over;
+    uint32_t over;
     if (n < 32u) {
         r = (lo >> n) | (hi << (32u - n));
         over = hi >> n;
@@ -167,35 +343,57 @@ static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
         over = 0;
     }
     if (over || r > 0x40000000u) r = 0x40000000u;
+#else
+    if (n > 32u) {
+        /* the usual case (multipliers below 1/2): the rounding term 2^(n - 1) only reaches the high word h, and
+         * floor((h + 2^(k - 1)) / 2^k) = (h / 2^(k - 1) + 1) / 2 for k = n - 32 >= 1, at most (2^30 + 1) / 2:
+         * no saturation */
+        r = (((uint32_t)(((uint64_t)ma * mm) >> 32) >> (n - 33u)) + 1u) >> 1;
+    } else {
+        r = requantize_low(ma, mm, n);
+    }
+#endif
     return ((a < 0) != (mult < 0)) ? -(int32_t)r : (int32_t)r;
+}
+
+/* One output o of QDENSE (constants c, n_out O) from its integer dot product xw: bias added (saturated to
+ * +-(2^31 - 1)), requantized, zero point zy added, saturated to int8. */
+#if defined(__AVR__)
+__attribute__((noinline))   /* its own registers: inlined, its 32-bit values spill to the stack */
+#else
+MCT_INLINE
+#endif
+static int8_t qdense_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, int32_t xw) {
+    const uint8_t *bias = c + 8u + 4u * o;
+    int32_t bo = mct_cload_i32(bias), a;
+#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+    a = __qadd(bo, xw);                          /* saturates to [-2^31, 2^31 - 1]: the same sum, and ... */
+    a += a == INT32_MIN;                         /* ... -2^31 becomes -(2^31 - 1) as below */
+#else
+    if (xw >= 0) a = bo > INT32_MAX - xw ? INT32_MAX : (bo + xw < -INT32_MAX ? -INT32_MAX : bo + xw);
+    else a = bo < -INT32_MAX - xw ? -INT32_MAX : bo + xw;
+#endif
+    return sat8(requantize(a, mct_cload_i32(bias + 4u * O), mct_cload_i32(bias + 8u * O)) + zy);
 }
 
 void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     uint32_t I = L->n_in, O = L->n_out;
     size_t sx = 4u * (size_t)mct_i8_floats(I), sy = 4u * (size_t)mct_i8_floats(O);
-    int32_t zx = zero_point(c), zy = zero_point(c + 4);
-    const uint8_t *bias = c + 8, *mult = bias + 4u * O, *shift = mult + 4u * O, *w = shift + 4u * O;
+    int32_t zy = zero_point(c + 4);   /* (zx at c is folded into the bias by the exporter: not read) */
+    const uint8_t *w = c + 8u + 12u * O;
     for (uint32_t s = 0; s < nb; s++) {
         const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
         int8_t *ys = (int8_t *)y + (size_t)s * sy;
-        for (uint32_t o = 0; o < O; o++) {
-            const uint8_t *wo = w + (size_t)o * I;
-            /* sum (x - zx) w = sum x w - zx sum w: each product of two int8 is an 8 x 8 multiply whose
-             * result fits 16 bits (AVR's muls), summed in 32 bits; both sums are exact (|.| < 2^30) */
-            int32_t xw = 0, ws = 0;
-            for (uint32_t i0 = 0; i0 < I; i0 += 255u) {   /* at most 255 weights at a time: their sum fits 16 bits */
-                uint32_t n = I - i0 < 255u ? I - i0 : 255u;
-                int16_t ws16;
-                xw += dot8(xs + i0, wo + i0, n, &ws16);
-                ws += ws16;
-            }
-            int32_t acc = xw - zx * ws;
-            int32_t bo = mct_cload_i32(bias + 4u * o), a;   /* bias + acc saturated to +-(2^31 - 1) */
-            if (acc >= 0) a = bo > INT32_MAX - acc ? INT32_MAX : (bo + acc < -INT32_MAX ? -INT32_MAX : bo + acc);
-            else a = bo < -INT32_MAX - acc ? -INT32_MAX : bo + acc;
-            int32_t r = requantize(a, mct_cload_i32(mult + 4u * o), mct_cload_i32(shift + 4u * o)) + zy;
-            ys[o] = (int8_t)(r < -128 ? -128 : (r > 127 ? 127 : r));
+#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+        for (uint32_t o = 0; o < O; o += MCT_DOT8_ROWS) {
+            uint32_t r = O - o < MCT_DOT8_ROWS ? O - o : MCT_DOT8_ROWS;
+            int32_t xw[MCT_DOT8_ROWS];
+            mct_dot8_rows(xs, w + (size_t)o * I, I, I, r, xw);
+            for (uint32_t k = 0; k < r; k++) ys[o + k] = qdense_out(c, O, o + k, zy, xw[k]);
         }
+#else   /* one row at a time: nothing is shared between rows there */
+        for (uint32_t o = 0; o < O; o++) ys[o] = qdense_out(c, O, o, zy, dot8(xs, w + (size_t)o * I, I));
+#endif
     }
 }
 

@@ -140,11 +140,13 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
  *   MCT_OP_QDENSE   int8 -> int8 dense, kind 0. Blob: i32 zx, i32 zy, i32 bias[n_out], i32 mult[n_out],
  *                   i32 shift[n_out], then int8 W[n_out][n_in] (row o = output o's weights), padded to
  *                   4 bytes. Per output o, in integers only:
- *                     acc = bias[o] + sum_i (x[i] - zx) * W[o][i]     (the sum in int32, exact;
+ *                     acc = bias[o] + sum_i x[i] * W[o][i]     (the sum in int32, exact;
  *                           adding the bias saturates to +-(2^31 - 1))
  *                     y[o] = clamp(zy + round(acc * mult[o] / 2^shift[o]), -128, 127)
- *                   with the product in int64 and shift clamped to [1, 62]. The exporter makes the
- *                   weights symmetric per output (zero point 0), bias = b / (sx * sw[o]) and
+ *                   with the product in int64 and shift clamped to [1, 62]. The input zero point is
+ *                   folded into the bias by the exporter; zx is kept for reference and the kernel does
+ *                   not read it. The exporter makes the weights symmetric per output (zero point 0),
+ *                   bias = round(b / (sx * sw[o])) - zx * sum_i W[o][i] (saturated to +-(2^31 - 1)) and
  *                   mult[o] / 2^shift[o] = sx * sw[o] / sy with mult in [2^30, 2^31).
  *   MCT_OP_QLUT     int8 -> int8 elementwise table: y = T[x + 128]; kind = the activation it stands for
  *                   (informational). Blob: int8 T[256] (256 bytes). */
@@ -173,10 +175,11 @@ static inline uint32_t mct_i8_floats(uint32_t n) { return (n + 3u) / 4u; }
 /* Where a layer's parameters live (mct_layer.storage). Only frozen Dense/Linear layers may live in
  * the const blob (net->cdata, flash on a device), at byte offset p_off:
  *   MCT_STORE_F32: W f32 [n_in][n_out], then b f32 [n_out] for Linear.
- *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_in][n_out]. Each
- *                  sample's input is quantized once, symmetric: m = max |x|, q[i] = round(x[i] * (127 / m))
+ *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_out][n_in] (row o =
+ *                  output o's weights, as QDENSE's). Each sample's input is quantized once, symmetric:
+ *                  m = max |x|, q[i] = round(x[i] * (127 / m))
  *                  (ties to even, in [-127, 127]; q = 0 when m <= 1e-30), then in integers and one float
- *                  step per output: y[o] = (float)(sum_i q[i] * W[i][o]) * ((m / 127) * scale[o]) (+ b[o]);
+ *                  step per output: y[o] = (float)(sum_i q[i] * W[o][i]) * ((m / 127) * scale[o]) (+ b[o]);
  *                  a sample with an inf or NaN input gives NaN outputs.
  *   MCT_STORE_Q:   the constants of a full-integer op (MCT_OP_QUANT ... MCT_OP_QLUT, layouts there);
  *                  those ops always have this storage. */

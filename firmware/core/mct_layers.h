@@ -284,6 +284,10 @@ void mct_quantize_forward(const mct_layer *L, const uint8_t *c, const float *x, 
 void mct_dequantize_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
 /* QDENSE forward: int8 x -> int8 y. */
 void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* Rows of int8 weights mct_dot8_rows sums in one pass over x. */
+#define MCT_DOT8_ROWS 4u
+/* acc[k] = sum_{i < n} x[i] * w[k * stride + i] (int8 w in const memory) for k < rows (1 to MCT_DOT8_ROWS), exact. */
+void mct_dot8_rows(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t stride, uint32_t rows, int32_t *acc);
 /* QLUT forward: int8 x -> int8 y. */
 void mct_qlut_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
 /* Backward of any full-integer op: only dL/dx, which is 0 (when asked for). */

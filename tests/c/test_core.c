@@ -1234,9 +1234,10 @@ static const mct_net *hand_q_net(netb *b) {
     memset(g_qblob_words, 0, sizeof g_qblob_words);
     /* QUANT: inv_scale 2, zero point -1 */
     put_f32(c + 0, 2.0f); put_i32(c + 4, -1);
-    /* QDENSE: zx -1, zy 3; bias {10, -7, 0}; mult/2^shift = 0.5, 3/16, 0.5; W[o][i] rows */
+    /* QDENSE: zx -1, zy 3; bias {10, -7, 0} - zx * (row sums {2, -1, 1}) = {12, -8, 1} (the exporter folds the
+     * input zero point into the bias); mult/2^shift = 0.5, 3/16, 0.5; W[o][i] rows */
     put_i32(c + 8, -1); put_i32(c + 12, 3);
-    put_i32(c + 16, 10); put_i32(c + 20, -7); put_i32(c + 24, 0);
+    put_i32(c + 16, 12); put_i32(c + 20, -8); put_i32(c + 24, 1);
     put_i32(c + 28, 1 << 30); put_i32(c + 32, 3 << 29); put_i32(c + 36, 1 << 30);
     put_i32(c + 40, 31); put_i32(c + 44, 33); put_i32(c + 48, 31);
     static const int8_t w[9] = {1, -2, 3, -128, 127, 0, 0, 0, 1};
@@ -1255,6 +1256,67 @@ static const mct_net *hand_q_net(netb *b) {
     b->net.cdata = c;
     b->net.cdata_size = 344;
     return net;
+}
+
+/* The blob of test_qdense_at_the_limits (QUANT 0, QDENSE 8, DEQUANT 8 + 8 + 12 * 45 + 9 * 45 padded). */
+static uint32_t g_qlim_words[(8 + 8 + 12 * 45 + 408 + 8) / 4];
+
+/* QDENSE with every combination of limit constants (biases +-(2^31 - 1), -2^31, 0, 12345; multipliers -2^31,
+ * 2^31 - 1, -1, 0, 2^30; shifts -1000, 0, 1, 31, 32, 33, 62, 63, 1000) over int8 codes that include -128 and
+ * 127 and weights that include -128: no undefined behaviour (this test runs under UBSan) and every output equal
+ * to the documented formula worked out here in int64. */
+static void test_qdense_at_the_limits(void) {
+    enum { N = 9, O = 45 };
+    static const int32_t bias[5] = {INT32_MAX, INT32_MIN, -INT32_MAX, 0, 12345};
+    static const int32_t mult[5] = {INT32_MIN, INT32_MAX, -1, 0, 1 << 30};
+    static const int32_t shift[9] = {-1000, 0, 1, 31, 32, 33, 62, 63, 1000};
+    uint8_t *c = (uint8_t *)g_qlim_words;
+    memset(g_qlim_words, 0, sizeof g_qlim_words);
+    put_f32(c, 1.0f); put_i32(c + 4, 0);                       /* QUANT: the code is the input, rounded */
+    uint8_t *q = c + 8;
+    put_i32(q, 77); put_i32(q + 4, -3);                        /* zx (not read), zy */
+    int8_t w[O][N];
+    rng_seed(99);
+    for (int o = 0; o < O; o++) {
+        put_i32(q + 8 + 4 * o, bias[o % 5]);
+        put_i32(q + 8 + 4 * (O + o), mult[(o / 5) % 5]);
+        put_i32(q + 8 + 4 * (2 * O + o), shift[o % 9]);
+        for (int i = 0; i < N; i++) w[o][i] = (int8_t)(i == o % N ? -128 : (int)rng_uniform(-128.0f, 128.0f));
+    }
+    memcpy(q + 8 + 12 * O, w, sizeof w);
+    uint32_t dq = 8u + 8u + 12u * O + ((N * O + 3u) & ~3u);
+    put_f32(c + dq, 1.0f); put_i32(c + dq + 4, 0);
+    netb b;
+    nb_init(&b, N);
+    nb_add_q(&b, MCT_OP_QUANT, N, 0);
+    nb_add_q(&b, MCT_OP_QDENSE, O, 8);
+    nb_add_q(&b, MCT_OP_DEQUANT, O, dq);
+    const mct_net *net = nb_finish(&b);
+    b.net.cdata = c;
+    b.net.cdata_size = (uint32_t)sizeof g_qlim_words;
+    CHECK(mct_net_check(net) == MCT_OK);
+    const uint32_t nb = 3;
+    float x[3 * N] = {-128, 127, -128, 127, -128, 127, -128, 127, -128,    /* the extreme codes */
+                      127, 127, 127, 127, 127, 127, 127, 127, 127};
+    for (int i = 2 * N; i < 3 * N; i++) x[i] = (float)(int)rng_uniform(-128.0f, 128.0f);
+    float *arena = falloc((size_t)net->arena * nb);
+    mct_forward(net, NULL, x, arena, nb);
+    const int8_t *got = (const int8_t *)(arena + (size_t)b.L[1].out_off * nb);
+    for (uint32_t s = 0; s < nb; s++)
+        for (int o = 0; o < O; o++) {
+            int64_t acc = bias[o % 5];
+            for (int i = 0; i < N; i++) acc += (int64_t)x[s * N + i] * w[o][i];
+            acc = acc > INT32_MAX ? INT32_MAX : (acc < -INT32_MAX ? -INT32_MAX : acc);
+            int64_t m = mult[(o / 5) % 5], p = acc * m;
+            int n = shift[o % 9] < 1 ? 1 : (shift[o % 9] > 62 ? 62 : shift[o % 9]);
+            uint64_t mag = ((uint64_t)(p < 0 ? -p : p) + ((uint64_t)1 << (n - 1))) >> n;
+            int64_t r = (int64_t)(mag > (1u << 30) ? (1u << 30) : mag);
+            r = (p < 0 ? -r : r) - 3;
+            int want = r < -128 ? -128 : (r > 127 ? 127 : (int)r);
+            CHECKF(got[(size_t)s * 4 * ((O + 3) / 4) + o] == want,
+                   "sample %u output %d: %d want %d", s, o, got[(size_t)s * 4 * ((O + 3) / 4) + o], want);
+        }
+    free(arena);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -1379,7 +1441,8 @@ static void test_quant_ops_by_hand(void) {
         for (int i = 0; i < 3; i++)
             CHECKF(qa[4 * s + i] == q0[4 * s + i], "QUANT sample %d value %d: %d want %d", s, i, qa[4 * s + i],
                    q0[4 * s + i]);
-    /* QDENSE, x - zx = {3, -2, 0} and {-127, 128, -1}:
+    /* QDENSE, bias + x . W equals the unfolded 10, -7, 0 + (x - zx) . W with x - zx = {3, -2, 0} and
+     * {-127, 128, -1}:
      *   s0: o0 10+3+4+0 = 17 -> 8.5 -> 9 (+3 = 12); o1 -7-384-254 = -645 -> -120.9375 -> -121 (-118);
      *       o2 0 -> 3
      *   s1: o0 10-127-256-3 = -376 -> -188 (+3 -> -128); o1 -7+16256+16256 = 32505 -> 6095 (-> 127);
@@ -1558,6 +1621,7 @@ int main(void) {
     RUN(test_loss_cosine);
     RUN(test_train_step_loss_is_batch_mean);
     RUN(test_quant_ops_by_hand);
+    RUN(test_qdense_at_the_limits);
     RUN(test_op_list_dispatch);
     RUN(test_quant_rounding);
     RUN(test_net_check_quant_rules);
