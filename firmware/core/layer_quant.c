@@ -131,6 +131,14 @@ static MCT_INLINE int16x2_t sxtb16_hi(uint32_t v) {
     return r;
 }
 
+/* One row's next four products added to a: four weights loaded, sign-extended in pairs, two SMLAD. */
+static MCT_INLINE int32_t smlad4(int32_t a, int16x2_t x02, int16x2_t x13, const uint8_t **w) {
+    uint32_t v;
+    memcpy(&v, *w, 4);
+    *w += 4;
+    return __smlad(x13, sxtb16_hi(v), __smlad(x02, __sxtb16(v), a));
+}
+
 /* Cortex-M4/M7/M33: the loads and sign extensions of x shared by the four rows (a missing row repeats the last
  * one, its sums unused), four bytes per load, two 16 x 16 products per SMLAD. The integer sums are exact (bound
  * above), so they equal the plain loop's and every other target's. */
@@ -140,26 +148,14 @@ void mct_dot8_rows(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t strid
     const int8_t *end = x + (n & ~3u);
     int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     while (x != end) {
-        uint32_t xv, v;
+        uint32_t xv;
         memcpy(&xv, x, 4);
         x += 4;
         int16x2_t x02 = __sxtb16(xv), x13 = sxtb16_hi(xv);
-        memcpy(&v, w0, 4);
-        w0 += 4;
-        a0 = __smlad(x02, __sxtb16(v), a0);
-        a0 = __smlad(x13, sxtb16_hi(v), a0);
-        memcpy(&v, w1, 4);
-        w1 += 4;
-        a1 = __smlad(x02, __sxtb16(v), a1);
-        a1 = __smlad(x13, sxtb16_hi(v), a1);
-        memcpy(&v, w2, 4);
-        w2 += 4;
-        a2 = __smlad(x02, __sxtb16(v), a2);
-        a2 = __smlad(x13, sxtb16_hi(v), a2);
-        memcpy(&v, w3, 4);
-        w3 += 4;
-        a3 = __smlad(x02, __sxtb16(v), a3);
-        a3 = __smlad(x13, sxtb16_hi(v), a3);
+        a0 = smlad4(a0, x02, x13, &w0);
+        a1 = smlad4(a1, x02, x13, &w1);
+        a2 = smlad4(a2, x02, x13, &w2);
+        a3 = smlad4(a3, x02, x13, &w3);
     }
     for (n &= 3u; n; n--, x++) {
         a0 += *x * mct_cload_i8(w0++);
