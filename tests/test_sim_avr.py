@@ -443,9 +443,9 @@ def test_missing_tools_name_the_packages(
 
 def test_int8_full_predicts_the_host_output(tmp_path: Path) -> None:
     """Full-integer int8 on the ATmega328P (the ld/lpm/muls dot product, requantization in 32-bit pieces, QUANT
-    in soft float) equals the host's C core bit for bit: with the exporter's constants and with QDENSE
+    in soft float) equals the host's C core bit for bit: with the exporter's constants, with QDENSE
     constants at their limits (saturating biases, negative and -2^31 multipliers, shifts outside [1, 62] and on
-    both sides of 32)."""
+    both sides of 32), and built with -DMCT_NO_ASM (the C loops beside the assembly)."""
     net = int8_full_net()
     cal, x = int8_full_inputs(seed=4)
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)))
@@ -455,7 +455,10 @@ def test_int8_full_predicts_the_host_output(tmp_path: Path) -> None:
     out = tmp_path / "extreme"
     files = {"src/model.h": model_h(extreme), "src/model.c": model_c(extreme)}
     write_project(out, UNO, files, "extreme QDENSE constants", extreme.build_flags())
-    for path, m in [(r.path, r.model), (out, extreme)]:
+    plain = tmp_path / "no-asm"
+    files = {"src/model.h": model_h(r.model), "src/model.c": model_c(r.model)}
+    write_project(plain, UNO, files, "no inline assembly", r.model.build_flags() + ["-DMCT_NO_ASM"])
+    for path, m in [(r.path, r.model), (out, extreme), (plain, r.model)]:
         want = DeviceTwin(m).predict(x)
         with sim.start(path, UNO, store=path / "eeprom.bin") as s:
             assert s.device.info().hash == m.hash().hex()

@@ -13,6 +13,8 @@ package to install (no skips)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 from typing import List, Tuple
 
@@ -253,6 +255,52 @@ def test_plain_sgd_kernels_of_the_fpu_cores_match_the_host(board: str, trainable
         assert_device_equals_twin(s.device, twin)
         assert_same_bits(s.device.predict(x_eval), twin.predict(x_eval), "PREDICT after training")
     assert not np.array_equal(twin.params, r.model.params), "training changed nothing"
+
+
+def disassembly(elf: Path) -> str:
+    """The firmware's code, disassembled (arm-none-eabi-objdump -d)."""
+    return subprocess.run(["arm-none-eabi-objdump", "-d", str(elf)], capture_output=True, text=True, check=True).stdout
+
+
+def test_no_asm_builds_leave_out_the_assembly_and_keep_the_bits(tmp_path: Path) -> None:
+    """-DMCT_NO_ASM (docs/embedding.md) keeps the C loops for every inline-assembly path of the core. On the M4F
+    the default build has the FPU tiles and the SMLAD int8 dot products (VLDM into s8, SXTB16 with rotation);
+    built with the flag (the same model files otherwise) none is left, and the firmware still trains (plain SGD,
+    the FPU tiles' and update's C twins) and predicts in full-integer int8 with the host's bits."""
+    board = "nano33ble"
+    net = Sequential(L.Linear(7, 15), L.Sigmoid(), L.Linear(15, 10), L.Softmax()).rand_params(seed=9)
+    f32 = export(net, net.new_sgd(TrainParams(lr=0.1)), losses.cross_entropy, board, tmp_path / "f32")
+    qnet = int8_full_net()
+    cal, xq = int8_full_inputs(seed=4)
+    q = export(
+        qnet,
+        qnet.new_sgd(TrainParams(lr=0.01)),
+        losses.mse,
+        board,
+        tmp_path / "q",
+        quant="int8-full",
+        trainable="none",
+        calibration=cal,
+    )
+    xs, ts = onehot_samples(np.random.default_rng(7), 30, 7, 10)
+    firmware = sim.simulator_for(f32.board).firmware_path
+    for r in (f32, q):
+        pio.build(r.path, f"sim-{board}")
+        asm = disassembly(firmware(r.path, r.board))
+        assert "vldm" in asm and ("sxtb16" in asm) == (r is q), "the default build lost its assembly"
+        plain = tmp_path / f"{r.path.name}-no-asm"
+        files = {"src/model.h": model_h(r.model), "src/model.c": model_c(r.model)}
+        write_project(plain, r.board, files, "no inline assembly", r.model.build_flags() + ["-DMCT_NO_ASM"])
+        twin = DeviceTwin(r.model)
+        with sim.start(plain, r.board) as s:
+            if r is q:
+                assert_same_bits(s.device.predict(xq), twin.predict(xq), "int8-full PREDICT without assembly")
+            else:
+                train_lockstep(s.device, twin, xs, ts)
+                assert_device_equals_twin(s.device, twin)
+        asm = disassembly(firmware(plain, r.board))
+        assert "sxtb16" not in asm and "smlad" not in asm
+        assert not re.search(r"vldm(ia)?\s+r\d+!?, \{s8", asm), "an FPU tile's VLDM is still there"
 
 
 # ---- saves go to a host file through semihosting ----

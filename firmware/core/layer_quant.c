@@ -12,6 +12,18 @@
 #if (defined(__ARM_FEATURE_SIMD32) || defined(__ARM_FEATURE_SAT)) && defined(__ARM_ARCH_ISA_THUMB)
 #include <arm_acle.h>
 #endif
+/* Cortex-M4/M7/M33 (the DSP extension, SMLAD) with GNU inline assembly: mct_dot8_rows sums four rows at a time. */
+#if MCT_GNU_ASM && defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+#define QDOT_DSP 1
+#else
+#define QDOT_DSP 0
+#endif
+/* AVR with its hardware multiplier and GNU inline assembly: the 8 x 8 products in assembly. */
+#if MCT_GNU_ASM && defined(__AVR__) && defined(__AVR_HAVE_MUL__)
+#define QDOT_AVR_MUL 1
+#else
+#define QDOT_AVR_MUL 0
+#endif
 
 /* A zero point read from the blob, clamped to the int8 range. */
 static int32_t zero_point(const uint8_t *c) {
@@ -123,7 +135,7 @@ void mct_dequantize_forward(const mct_layer *L, const uint8_t *c, const float *x
 
 /* QDENSE's dot products: sums of x[i] * w[i] (w in const memory) over n <= 65535 values; |x[i] w[i]| <= 2^14, so
  * |sum| < 2^30, exact in int32 on every target, whatever the order. */
-#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+#if QDOT_DSP
 /* The int8 values 1 and 3 of v sign-extended into two int16 halves (SXTB16 with its rotation, one instruction). */
 static MCT_INLINE int16x2_t sxtb16_hi(uint32_t v) {
     int16x2_t r;
@@ -172,7 +184,7 @@ void mct_dot8_rows(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t strid
 /* a * b of two int8 as a 16-bit product: one 8 x 8 multiply (AVR's muls, which a compiler would widen to a
  * 16 x 16 -> 32 call inside a 32-bit sum). */
 static MCT_INLINE int16_t mul8(int8_t a, int8_t b) {
-#if defined(__AVR__) && defined(__AVR_HAVE_MUL__)
+#if QDOT_AVR_MUL
     int16_t r;
     __asm__("muls %1, %2\n\tmovw %0, r0\n\tclr __zero_reg__" : "=r"(r) : "d"(a), "d"(b) : "r0", "r1");
     return r;
@@ -186,7 +198,7 @@ static MCT_INLINE int16_t mul8(int8_t a, int8_t b) {
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
-#if defined(__AVR__) && defined(__AVR_HAVE_MUL__) && defined(__AVR_HAVE_LPMX__)
+#if QDOT_AVR_MUL && defined(__AVR_HAVE_LPMX__)
 /* One product into the sum (AVR dot8_avr): x with ld X+, w from flash with lpm Z+, muls, the product's sign bit
  * flipped, added to the 24-bit sum. */
 #define MCT_DOT8_STEP                                                                                          \
@@ -232,7 +244,7 @@ static int32_t dot8_avr(const int8_t *x, const uint8_t *w, uint8_t k) {
 
 static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n) {
     int32_t acc = 0;
-#if defined(__AVR__) && defined(__AVR_HAVE_MUL__) && defined(__AVR_HAVE_LPMX__)
+#if QDOT_AVR_MUL && defined(__AVR_HAVE_LPMX__)
     for (; n > 255u; n -= 255u, x += 255, w += 255) acc += dot8_avr(x, w, 255u);
     if (n) acc += dot8_avr(x, w, (uint8_t)n);
 #else
@@ -243,7 +255,7 @@ static int32_t dot8(const int8_t *x, const uint8_t *w, uint32_t n) {
 
 #endif
 
-#if !(defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB))
+#if !QDOT_DSP
 void mct_dot8_rows(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t stride, uint32_t rows, int32_t *acc) {
     for (uint32_t k = 0; k < rows; k++) acc[k] = dot8(x, w + (size_t)k * stride, n);
 }
@@ -252,7 +264,7 @@ void mct_dot8_rows(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t strid
 #if defined(__AVR__)
 /* a * b of two uint16 as a uint32: four 8 x 8 mul (the compiler calls a 32 x 32 library multiply for it). */
 static MCT_INLINE uint32_t mul16u(uint16_t a, uint16_t b) {
-#if defined(__AVR_HAVE_MUL__)
+#if QDOT_AVR_MUL
     uint32_t r;
     uint8_t z;
     __asm__("clr %[z]\n\t"
@@ -362,7 +374,7 @@ MCT_INLINE
 static int8_t qdense_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, int32_t xw) {
     const uint8_t *bias = c + 8u + 4u * o;
     int32_t bo = mct_cload_i32(bias), a;
-#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+#if QDOT_DSP
     a = __qadd(bo, xw);                          /* saturates to [-2^31, 2^31 - 1]: the same sum, and ... */
     a += a == INT32_MIN;                         /* ... -2^31 becomes -(2^31 - 1) as below */
 #else
@@ -380,7 +392,7 @@ void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, fl
     for (uint32_t s = 0; s < nb; s++) {
         const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
         int8_t *ys = (int8_t *)y + (size_t)s * sy;
-#if defined(__ARM_FEATURE_SIMD32) && defined(__ARM_ARCH_ISA_THUMB)
+#if QDOT_DSP
         for (uint32_t o = 0; o < O; o += MCT_DOT8_ROWS) {
             uint32_t r = O - o < MCT_DOT8_ROWS ? O - o : MCT_DOT8_ROWS;
             int32_t xw[MCT_DOT8_ROWS];

@@ -20,12 +20,18 @@
 #define MCT_HOST 0
 #endif
 
-/* Device builds for a Cortex-M with a single-precision FPU (Thumb-2; GCC or Clang) run the hot loops of gemm.c
- * as inline assembly that loads eight floats with one VLDM. VMLA and VMLS round the product before the sum, so
- * they give the bits of the C loops beside them (the compiler itself emits them for those loops under
- * -ffp-contract=off). -DMCT_NO_ASM keeps the C loops. */
-#if !MCT_HOST && !defined(MCT_NO_ASM) && defined(__GNUC__) && defined(__thumb2__) && defined(__ARM_FP) && \
-    (__ARM_FP & 4)
+/* May the core use GNU inline assembly (GCC, Clang)? -DMCT_NO_ASM keeps the C loops everywhere (every asm path has
+ * one beside it that gives the same bits), for a compiler without it. */
+#if !defined(MCT_NO_ASM) && defined(__GNUC__)
+#define MCT_GNU_ASM 1
+#else
+#define MCT_GNU_ASM 0
+#endif
+
+/* Device builds for a Cortex-M with a single-precision FPU (Thumb-2) run the hot loops of gemm.c as inline
+ * assembly that loads eight floats with one VLDM. VMLA and VMLS round the product before the sum, so they give
+ * the bits of the C loops beside them (the compiler itself emits them for those loops under -ffp-contract=off). */
+#if !MCT_HOST && MCT_GNU_ASM && defined(__thumb2__) && defined(__ARM_FP) && (__ARM_FP & 4)
 #define MCT_VFP_ASM 1
 #else
 #define MCT_VFP_ASM 0
