@@ -172,15 +172,33 @@ def int8_full_net() -> Sequential:
     return Sequential(L.Linear(13, 7), L.Relu(), L.Linear(7, 6), L.Tanh(), L.Linear(6, 5)).rand_params(seed=9)
 
 
-def int8_full_inputs(seed: int) -> Tuple[np.ndarray, np.ndarray]:
-    """(calibration inputs, probe inputs) for int8_full_net: the probes also go 4x beyond the calibrated range
-    (saturated codes) and include an all-zero sample."""
+def export_int8_full(board: str, out: Path, seed: int = 4) -> Tuple[Any, Sequential, np.ndarray]:
+    """int8_full_net exported in full-integer int8 for a board's simulated stand-in (calibrated on 200 standard
+    normal inputs): (the ExportResult, the f32 network, probe inputs). The probes also go 4x beyond the
+    calibrated range (saturated codes) and include an all-zero sample."""
+    from mcutrain import Checkpoint, TrainParams
+    from mcutrain.exporter.export import export_project
+
+    net = int8_full_net()
     rng = np.random.default_rng(seed)
     cal = rng.standard_normal((200, 13)).astype(np.float32)
     probe = rng.standard_normal((8, 13)).astype(np.float32)
     probe[1] *= np.float32(4.0)
     probe[2] = 0.0
-    return cal, probe
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)))
+    r = export_project(ck, board, out, quant="int8-full", trainable="none", calibration=cal, sim=True)
+    return r, net, probe
+
+
+def write_model_project(out: Path, board: Any, m: Any, source: str, extra_flags: Tuple[str, ...] = ()) -> Path:
+    """A project for a DeviceModel m (its generated model.h and model.c, its build flags plus extra_flags), as
+    an export writes it: for variants of an export (changed constants, other flags)."""
+    from mcutrain.exporter.cgen import model_c, model_h
+    from mcutrain.exporter.project import write_project
+
+    files = {"src/model.h": model_h(m), "src/model.c": model_c(m)}
+    write_project(out, board, files, source, m.build_flags() + list(extra_flags))
+    return out
 
 
 def with_extreme_qdense_constants(m: Any) -> Any:

@@ -28,25 +28,24 @@ import pytest
 from helpers import (
     assert_device_equals_twin,
     assert_same_bits,
-    int8_full_inputs,
-    int8_full_net,
+    export_int8_full,
     onehot_samples,
     own_pio_env,
     quant_tie_inputs,
     readme_net,
     train_lockstep,
     with_extreme_qdense_constants,
+    write_model_project,
 )
 from mcutrain import Checkpoint, Sequential, TrainParams
 from mcutrain import layers as L
 from mcutrain.exporter import pio, sim
 from mcutrain.exporter.boards import get_board
-from mcutrain.exporter.cgen import DeviceModel, model_c, model_h
+from mcutrain.exporter.cgen import DeviceModel
 from mcutrain.exporter.client import Device, read_pty_line
 from mcutrain.exporter.device import build_device_model
 from mcutrain.exporter.export import export_project
 from mcutrain.exporter.memplan import MemoryPlan, MemoryPlanError, plan
-from mcutrain.exporter.project import write_project
 from mcutrain.exporter.sim import SimError
 from mcutrain.exporter.sim_avr import build_harness
 from mcutrain.exporter.twin import DeviceTwin
@@ -144,9 +143,7 @@ def export_unchecked(ck: Checkpoint, out: Path, trainable: str, quant: str) -> B
     """export_project without the memory plan check: what a plan that let an oversized model through
     would produce (the same device model, generated files and project layout)."""
     m = build_device_model(ck, trainable, quant, board=UNO)
-    write_project(
-        out, UNO, {"src/model.h": model_h(m), "src/model.c": model_c(m)}, "an unchecked export", m.build_flags()
-    )
+    write_model_project(out, UNO, m, "an unchecked export")
     return Built(out, m, plan(m, UNO, sim=True), m.hash().hex())
 
 
@@ -446,18 +443,11 @@ def test_int8_full_predicts_the_host_output(tmp_path: Path) -> None:
     in soft float) equals the host's C core bit for bit: with the exporter's constants, with QDENSE
     constants at their limits (saturating biases, negative and -2^31 multipliers, shifts outside [1, 62] and on
     both sides of 32), and built with -DMCT_NO_ASM (the C loops beside the assembly)."""
-    net = int8_full_net()
-    cal, x = int8_full_inputs(seed=4)
-    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)))
-    r = export_project(ck, "uno", tmp_path / "p", quant="int8-full", trainable="none", calibration=cal, sim=True)
+    r, _, x = export_int8_full("uno", tmp_path / "p")
     x = np.concatenate([x, quant_tie_inputs(r.model)])
     extreme = with_extreme_qdense_constants(r.model)
-    out = tmp_path / "extreme"
-    files = {"src/model.h": model_h(extreme), "src/model.c": model_c(extreme)}
-    write_project(out, UNO, files, "extreme QDENSE constants", extreme.build_flags())
-    plain = tmp_path / "no-asm"
-    files = {"src/model.h": model_h(r.model), "src/model.c": model_c(r.model)}
-    write_project(plain, UNO, files, "no inline assembly", r.model.build_flags() + ["-DMCT_NO_ASM"])
+    out = write_model_project(tmp_path / "extreme", UNO, extreme, "extreme QDENSE constants")
+    plain = write_model_project(tmp_path / "no-asm", UNO, r.model, "no inline assembly", ("-DMCT_NO_ASM",))
     for path, m in [(r.path, r.model), (out, extreme), (plain, r.model)]:
         want = DeviceTwin(m).predict(x)
         with sim.start(path, UNO, store=path / "eeprom.bin") as s:

@@ -25,22 +25,20 @@ from layer_table import mixed_layers
 from helpers import (
     assert_device_equals_twin,
     assert_same_bits,
-    int8_full_inputs,
-    int8_full_net,
+    export_int8_full,
     onehot_samples,
     quant_tie_inputs,
     readme_net,
     train_lockstep,
     with_extreme_qdense_constants,
+    write_model_project,
 )
 from mcutrain import Checkpoint, Sequential, TrainParams, losses
 from mcutrain import layers as L
 from mcutrain.exporter import pio, sim
 from mcutrain.exporter.boards import get_board
-from mcutrain.exporter.cgen import model_c, model_h
 from mcutrain.exporter.export import ExportResult, export_project
 from mcutrain.exporter.memplan import MemoryPlanError
-from mcutrain.exporter.project import write_project
 from mcutrain.exporter.sim import SimError
 from mcutrain.exporter.sim_qemu import elf_sizes, set_env_option
 from mcutrain.exporter.twin import DeviceTwin
@@ -154,28 +152,10 @@ def test_int8_full_export_predicts_the_host_output(board: str, tmp_path: Path) -
     the exporter's constants, and with QDENSE constants at their limits (saturating biases, negative and -2^31
     multipliers, shifts outside [1, 62] and on both sides of 32), which the cores requantize by different code
     (Cortex-M's SMLAD rows and 64-bit multiply, AVR's 32-bit pieces, the plain C loop)."""
-    net = int8_full_net()
-    cal, x = int8_full_inputs(seed=4)
-    r = export(
-        net,
-        net.new_sgd(TrainParams(lr=0.01)),
-        losses.mse,
-        board,
-        tmp_path / "p",
-        quant="int8-full",
-        trainable="none",
-        calibration=cal,
-    )
+    r, net, x = export_int8_full(board, tmp_path / "p")
     x = np.concatenate([x, quant_tie_inputs(r.model)])
     extreme = with_extreme_qdense_constants(r.model)
-    out = tmp_path / "extreme"
-    write_project(
-        out,
-        r.board,
-        {"src/model.h": model_h(extreme), "src/model.c": model_c(extreme)},
-        "extreme QDENSE constants",
-        extreme.build_flags(),
-    )
+    out = write_model_project(tmp_path / "extreme", r.board, extreme, "extreme QDENSE constants")
     for path, m in [(r.path, r.model), (out, extreme)]:
         twin = DeviceTwin(m)
         want = twin.predict(x)
@@ -270,27 +250,16 @@ def test_no_asm_builds_leave_out_the_assembly_and_keep_the_bits(tmp_path: Path) 
     board = "nano33ble"
     net = Sequential(L.Linear(7, 15), L.Sigmoid(), L.Linear(15, 10), L.Softmax()).rand_params(seed=9)
     f32 = export(net, net.new_sgd(TrainParams(lr=0.1)), losses.cross_entropy, board, tmp_path / "f32")
-    qnet = int8_full_net()
-    cal, xq = int8_full_inputs(seed=4)
-    q = export(
-        qnet,
-        qnet.new_sgd(TrainParams(lr=0.01)),
-        losses.mse,
-        board,
-        tmp_path / "q",
-        quant="int8-full",
-        trainable="none",
-        calibration=cal,
-    )
+    q, _, xq = export_int8_full(board, tmp_path / "q")
     xs, ts = onehot_samples(np.random.default_rng(7), 30, 7, 10)
     firmware = sim.simulator_for(f32.board).firmware_path
     for r in (f32, q):
         pio.build(r.path, f"sim-{board}")
         asm = disassembly(firmware(r.path, r.board))
         assert "vldm" in asm and ("sxtb16" in asm) == (r is q), "the default build lost its assembly"
-        plain = tmp_path / f"{r.path.name}-no-asm"
-        files = {"src/model.h": model_h(r.model), "src/model.c": model_c(r.model)}
-        write_project(plain, r.board, files, "no inline assembly", r.model.build_flags() + ["-DMCT_NO_ASM"])
+        plain = write_model_project(
+            tmp_path / f"{r.path.name}-no-asm", r.board, r.model, "no inline assembly", ("-DMCT_NO_ASM",)
+        )
         twin = DeviceTwin(r.model)
         with sim.start(plain, r.board) as s:
             if r is q:
