@@ -267,6 +267,11 @@ cdef enum:
     MIN_PARALLEL_WORK = 100000
 
 
+cdef inline uint32_t _bound(uint32_t P, uint32_t c, uint32_t nt) noexcept nogil:
+    """Where thread c's range of the P parameters begins (thread c + 1's: where it ends), nt threads."""
+    return <uint32_t>((<uint64_t>P * c) // nt)
+
+
 cdef inline void _add_parts(float *g0, size_t stride, uint32_t nt, uint32_t j0, uint32_t j1) noexcept nogil:
     """Parameters [j0, j1) of the parts' gradient sums (part c at g0 + c * stride) added into part 0's, in
     part order."""
@@ -330,13 +335,12 @@ cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_
     # the same sums and the same update, each thread on its own range of parameters (every parameter's sum over
     # the parts and its update are its own, so the bits do not depend on the split)
     for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
-        _add_parts(g0, stride, nt, <uint32_t>((<uint64_t>P * c) // nt), <uint32_t>((<uint64_t>P * (c + 1)) // nt))
+        _add_parts(g0, stride, nt, _bound(P, c, nt), _bound(P, c + 1, nt))
     status = mct_update_begin(net, op, sp, tsp, g0, total, &st)
     if status != MCT_OK:
         return status
     for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
-        mct_apply_part(net, op, &st, pp, g0, sp, <float>nb, <uint32_t>((<uint64_t>P * c) // nt),
-                       <uint32_t>((<uint64_t>P * (c + 1)) // nt))
+        mct_apply_part(net, op, &st, pp, g0, sp, <float>nb, _bound(P, c, nt), _bound(P, c + 1, nt))
     mct_step_end(op, tsp)
     return MCT_OK
 
