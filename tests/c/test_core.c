@@ -840,9 +840,6 @@ static void test_batch_grads_host_equals_device(void) {
     free(p); free(p2); free(x); free(t);
 }
 
-/* The buffered update must not depend on what the grads buffer held before the step (the host
- * trainer hands in uninitialised memory): frozen layers have no gradient, and neither the similarity
- * penalty of momentum nor any finiteness check may read stale values there. */
 /* mct_apply_part over [0, j) and [j, n_params), at every split point j, gives mct_apply's parameters and
  * optimizer state bit for bit (the threads of the host's train_batch each apply a range), for every optimizer
  * kind with clipping and L1/L2 (which only the first n_w parameters of a layer get) on the mixed network. */
@@ -879,6 +876,9 @@ static void test_apply_in_parts_equals_apply(void) {
     free(p0); free(g); free(pw); free(pp); free(s0); free(sw); free(sp);
 }
 
+/* The buffered update must not depend on what the grads buffer held before the step (the host
+ * trainer hands in uninitialised memory): frozen layers have no gradient, and neither the similarity
+ * penalty of momentum nor any finiteness check may read stale values there. */
 static void test_buffered_step_ignores_stale_grads(void) {
     netb b;
     const mct_net *net = mixed_net(&b); /* has a frozen Linear */
