@@ -6,7 +6,8 @@ device's evaluation data (PREDICT). evaluate(): WRITE the global parameters and 
 A device that fails (disconnects, times out, answers a bad CRC, refuses a step, returns parameters that
 are not finite) answers the round with a failure status instead of parameters: Flower counts it among the
 round's failures and the strategy aggregates the others. The connection is dropped and opened again when
-the next request comes (DeviceHandle).
+the next request comes (DeviceHandle). Any other exception is a bug in mcutrain: it is kept in `crash`
+(the fleet ends the run with it) and raised, which ends the client's thread.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class DeviceClient(Client):
         self.on_step = on_step
         self.classification = self.y.shape[1] > 1
         self.last_error: Optional[str] = None
+        self.crash: Optional[BaseException] = None  # an error that is not a device fault (see the module)
 
     @property
     def name(self) -> str:
@@ -85,7 +87,12 @@ class DeviceClient(Client):
         out = dev.predict(self.ex)
         return metrics(np.asarray(out, np.float32), self.ey, self.loss, self.classification)
 
-    def _fault(self, e: BaseException) -> str:
+    def _fault(self, e: Exception) -> str:
+        """The failure message of a device fault, whose connection is dropped. Any other exception is kept
+        in self.crash and raised again."""
+        if not _is_fault(e):
+            self.crash = e
+            raise e
         self.last_error = f"{type(e).__name__}: {e}".strip()
         self.handle.drop()
         return f"{self.name}: {self.last_error}"
@@ -96,8 +103,6 @@ class DeviceClient(Client):
             arrays = self.layout.read(self.handle.connect())
             return GetParametersRes(status=Status(Code.OK, ""), parameters=ndarrays_to_parameters(arrays))
         except Exception as e:
-            if not _is_fault(e):
-                raise
             return GetParametersRes(
                 status=Status(Code.GET_PARAMETERS_NOT_IMPLEMENTED, self._fault(e)), parameters=Parameters([], "")
             )
@@ -120,8 +125,6 @@ class DeviceClient(Client):
             self.layout.check(arrays)  # a device that diverged or garbled its answer must not reach the model
             local = self._evaluate_on_device(dev) if self.ex.shape[0] else {}
         except Exception as e:
-            if not _is_fault(e):
-                raise
             return FitRes(
                 status=Status(Code.FIT_NOT_IMPLEMENTED, self._fault(e)),
                 parameters=Parameters([], ""),
@@ -153,8 +156,6 @@ class DeviceClient(Client):
             self.layout.write(dev, parameters_to_ndarrays(ins.parameters))
             res = self._evaluate_on_device(dev)
         except Exception as e:
-            if not _is_fault(e):
-                raise
             return EvaluateRes(
                 status=Status(Code.EVALUATE_NOT_IMPLEMENTED, self._fault(e)),
                 loss=0.0,

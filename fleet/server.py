@@ -10,15 +10,16 @@ written as a model file after every round, the evaluation of the global model on
 the device's own C core on the host, and a JSON-lines log.
 
 Rounds: a device that fails is dropped for the round (it answers with a failure status; the strategy
-aggregates the rest) and reconnected on the next request. A round in which fewer devices than
-`min_devices` answered, or whose aggregation failed, keeps the previous global model and is logged as
-failed; the run goes on.
+aggregates the rest) and reconnected on the next request. A device that does not answer within
+`round_timeout` is dropped too (Flower ends its client's stream); its Flower client is started again for
+the next round (mcutrain.fleet.client_threads). A round in which fewer devices than `min_devices` answered,
+or whose aggregation failed, keeps the previous global model and is logged as failed; the run goes on. An
+error that is not a device fault (a bug) ends the run with that error after the round it happened in.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -338,17 +339,19 @@ class Fleet:
         flwr = require_flower()
         if not self._prepared:
             self.prepare()
-        from flwr.client import start_client
         from flwr.common import parameters_to_ndarrays
-        from flwr.server import Server, SimpleClientManager
+        from flwr.server import Server
         from flwr.server.superlink.fleet.grpc_bidi.grpc_server import start_grpc_server
+
+        from .client_threads import ClientThreads, RejoiningClientManager
 
         cfg = self.cfg
         log_file = None
         flower_log = logging.getLogger("flwr")
         old_level = flower_log.level
         flower_log.setLevel(logging.ERROR)
-        cm = SimpleClientManager()
+        threads = ClientThreads(self.clients)
+        cm = RejoiningClientManager(threads.revive)
         names: Dict[str, str] = {}
 
         def evaluate_fn(server_round: int, arrays: List[np.ndarray], config: Dict) -> Any:
@@ -359,19 +362,10 @@ class Fleet:
         strategy = _Observed(inner, self.layout, cfg.min_devices, names)
         server = Server(client_manager=cm, strategy=strategy)  # type: ignore[arg-type]
         grpc_server = start_grpc_server(client_manager=cm, server_address="127.0.0.1:0")
-        threads: List[threading.Thread] = []
         reports: List[RoundReport] = []
         t_start = time.monotonic()
         try:
-            for c in self.clients:
-                t = threading.Thread(
-                    target=start_client,
-                    kwargs={"server_address": grpc_server.bound_address, "client": c, "insecure": True},
-                    name=f"fleet-{c.name}",
-                    daemon=True,
-                )
-                t.start()
-                threads.append(t)
+            threads.start(grpc_server.bound_address)
             if not cm.wait_for(len(self.clients), timeout=60):
                 raise FleetError(f"only {cm.num_available()} of {len(self.clients)} Flower clients connected")
             if cfg.log is not None:
@@ -421,6 +415,7 @@ class Fleet:
                 rep.seconds = time.monotonic() - t0
                 rep.bytes = sum(h.bytes_on_line() for h in self.handles) - bytes0
                 self._finish(rep, reports, log_file)
+                self._raise_crash()
             if not any(r.failed is None for r in reports[1:]):
                 raise FleetError(
                     f"none of the {cfg.rounds} rounds could be completed (see {cfg.log}); the global model "
@@ -433,14 +428,19 @@ class Fleet:
             try:
                 server.disconnect_all_clients(timeout=5)
             finally:
-                for t in threads:
-                    t.join(timeout=5)
+                threads.join(timeout=5)
                 grpc_server.stop(grace=1)
                 for h in self.handles:
                     h.close()
                 if log_file is not None:
                     log_file.close()
                 flower_log.setLevel(old_level)
+
+    def _raise_crash(self) -> None:
+        """Raise the first error in mcutrain's own code that a device client met (DeviceClient.crash)."""
+        for c in self.clients:
+            if c.crash is not None:
+                raise c.crash
 
     def _evaluate_into(self, rep: RoundReport, strategy: Any, r: int, parameters: Any) -> None:
         strategy.report = rep

@@ -322,3 +322,67 @@ def test_a_device_on_a_port_joins_the_fleet_and_is_reopened_after_noise(
     assert r1.answered == ["native-2"] and "CRC" in r1.dropped.get("board", ""), r1
     assert r2.answered == ["board", "native-2"] and r2.failed is None, r2
     assert fleet.handles[0].connects >= 2
+
+
+def _run_bounded(fleet: Fleet, seconds: float) -> Any:
+    """fleet.run() in a thread: its result, or the error it raised; fails the test if the run has not ended
+    after `seconds` (a fleet that waits for a Flower client that is gone must not wait for a day)."""
+    import threading
+
+    out: Dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            out["result"] = fleet.run()
+        except BaseException as e:  # handed to the test
+            out["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"the fleet run had not ended after {seconds:.0f} s"
+    return out
+
+
+def test_an_error_in_mcutrain_stops_the_fleet_with_that_error(
+    digits: Dataset, start_model: Path, work: Path, tmp_path: Path
+) -> None:
+    """An exception that is not a device fault (a bug; here raised from the step hook in a device's client
+    thread) ends the run with that exception, after the round it happened in; the fleet does not hang
+    waiting for the Flower client the exception ended."""
+    fleet_file, _ = simulate_fleet(digits, 2, "native", tmp_path, start_model, rounds=3, local_steps=5, seed=6)
+    cfg = load_config(fleet_file)
+    cfg.workdir = work
+    cfg.eval_samples = 10
+
+    def on_step(name: str, rnd: int, step: int) -> None:
+        if name == "native-2" and rnd == 1 and step == 2:
+            raise KeyError("a bug in the client")
+
+    out = _run_bounded(Fleet(cfg, on_step=on_step), 120)
+    assert isinstance(out.get("error"), KeyError) and "a bug in the client" in str(out["error"]), out
+    assert not cfg.output.exists() or load_model(cfg.output).metadata["fleet"]["round"] <= 1
+
+
+def test_a_device_slower_than_the_round_timeout_is_dropped_and_answers_the_next_round(
+    digits: Dataset, start_model: Path, work: Path, tmp_path: Path
+) -> None:
+    """A device whose round takes longer than round_timeout: Flower ends its client's stream and the round
+    goes on without it; the fleet starts the device's Flower client again and it answers the next round."""
+    import time
+
+    fleet_file, _ = simulate_fleet(digits, 2, "native", tmp_path, start_model, rounds=2, local_steps=5, seed=7)
+    cfg = load_config(fleet_file)
+    cfg.workdir = work
+    cfg.eval_samples = 0
+    cfg.round_timeout = 2.0
+
+    def on_step(name: str, rnd: int, step: int) -> None:
+        if name == "native-1" and rnd == 1 and step == 1:
+            time.sleep(cfg.round_timeout + 1.0)
+
+    out = _run_bounded(Fleet(cfg, on_step=on_step), 120)
+    assert "result" in out, out
+    r1, r2 = out["result"].rounds[1:]
+    assert r1.answered == ["native-2"] and "native-1" not in r1.answered, r1
+    assert r2.answered == ["native-1", "native-2"] and r2.failed is None, r2
