@@ -22,6 +22,7 @@ REGION_PARAMS, REGION_OPT_SLOTS, REGION_TRAIN_STATE = 0, 1, 2
 
 
 PTY_LINE = re.compile(rb"PTY (/dev/\S+)")
+RESYNC_DRAIN = 5.0  # seconds resync() drops replies for, at most
 
 
 def read_pty_line(fd: int, timeout: float) -> Optional[str]:
@@ -80,11 +81,12 @@ class Device:
     # ---- connections ----
     @classmethod
     def open(cls, port: str, baud: int = 115200, timeout: float = 5.0) -> Device:
-        """Open a serial port (a board, a pty, a simulator's serial line)."""
+        """Open a serial port (a board, a pty, a simulator's serial line). A read waits at most `timeout`
+        seconds for its bytes, a write at most `timeout` seconds for the line to take them."""
         import serial  # pyserial
 
         try:
-            link = serial.Serial(port, baud, timeout=timeout)
+            link = serial.Serial(port, baud, timeout=timeout, write_timeout=timeout)
         except (serial.SerialException, OSError) as e:
             raise DeviceError(f"cannot open {port}: {e}") from None
         return cls(link)
@@ -275,15 +277,17 @@ class Device:
                 raise DeviceError(f"QUIT: {e}; the program did not end") from None
 
     def resync(self) -> None:
-        """Recover after a lost byte: complete any partial frame with zeros and drop the replies."""
+        """Recover after a lost byte: complete any partial frame with zeros and drop the replies (for at
+        most RESYNC_DRAIN seconds: a line that never goes quiet is left to the next request to refuse)."""
         i = self._info
         longest = max(i.max_payload, 4 * (i.n_in + i.n_out)) if i else 65535
         self.link.write(bytes(longest + 6))
         old = getattr(self.link, "timeout", None)
+        deadline = time.monotonic() + RESYNC_DRAIN
         try:
             if old is not None:
                 self.link.timeout = 0.3
-            while self.link.read(256):
+            while self.link.read(256) and time.monotonic() < deadline:
                 pass
         finally:
             if old is not None:

@@ -214,13 +214,14 @@ def _register_kinds() -> None:
 class ProcessLink:
     """The serial line (a pty) to a simulator process. Reads and writes notice when the process has ended
     (a crash, a stack overflow, the firmware's exit) instead of waiting for the timeout, and raise the
-    SimError that why_ended() makes."""
+    SimError that why_ended() makes. A write that the firmware does not take within `timeout` seconds
+    (it stopped reading its line) is a SimError too."""
 
     def __init__(self, port: str, baud: int, process: subprocess.Popen, log: Path, timeout: float, what: str) -> None:
         import serial  # pyserial
 
         try:
-            self._serial = serial.Serial(port, baud, timeout=0.2)
+            self._serial = serial.Serial(port, baud, timeout=0.2, write_timeout=timeout)
         except (serial.SerialException, OSError) as e:
             raise SimError(f"cannot open {what}'s serial port {port}: {e}") from None
         self.port = port
@@ -265,8 +266,15 @@ class ProcessLink:
         """Send bytes to the firmware."""
         if self.process.poll() is not None:
             raise self.why_ended()
+        import serial  # pyserial
+
         try:
             return self._serial.write(data)
+        except serial.SerialTimeoutException:
+            raise SimError(
+                f"{self.what} took no input for {self._serial.write_timeout:g} s (the firmware stopped reading "
+                f"its serial line):\n{self.log_tail()}"
+            ) from None
         except OSError:
             raise self._why_pty_closed() from None
 

@@ -93,3 +93,39 @@ def test_the_announced_pty_is_connected(tmp_path: Path, announcement: str) -> No
         )
     assert seen["port"] == "/dev/pts/999"
     assert seen["proc"].poll() is not None
+
+
+# a process that serves a pty and never reads it (a firmware that has stopped reading its line)
+DEAF = (
+    "import os, time, tty; m, s = os.openpty(); tty.setraw(m); "
+    "print('PTY ' + os.ttyname(s), flush=True); time.sleep(60)"
+)
+
+
+def test_a_write_the_firmware_does_not_take_gives_up_after_the_timeout(tmp_path: Path) -> None:
+    """A megabyte to a line nobody reads fills the pty's buffers: the write ends with an error after the
+    link's timeout, from the simulator's link (SimError) and from a port opened with Device.open (pyserial's
+    write timeout, an OSError), instead of waiting for ever."""
+    import time
+
+    import serial
+
+    from mcutrain.exporter.client import Device
+
+    def link(port: str, proc: subprocess.Popen) -> sim.ProcessLink:
+        return sim.ProcessLink(port, 115200, proc, tmp_path / "run.log", 1.0, "the deaf program")
+
+    dev = sim.launch_process([sys.executable, "-c", DEAF], tmp_path / "run.log", "the deaf program", 10.0, link)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(SimError, match="the deaf program took no input for 1 s"):
+            dev.link.write(bytes(1 << 20))
+        assert time.monotonic() - t0 < 10
+        port = Device.open(dev.link.port, timeout=1.0)
+        try:
+            with pytest.raises(serial.SerialTimeoutException):
+                port.link.write(bytes(1 << 20))
+        finally:
+            port.close()
+    finally:
+        dev.close()
