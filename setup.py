@@ -8,32 +8,26 @@ extension mcutrain._core built from trainer/_core.pyx plus the C core in firmwar
     firmware/  -> mcutrain.firmware    package data: the C core, the firmware app, ports, platforms
     boards/    -> mcutrain.boards      package data: one TOML file per board
 
-The host build keeps -ffp-contract=off (as every firmware build does) so the host trainer computes
-the same bits as a device, and widens the register tiles of the matrix kernels for the host CPU.
--fno-trapping-math lets the compiler evaluate both sides of a select (the special cases of exp and log),
-so their loops vectorise; it changes no result, only when floating-point exception flags may be raised.
-MCUTRAIN_MARCH selects the -march flag (default: native; set it to e.g. x86-64-v2 for a portable wheel).
+The C core's flags for the host build are trainer/host_build.py's (HOST_CORE_FLAGS, which says why
+each is there); the C core tests build the host variant with the same list. MCUTRAIN_MARCH selects the
+-march flag (default: native; set it to e.g. x86-64-v2 for a portable wheel).
 """
 
 import glob
 import os
 import sys
+from runpy import run_path
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+HOST_CORE_FLAGS = run_path(os.path.join("trainer", "host_build.py"))["HOST_CORE_FLAGS"]
 march = os.environ.get("MCUTRAIN_MARCH", "native")
 cflags = [
     "-std=c99",
-    "-O3",
-    "-ffp-contract=off",
-    "-fno-math-errno",
-    "-fno-trapping-math",
+    *HOST_CORE_FLAGS,
     "-fopenmp",
-    "-DMCT_HOST_KERNELS",
-    "-DMCT_TILE_M=4",
-    "-DMCT_TILE_N=16",
     "-Wall",
     "-Wextra",
     "-Wno-unused-function",

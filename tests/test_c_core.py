@@ -2,8 +2,7 @@
 
 The program is built twice from the same sources and run once per build:
 - the device tiling (1 x 4 register tiles) with AddressSanitizer (leak detection on) and UBSan,
-- the host kernels and tiling (-DMCT_HOST_KERNELS -DMCT_TILE_M=4 -DMCT_TILE_N=16, -fno-trapping-math) at -O3,
-  as the Cython extension is built.
+- the host kernels and tiling with the flags the Cython extension is built with (mcutrain.host_build).
 Each C test is reported as its own pytest item (test_c[build-name]); test_c_program_clean checks the
 exit code, the summary line and that no sanitizer reported anything. Separately, every
 firmware/core/*.c must compile on its own with -std=c99 -Wall -Wextra -Werror -pedantic.
@@ -18,6 +17,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from mcutrain.host_build import HOST_CORE_FLAGS
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "firmware" / "core"
@@ -34,8 +35,6 @@ def gcc_installed() -> None:
 
 WARN = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 SANITIZE = ["-ffp-contract=off", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-HOST_TILES = ["-ffp-contract=off", "-fno-trapping-math", "-DMCT_HOST_KERNELS", "-DMCT_TILE_M=4", "-DMCT_TILE_N=16"]
-HOST_TILES += ["-O3"]
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "SUMMARY: ")
 
 
@@ -69,7 +68,7 @@ def c_test_names() -> list[str]:
     return names
 
 
-BUILDS = {"sanitized_device_tiles": SANITIZE, "host_tiles_o3": HOST_TILES}
+BUILDS = {"sanitized_device_tiles": SANITIZE, "host_tiles_o3": HOST_CORE_FLAGS}  # the second as setup.py builds it
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDS))
@@ -142,7 +141,7 @@ def test_device_math_gives_the_host_math_bits(tmp_path: Path) -> None:
     src = ROOT / "tests" / "c"
     flags = [*WARN, "-O2", "-ffp-contract=off", "-fno-math-errno", f"-I{CORE}"]
     # the host as setup.py builds it, the devices as the exporter's projects do
-    builds = {"_host": ["-DMCT_HOST_KERNELS", "-fno-trapping-math", "-O3"], "_dev": []}
+    builds = {"_host": HOST_CORE_FLAGS, "_dev": []}
     objs = []
     for suffix, extra in builds.items():
         obj = tmp_path / f"math{suffix}.o"
