@@ -361,7 +361,9 @@ def test_an_error_in_mcutrain_stops_the_fleet_with_that_error(
 
     out = _run_bounded(Fleet(cfg, on_step=on_step), 120)
     assert isinstance(out.get("error"), KeyError) and "a bug in the client" in str(out["error"]), out
-    assert not cfg.output.exists() or load_model(cfg.output).metadata["fleet"]["round"] <= 1
+    # round 1 (native-1 answered) was finished and logged; round 2 never started
+    assert load_model(cfg.output).metadata["fleet"]["round"] == 1
+    assert [r["round"] for r in read_log(cfg.log) if r.get("event") == "step"] == [0, 1]
 
 
 def test_a_device_slower_than_the_round_timeout_is_dropped_and_answers_the_next_round(
@@ -384,5 +386,5 @@ def test_a_device_slower_than_the_round_timeout_is_dropped_and_answers_the_next_
     out = _run_bounded(Fleet(cfg, on_step=on_step), 120)
     assert "result" in out, out
     r1, r2 = out["result"].rounds[1:]
-    assert r1.answered == ["native-2"] and "native-1" not in r1.answered, r1
+    assert r1.answered == ["native-2"] and len(r1.dropped) == 1, r1  # Flower's timeout does not name it
     assert r2.answered == ["native-1", "native-2"] and r2.failed is None, r2
