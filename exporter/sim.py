@@ -224,6 +224,7 @@ class ProcessLink:
             self._serial = serial.Serial(port, baud, timeout=0.2, write_timeout=timeout)
         except (serial.SerialException, OSError) as e:
             raise SimError(f"cannot open {what}'s serial port {port}: {e}") from None
+        self._write_timed_out = serial.SerialTimeoutException
         self.port = port
         self.process = process
         self.log = log
@@ -266,11 +267,9 @@ class ProcessLink:
         """Send bytes to the firmware."""
         if self.process.poll() is not None:
             raise self.why_ended()
-        import serial  # pyserial
-
         try:
             return self._serial.write(data)
-        except serial.SerialTimeoutException:
+        except self._write_timed_out:
             raise SimError(
                 f"{self.what} took no input for {self._serial.write_timeout:g} s (the firmware stopped reading "
                 f"its serial line):\n{self.log_tail()}"
