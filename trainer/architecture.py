@@ -58,6 +58,8 @@ def from_architecture(spec: Dict[str, Any], where: str = "network", _depth: int 
         if t.lower() == "lr":
             return LR(from_architecture(args["inner"], f"{where} (LR body)", _depth + 1), args["divisor"])
         cls = _LOWER.get(t.lower())
+        if cls is L.Conv1d and "filter_size" in args:  # model files from before Conv1d took channels
+            cls = L.SingleChannelConv1d
         if cls is None:
             raise ArchitectureError(
                 f"{where}: unknown layer type {t!r}; known: {', '.join(sorted(L.LAYER_TYPES))}, "
@@ -80,7 +82,7 @@ def _short(v: Any) -> str:
 
 def parse_inline(text: str) -> Sequential:
     """'linear:20x35,sigmoid,linear:35x10,softmax' -> Sequential. Sizes: IxO for Dense/Linear/GLUs,
-    IxOxF for Conv1d, N for sized same-size layers; a number after leaky_relu/softmax is alpha/T."""
+    IxOxF for SingleChannelConv1d, N for sized same-size layers; a number after leaky_relu/softmax is alpha/T."""
     mods: List[Module] = []
     for i, item in enumerate(p.strip() for p in text.split(",")):
         if not item:
@@ -95,9 +97,9 @@ def parse_inline(text: str) -> Sequential:
         try:
             if issubclass(cls, (L._Sized,)):
                 dims = [int(d) for d in arg.lower().split("x")] if arg else []
-                want = 3 if cls is L.Conv1d else 2
+                want = 3 if cls is L.SingleChannelConv1d else 2
                 if len(dims) != want:
-                    shape = "IxOxF" if cls is L.Conv1d else "IxO"
+                    shape = "IxOxF" if cls is L.SingleChannelConv1d else "IxO"
                     raise ArchitectureError(
                         f"--net item {i + 1}: {name} needs sizes as {name}:{shape}, e.g. "
                         f"{name}:{'16x14x3' if want == 3 else '20x35'}"
