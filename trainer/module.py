@@ -301,8 +301,11 @@ class Module(OwnLock):
                 opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf, float(self_grads.samples), float(loss)
             )
         if rc != Status.OK:
-            what = "the loss" if rc == Status.E_NONFINITE else "a gradient"
-            raise TrainingError(f"{what} is NaN or inf: update {opt.step + 1} was not applied")
+            what = {
+                Status.E_NONFINITE: "the loss is NaN or inf",
+                Status.E_NONFINITE_STATE: "the update overflowed (a parameter or the optimizer state is NaN or inf)",
+            }.get(rc, "a gradient is NaN or inf")
+            raise TrainingError(f"{what}: update {opt.step + 1} was not applied; lower the learning rate")
 
     def fit(
         self,

@@ -122,7 +122,8 @@
     X(E_NONFINITE, 3)        /* the loss is not finite */                                                     \
     X(E_UNSUPPORTED, 4)      /* not in this path or build (similarity penalty, fused; MCT_REGULARIZE=0) */    \
     X(E_NONFINITE_GRAD, 5)   /* the loss was finite, a gradient was not */                                    \
-    X(E_NONFINITE_INPUT, 6)  /* an input or target is not finite */
+    X(E_NONFINITE_INPUT, 6)  /* an input or target is not finite */                                           \
+    X(E_NONFINITE_STATE, 7)  /* host: the update left a parameter or optimizer state not finite (undone) */
 
 /* ---- structs the host writes as bytes: X(type, field, numpy kind), in declaration order ---- */
 /* One layer of a network (mct_layer). Offsets into the trace arena are per sample: a batch of nb samples
