@@ -70,14 +70,16 @@ def _options(f: Any) -> Any:
             "--net",
             "net_text",
             default=None,
-            help=f"Inline network, e.g. '{DEFAULT_NET}' (the default with the default problem).",
+            help=f"Inline network, e.g. '{DEFAULT_NET}' (the default with the default problem); "
+            "`mcutrain layers` lists the layer names and their sizes.",
         ),
         click.option(
             "--net-file",
             "net_file",
             type=click.Path(dir_okay=False),
             default=None,
-            help="Network architecture file (TOML or JSON: a list of layers) instead of --net.",
+            help="Network architecture file instead of --net: TOML ([[layers]] tables) or JSON (a list of layers), "
+            "each {type = NAME, ARGUMENT = VALUE}; `mcutrain layers` shows the arguments and an example.",
         ),
         data_options,
         click.option(

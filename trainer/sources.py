@@ -175,8 +175,9 @@ class ProblemSource(Source):
 class FileSource(Source):
     """A data file, split into training and validation parts, shuffled every epoch."""
 
-    def __init__(self, data: Dataset, val: float, seed: int) -> None:
+    def __init__(self, data: Dataset, val: float, seed: int, classify: bool = False) -> None:
         self.full = data
+        self.classify = classify  # the targets were class labels made one-hot
         self.train, self.val = data.split(val, seed)
         self._x = np.ascontiguousarray(self.train.x, np.float32)  # what fit takes without a copy
         self._y = np.ascontiguousarray(self.train.y, np.float32)
@@ -216,7 +217,7 @@ def open_source(spec: DataSettings, seed: int, val: float = 0.0) -> Source:
     if spec.problem:
         return ProblemSource(spec.problem, seed)
     if spec.path:
-        return FileSource(load_dataset(spec), val, seed)
+        return FileSource(load_dataset(spec), val, seed, spec.classify)
     raise DataError("say where the samples come from: --data FILE or --problem NAME (e.g. --problem modadd10)")
 
 
@@ -236,7 +237,7 @@ def check_widths(
         raise DataError(
             f"{what} outputs {n_out} values but {source.name} has {source.n_out} targets per sample: "
             + (advice or f"make the last layer output {source.n_out}")
-            + (" (for integer class labels, add --classify)" if from_file else "")
+            + (" (for class labels, add --classify)" if from_file and not getattr(source, "classify", False) else "")
         )
 
 
