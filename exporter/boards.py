@@ -47,6 +47,19 @@ class Board:
         """RAM of the simulated stand-in (may be less than the board's)."""
         return int(self.sim.get("ram", self.ram)) if self.sim else self.ram
 
+    def stand_in_differences(self) -> List[str]:
+        """Where the simulated stand-in's limits differ from the real board's (its storage is always the
+        board's: the stand-in's firmware is built with the board's storage size)."""
+        if self.sim_kind in (None, "native"):
+            return []
+        out = []
+        if self.sim_ram != self.ram:
+            out.append(
+                f"the simulated {self.name} has {self.sim_ram:,} B of RAM, the real board {self.ram:,} B: a model "
+                f"that fits the board may not run in the simulator"
+            )
+        return out
+
 
 # what a simulator kind needs in [sim] (strings); the kinds exporter/sim.py knows
 SIM_KEYS: Dict[str, tuple] = {
