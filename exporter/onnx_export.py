@@ -18,11 +18,10 @@ import numpy as np
 from mcutrain import layers as L
 from mcutrain.compose import LR, Residual, Sequential
 from mcutrain.errors import McuTrainError
+from mcutrain.extras import require
 from mcutrain.files import atomic_write
 from mcutrain.module import Module
 from mcutrain.version import __version__
-
-from .interop import require
 
 OPSET = 13
 IR_VERSION = 7  # the IR version of opset 13, which every ONNX runtime since 2020 reads

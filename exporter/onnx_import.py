@@ -25,10 +25,11 @@ import numpy as np
 from mcutrain import layers as L
 from mcutrain.compose import Residual, Sequential
 from mcutrain.errors import ImportModelError, ShapeError
+from mcutrain.extras import require
 from mcutrain.files import read_bounded
 from mcutrain.module import Module
 
-from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, require, sequential
+from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, sequential
 
 SUPPORTED = (
     "Gemm, MatMul (+ Add), Add/Sub/Mul/Div by a constant, Relu, LeakyRelu, Sigmoid, Tanh, Softplus, Sin, Cos, "

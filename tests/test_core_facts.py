@@ -78,7 +78,7 @@ def test_struct_dtypes_have_the_compilers_sizes() -> None:
 def test_train_state_init_and_save_layout() -> None:
     ts = cf.train_state_init()
     assert int(ts["step"][0]) == 0 and float(ts["b1t"][0]) == 1.0 and float(ts["b2t"][0]) == 1.0
-    assert cf.SAVE_HEADER == 24
+    assert cf.SAVE_HEADER == 28  # magic, sequence, size, CRC-32, 8-byte model hash, blob version
     n, slots = 37, 2
     assert cf.save_slot_bytes(n, slots) == cf.SAVE_HEADER + 4 * n * (1 + slots) + cf.TRAIN_STATE_DTYPE.itemsize
 

@@ -44,6 +44,13 @@ OptKind = _enum("OptKind", "opt", "Optimizers (enum mct_opt_kind).")
 Schedule = _enum("Schedule", "schedule", "Learning-rate schedules (enum mct_schedule).")
 Storage = _enum("Storage", "storage", "Where a layer's parameters live (enum mct_storage).")
 Status = _enum("Status", "status", "Statuses of the core's checked entry points (enum mct_status).")
+Cmd = _enum("Cmd", "cmd", "Commands of the device protocol (MCT_CMD_LIST, docs/protocol.md).")
+ReplyStatus = _enum("ReplyStatus", "reply", "Status bytes of the device protocol's replies (MCT_REPLY_LIST).")
+# the format versions (MCT_FORMAT_LIST): what each format that crosses a host/device boundary carries
+FORMAT_VERSIONS: Dict[str, int] = {r[0]: r[2] for r in _LISTS["format"][1]}
+PROTOCOL_VERSION = FORMAT_VERSIONS["PROTOCOL"]  # byte 1 of every frame
+BLOB_VERSION = FORMAT_VERSIONS["BLOB"]  # the device state blob (saves, pull/push)
+MODEL_VERSION = FORMAT_VERSIONS["MODEL"]  # the model file (.mct)
 
 _C_NAMES: Dict[Tuple[str, int], str] = {
     (cls.__name__, r[2]): r[1]
@@ -204,6 +211,12 @@ __all__ = [
     "Schedule",
     "Storage",
     "Status",
+    "Cmd",
+    "ReplyStatus",
+    "FORMAT_VERSIONS",
+    "PROTOCOL_VERSION",
+    "BLOB_VERSION",
+    "MODEL_VERSION",
     "c_name",
     "names",
     "by_name",

@@ -21,6 +21,11 @@ extern "C" {
 
 #define MCT_VERSION 1
 
+/* The format versions (MCT_FORMAT_LIST): MCT_FORMAT_PROTOCOL, MCT_FORMAT_BLOB, MCT_FORMAT_MODEL. */
+#define MCT_FORMAT_ENUM(NAME, VALUE) MCT_FORMAT_##NAME = VALUE,
+enum mct_format { MCT_FORMAT_LIST(MCT_FORMAT_ENUM) MCT_FORMAT_END_ };
+#undef MCT_FORMAT_ENUM
+
 /* Firmware for one model compiles only what it uses (the exporter sets these build flags):
  *   MCT_OPT_ONLY=k   the one optimizer kind (enum mct_opt_kind) the device trains with;
  *   MCT_LOSS_ONLY=k  the one loss (enum mct_loss_kind) it trains on;
@@ -264,10 +269,11 @@ typedef struct mct_train_state { MCT_TRAIN_STATE_FIELDS(MCT_FIELD_MEMBER) } mct_
 
 /* ---- saved state: the firmware's SAVE/LOAD (docs/protocol.md) ----
  * Two slots in the board's storage, each a header of MCT_SAVE_HEADER bytes (u32 MCT_SAVE_MAGIC, u32 sequence
- * number, u32 blob bytes, u32 CRC-32 of the blob, the 8-byte model hash) followed by the blob: the RAM
- * parameters, the optimizer slots (slots * n_params floats) and the train state. */
+ * number, u32 blob bytes, u32 CRC-32 of the blob, the 8-byte model hash, u32 blob format version
+ * MCT_FORMAT_BLOB) followed by the blob: the RAM parameters, the optimizer slots (slots * n_params floats)
+ * and the train state. A save of another blob version is not loaded. */
 #define MCT_SAVE_MAGIC 0x5354434Du /* "MCTS" */
-#define MCT_SAVE_HEADER 24u
+#define MCT_SAVE_HEADER 28u
 #define MCT_SAVE_BLOB_BYTES(n_params, slots) \
     ((uint32_t)(sizeof(float) * (n_params) * (1u + (slots)) + sizeof(mct_train_state)))
 #define MCT_SAVE_SLOT_BYTES(n_params, slots) (MCT_SAVE_HEADER + MCT_SAVE_BLOB_BYTES(n_params, slots))

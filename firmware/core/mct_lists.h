@@ -125,6 +125,45 @@
     X(E_NONFINITE_INPUT, 6)  /* an input or target is not finite */                                           \
     X(E_NONFINITE_STATE, 7)  /* host: the update left a parameter or optimizer state not finite (undone) */
 
+/* Format versions: X(NAME, value). Each format that crosses a boundary between a host and a device (or
+ * between two versions of mcutrain) carries its version, and a reader refuses another one:
+ *   PROTOCOL  the frames of docs/protocol.md (byte 1 of every frame; byte 0 and 1 keep their meaning in
+ *             every version, so a device answers a frame of another version with status VERSION);
+ *   BLOB      the device's state as one blob: RAM parameters, optimizer slots, train state (the saves in the
+ *             board's storage and the host's pull/push, whose BLOB frame announces it);
+ *   MODEL     the host's model file (.mct), written and read by mcutrain.modelfile. */
+#define MCT_FORMAT_LIST(X)                                                                                    \
+    X(PROTOCOL, 2)                                                                                            \
+    X(BLOB, 1)                                                                                                \
+    X(MODEL, 1)
+
+/* Commands of the device protocol (docs/protocol.md): X(NAME, value). */
+#define MCT_CMD_LIST(X)                                                                                       \
+    X(INFO, 1)                                                                                                \
+    X(PREDICT, 2)                                                                                             \
+    X(TRAIN, 3)                                                                                               \
+    X(READ, 4)                                                                                                \
+    X(WRITE, 5)                                                                                               \
+    X(SAVE, 6)                                                                                                \
+    X(LOAD, 7)                                                                                                \
+    X(STATS, 8)                                                                                               \
+    X(RESET, 9)                                                                                               \
+    X(BLOB, 10)              /* announce the blob a pull or push moves: its version and sizes */              \
+    X(QUIT, 0x7F)
+
+/* Reply statuses of the device protocol (the status byte of a reply): X(NAME, value). */
+#define MCT_REPLY_LIST(X)                                                                                     \
+    X(OK, 0)                                                                                                  \
+    X(BAD_CRC, 1)                                                                                             \
+    X(BAD_LENGTH, 2)                                                                                          \
+    X(UNKNOWN, 3)                                                                                             \
+    X(BAD_ARG, 4)                                                                                             \
+    X(NONFINITE, 5)                                                                                           \
+    X(STORE, 6)                                                                                               \
+    X(NO_SAVE, 7)                                                                                             \
+    X(UNSUPPORTED, 8)                                                                                         \
+    X(VERSION, 9)            /* a frame or blob of another format version; the data: the device's version */
+
 /* ---- structs the host writes as bytes: X(type, field, numpy kind), in declaration order ---- */
 /* One layer of a network (mct_layer). Offsets into the trace arena are per sample: a batch of nb samples
  * keeps the region at off * nb, laid out [nb][width]. */
