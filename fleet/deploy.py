@@ -163,10 +163,35 @@ def run_app(
     return records
 
 
+def build_simulated(
+    ck: Any, board_name: str, workdir: Path, quant: str, trainable: str, on_status: Callable[[str], None]
+) -> Path:
+    """The project the simulated devices of a board run (workdir/fw-BOARD): exported and built once per model."""
+    from mcutrain.exporter import pio, sim
+    from mcutrain.exporter.boards import get_board
+    from mcutrain.exporter.device import build_device_model
+    from mcutrain.exporter.export import export_project
+
+    board = get_board(board_name)
+    simulator = sim.simulator_for(board)
+    sim.require_tools(*simulator.tools)
+    project = workdir / f"fw-{board.name}"
+    meta = project / "mcutrain.json"
+    fw = simulator.firmware_path(project, board)
+    model_hash = build_device_model(ck, trainable, quant).hash().hex()
+    same = meta.is_file() and json.loads(meta.read_text()).get("hash") == model_hash
+    if not (same and fw.is_file()):
+        on_status(f"exporting and building the firmware for {board.name} ({simulator.kind})")
+        export_project(ck, board.name, project, quant, trainable, force=True, sim=True)
+        pio.build(project, simulator.env_name(board))
+    return project
+
+
 class Fleet:
     """The local fleet (see the module docstring). on_round(report) is called after every round (round 0 is
     the starting model); on_status(text) with progress. With tls, the SuperLink serves TLS with certificates
-    made for the run and accepts only the nodes whose keys it registered."""
+    made for the run and accepts only the nodes whose keys it registered. The nodes' folders are spread over
+    `gateways` folders (deploy/gateway-K/NAME), as they would be over machines."""
 
     def __init__(
         self,
@@ -174,8 +199,10 @@ class Fleet:
         on_round: Optional[Callable[[RoundReport], None]] = None,
         on_status: Optional[Callable[[str], None]] = None,
         tls: bool = False,
+        gateways: int = 1,
     ) -> None:
         self.cfg = cfg
+        self.gateways = max(1, gateways)
         self.on_round = on_round
         self.on_status = on_status or (lambda s: None)
         self.tls = tls
@@ -188,24 +215,10 @@ class Fleet:
 
     # ---- setup ----
     def _export(self, board_name: str) -> Path:
-        """The project the simulated devices of a board run: exported and built once per model."""
-        from mcutrain.exporter import pio, sim
-        from mcutrain.exporter.boards import get_board
-        from mcutrain.exporter.export import export_project
-
         assert self.fm is not None
-        board = get_board(board_name)
-        simulator = sim.simulator_for(board)
-        sim.require_tools(*simulator.tools)
-        project = self.cfg.workdir / f"fw-{board.name}"
-        meta = project / "mcutrain.json"
-        fw = simulator.firmware_path(project, board)
-        same = meta.is_file() and json.loads(meta.read_text()).get("hash") == self.fm.model.hash().hex()
-        if not (same and fw.is_file()):
-            self.on_status(f"exporting and building the firmware for {board.name} ({simulator.kind})")
-            export_project(self.fm.ck, board.name, project, self.cfg.quant, self.cfg.trainable, force=True, sim=True)
-            pio.build(project, simulator.env_name(board))
-        return project
+        return build_simulated(
+            self.fm.ck, board_name, self.cfg.workdir, self.cfg.quant, self.cfg.trainable, self.on_status
+        )
 
     def prepare(self) -> None:
         """Check the model and data, export and build the simulated boards' firmware."""
@@ -235,7 +248,7 @@ class Fleet:
         return NodeSpec(
             device=d,
             superlink=self.address,
-            folder=self.folder / "nodes" / d.name,
+            folder=self.folder / f"gateway-{i % self.gateways + 1}" / d.name,
             index=i,
             data=self.cfg.data,
             project=self.projects.get(d.board) if d.board else None,
