@@ -3,7 +3,7 @@
  * (FNV-1a over the table words); the test compares them with the host trainer's bits.
  * Host: buffers are heap blocks of exactly the sizes mct_feat_size reports (AddressSanitizer sees overruns).
  * Devices (FEAT_DEVICE): static buffers; output through feat_putc, which the target's build provides
- * (FEAT_SEMIHOST: newlib's semihosting putchar; FEAT_AVR: USART0 under simavr's harness). */
+ * (FEAT_SEMIHOST: Arm semihosting, as under QEMU; FEAT_AVR: USART0 under simavr's harness). */
 #include <stdint.h>
 #include <string.h>
 
@@ -31,21 +31,38 @@ static int feat_exit(int code) {
     for (;;) sleep_cpu();
     return code;
 }
+#elif defined(FEAT_SEMIHOST)
+/* One semihosting request (BKPT 0xAB): SYS_WRITE0 prints a string, SYS_EXIT_EXTENDED ends QEMU with a code. */
+static uintptr_t sh_call(uintptr_t op, const void *arg) {
+    register uintptr_t r0 __asm("r0") = op;
+    register const void *r1 __asm("r1") = arg;
+    __asm volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
+    return r0;
+}
+static char line[129];
+static uint32_t line_n;
+static void feat_putc(char ch) {
+    line[line_n++] = ch;
+    if (ch == '\n' || line_n == sizeof line - 1u) {
+        line[line_n] = 0;
+        sh_call(0x04u, line);
+        line_n = 0;
+    }
+}
+static void feat_init(void) {}
+static int feat_exit(int code) {
+    uintptr_t blk[2] = {0x20026u, (uintptr_t)(intptr_t)code};   /* ADP_Stopped_ApplicationExit */
+    for (;;) sh_call(0x20u, blk);
+    return code;
+}
+/* The QEMU startup (platforms/qemu-arm/startup/startup.c) ends with port_exit(main()). */
+void port_exit(int code);
+void port_exit(int code) { feat_exit(code); }
 #else
 #include <stdio.h>
 #include <stdlib.h>
-#if defined(FEAT_SEMIHOST)
-extern void initialise_monitor_handles(void);
-static void feat_init(void) { initialise_monitor_handles(); }
-static int feat_exit(int code) {
-    fflush(stdout);
-    exit(code);
-    return code;
-}
-#else
 static void feat_init(void) {}
 static int feat_exit(int code) { return code; }
-#endif
 static void feat_putc(char ch) { putchar(ch); }
 #endif
 
