@@ -277,3 +277,36 @@ def check_device_output(stdout: str, specs: list, seed: int, where: str) -> None
         for v in tab:  # FNV-1a over the words, as test_feat.c
             h = np.uint32((int(h) ^ int(v)) * 16777619 & 0xFFFFFFFF)
         assert rows.get((k, "tables")) == [f"{int(h):08x}"], f"{where}: case {k} tables differ"
+
+
+# ---- WAV files ----
+def test_wav_windows_and_bad_recordings(tmp_path: Path) -> None:
+    from mcutrain.errors import DataError
+    from mcutrain.wav import load_window, read_wav, write_wav
+
+    spec = FeatureSpec.parse("kws")
+    x = np.round(audio_signal(12000, 16000.0, 1) * 20000).astype(np.int16)
+    good = tmp_path / "good.wav"
+    write_wav(good, 16000, x)
+    rate, back = read_wav(good)
+    assert rate == 16000 and np.array_equal(back, x)
+    w = load_window(good, spec)
+    assert w.shape == (16000,) and np.array_equal(w[:12000], x) and not w[12000:].any()  # padded with zeros
+    assert spec.compute(w).shape == (49, 10)
+
+    def bad(name: str, make: object, msg: str) -> None:
+        p = tmp_path / name
+        make(p)  # type: ignore[operator]
+        with pytest.raises(DataError) as e:
+            load_window(p, spec)
+        assert msg in str(e.value) and str(p) in str(e.value), str(e.value)
+
+    bad("rate.wav", lambda p: write_wav(p, 8000, x), "sampled at 8000 Hz, the feature pipeline takes 16000 Hz")
+    bad("stereo.wav", lambda p: write_wav(p, 16000, np.stack([x, x], 1)), "has 2 channels")
+    clipped = np.clip(x.astype(np.int32) * 4, -32768, 32767).astype(np.int16)
+    bad("clipped.wav", lambda p: write_wav(p, 16000, clipped), "is clipped")
+    bad("empty.wav", lambda p: write_wav(p, 16000, np.zeros(0, np.int16)), "is empty")
+    bad("long.wav", lambda p: write_wav(p, 16000, np.zeros(20000, np.int16)), "cut the recording")
+    bad("text.wav", lambda p: p.write_text("not audio"), "is not a readable WAV file")
+    bad("short.wav", lambda p: p.write_bytes(good.read_bytes()[:1000]), "is truncated")
+    bad("missing.wav", lambda p: None, "no such file")
