@@ -64,8 +64,10 @@ void mct_conv2d_const_forward(const mct_layer *L, const uint8_t *c, const float 
     conv2d_fwd(L, NULL, c, x, y, nb);
 }
 
-/* dL/dx into b->gx (parameters in RAM or in the const blob). */
-static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8_t *c, const mct_bwd *b) {
+/* dL/dx into b->gx (parameters in RAM or in the const blob; wt: on the host, W transposed per tap to [o][c_in],
+ * which gives the same sums in the same order with the inner loop over contiguous values). */
+static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8_t *c, const float *wt,
+                                 const mct_bwd *b) {
     const uint32_t Hi = L->h_in, Wi = L->w_in, Ci = L->c_in, Ho = L->h_out, Wo = L->w_out, Co = L->c_out;
     const uint32_t KW = L->kw, nb = b->nb;
     {
@@ -85,11 +87,18 @@ static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8
                             float *restrict gxp =
                                 b->gx + (size_t)s * L->n_in + ((size_t)iy * Wi + (ox * L->sw + kx - L->pl)) * Ci;
                             const size_t wp = ((size_t)ky * KW + kx) * Ci * Co;
-                            for (uint32_t o = 0; o < Co; o++) {
-                                const float g = gyo[o];
-                                for (uint32_t ci = 0; ci < Ci; ci++)
-                                    gxp[ci] = gxp[ci] + g * wget(p, c, wp + (size_t)ci * Co + o);
-                            }
+                            if (wt)
+                                for (uint32_t o = 0; o < Co; o++) {
+                                    const float g = gyo[o];
+                                    const float *restrict wr = wt + wp + (size_t)o * Ci;
+                                    for (uint32_t ci = 0; ci < Ci; ci++) gxp[ci] = gxp[ci] + g * wr[ci];
+                                }
+                            else
+                                for (uint32_t o = 0; o < Co; o++) {
+                                    const float g = gyo[o];
+                                    for (uint32_t ci = 0; ci < Ci; ci++)
+                                        gxp[ci] = gxp[ci] + g * wget(p, c, wp + (size_t)ci * Co + o);
+                                }
                         }
                     }
                 }
@@ -98,13 +107,20 @@ static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8
 }
 
 void mct_conv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b) {
-    if (b->gx) conv2d_gx(L, NULL, c, b);
+    if (b->gx) conv2d_gx(L, NULL, c, NULL, b);
 }
 
 void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
     const uint32_t Hi = L->h_in, Wi = L->w_in, Ci = L->c_in, Ho = L->h_out, Wo = L->w_out, Co = L->c_out;
     const uint32_t KW = L->kw, nw = (uint32_t)L->kh * KW * Ci * Co, nb = b->nb;
-    if (b->gx) conv2d_gx(L, p, NULL, b);
+    if (b->gx) {
+        float *wt = NULL;
+        if (MCT_HOST && b->host) { /* the host: W per tap transposed into scratch after the gradient sums */
+            wt = b->tmp + nw + Co;
+            for (uint32_t t = 0; t < (uint32_t)L->kh * KW; t++) mct_transpose(p + (size_t)t * Ci * Co, wt + (size_t)t * Ci * Co, Ci, Co);
+        }
+        conv2d_gx(L, p, NULL, wt, b);
+    }
     if (!b->sink) return;
     /* parameter gradients summed in tmp (nw + c_out floats), then handed to the sink */
     float *restrict gw = b->tmp, *restrict gb = b->tmp + nw;
@@ -141,9 +157,10 @@ void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
 int mct_conv2d_check(const mct_layer *L) { return L->kind <= 1 && mct_spatial_check(L); }
 
 void mct_conv2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
-    (void)nb; (void)host;
+    (void)nb;
     uint32_t nw = (uint32_t)L->kh * L->kw * L->c_in * L->c_out;
     s->params = L->kind ? nw + L->c_out : nw;
-    s->scratch = L->storage == MCT_STORE_RAM ? nw + L->c_out : 0;   /* a frozen const layer sums no gradients */
+    /* gradient sums, and on the host W transposed for dL/dx; a frozen const layer sums no gradients */
+    s->scratch = L->storage == MCT_STORE_RAM ? nw + L->c_out + (host ? nw : 0u) : 0u;
     if (L->storage == MCT_STORE_F32) s->consts = 4u * s->params;
 }

@@ -75,12 +75,19 @@ static MCT_INLINE void dwconv2d_bwd(const mct_layer *L, float *p, const uint8_t 
                         const size_t wp = ((size_t)ky * KW + kx) * Co;
                         if (b->gx) {
                             float *restrict gxp = b->gx + (size_t)s * L->n_in + at;
-                            for (uint32_t o = 0; o < Co; o++) gxp[o / m] = gxp[o / m] + gyo[o] * wget(p, c, wp + o);
+                            if (m == 1)
+                                for (uint32_t o = 0; o < Co; o++) gxp[o] = gxp[o] + gyo[o] * wget(p, c, wp + o);
+                            else
+                                for (uint32_t o = 0; o < Co; o++)
+                                    gxp[o / m] = gxp[o / m] + gyo[o] * wget(p, c, wp + o);
                         }
                         if (gw) {
                             const float *restrict xp = xs + at;
                             float *restrict gwp = gw + ((size_t)ky * KW + kx) * Co;
-                            for (uint32_t o = 0; o < Co; o++) gwp[o] = gwp[o] + xp[o / m] * gyo[o];
+                            if (m == 1)
+                                for (uint32_t o = 0; o < Co; o++) gwp[o] = gwp[o] + xp[o] * gyo[o];
+                            else
+                                for (uint32_t o = 0; o < Co; o++) gwp[o] = gwp[o] + xp[o / m] * gyo[o];
                         }
                     }
                 }
