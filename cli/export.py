@@ -16,7 +16,15 @@ from mcutrain.modelfile import Checkpoint, load_model
 from mcutrain.optim import KINDS
 
 from .common import CliError, MissingTool, check_output, example, note, table, write_output
-from .model import calibration_inputs, device_model, device_model_options, model_loss, model_samples, sim_option
+from .model import (
+    calibration_inputs,
+    device_model,
+    device_model_options,
+    export_choices,
+    model_loss,
+    model_samples,
+    sim_option,
+)
 
 OPTIMIZER_CHOICES = list(KINDS)  # the core's optimizer kinds
 
@@ -124,8 +132,12 @@ def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, boa
 
 @click.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.option("--board", required=True, help="Target board (see `mcutrain boards`).")
-@device_model_options(trainable_default="all")
+@click.option(
+    "--board",
+    default=None,
+    help="Target board (see `mcutrain boards`) [default: the board a model pulled from a device came from].",
+)
+@device_model_options
 @click.option("--loss", "loss_name", default=None, help="Loss the device trains with [default: the model's].")
 @sim_option
 @click.option(
@@ -160,9 +172,9 @@ mcutrain export model.mct --board uno --trainable last:1 --quant int8-full -o fw
 mcutrain export model.mct --board uno --trainable biases --optimizer sgd --library -o lib/my_model""")
 def export(
     model: str,
-    board: str,
-    quant: str,
-    trainable: str,
+    board: Optional[str],
+    quant: Optional[str],
+    trainable: Optional[str],
     calibration: Optional[str],
     loss_name: Optional[str],
     for_sim: bool,
@@ -184,10 +196,28 @@ def export(
     from mcutrain.exporter.boards import get_board
     from mcutrain.exporter.export import export_project
     from mcutrain.exporter.folders import check_folder
+    from mcutrain.modelmeta import device_export
 
+    ck = load_model(model)
+    rec = device_export(ck.metadata)
+    taken = []
+    if board is None:
+        if "board" not in rec:
+            raise CliError("give the board to export to with --board (see `mcutrain boards`)")
+        board = rec["board"]
+        taken.append(f"--board {board}")
     b = get_board(board)
     out = check_folder(output if output is not None else f"{Path(model).stem}-{b.name}", "project", force)
-    ck = load_model(model)
+    quant, trainable, more = export_choices(ck, quant, trainable)
+    taken += more
+    if optimizer is None and rec.get("optimizer") in OPTIMIZER_CHOICES:
+        optimizer = rec["optimizer"]
+        taken.append(f"--optimizer {optimizer}")
+    if save is None and rec.get("save") in ("params", "all"):
+        save = rec["save"]
+        taken.append(f"--save {save}")
+    if taken:
+        note(f"note: exporting {model} as the device it came from runs it ({' '.join(taken)}); give others to change")
     loss = model_loss(ck, loss_name)
     eval_data = model_samples(ck, 1000) if quant != "f32" else None
     cal = calibration_inputs(ck, calibration, eval_data[0] if eval_data else None) if quant == "int8-full" else None

@@ -159,10 +159,21 @@ def all_boards() -> List[Board]:
     return [load_board_file(p) for p in sorted(boards_dir().glob("*.toml"))]
 
 
+def board_names() -> List[str]:
+    """The names of the known boards (their files' names), sorted."""
+    return sorted(p.stem for p in boards_dir().glob("*.toml"))
+
+
 def get_board(name: str) -> Board:
-    """The board called name; BoardError naming the known boards otherwise."""
-    p = boards_dir() / f"{name}.toml"
-    if not name or "/" in name or not p.is_file():
-        known = ", ".join(b.name for b in all_boards())
-        raise BoardError(f"unknown board {name!r}; known boards: {known} (see `mcutrain boards`)")
-    return load_board_file(p)
+    """The board called name, in any case ('Uno', 'NUCLEO_F401RE'); BoardError naming the closest known
+    names (and all of them) otherwise."""
+    names = board_names()
+    by_lower = {n.lower(): n for n in names}
+    key = (name or "").strip().lower()
+    if key not in by_lower:
+        import difflib
+
+        close = difflib.get_close_matches(key, list(by_lower), n=3, cutoff=0.5)
+        hint = f"did you mean {' or '.join(by_lower[c] for c in close)}? " if close else ""
+        raise BoardError(f"unknown board {name!r}; {hint}known boards: {', '.join(names)} (see `mcutrain boards`)")
+    return load_board_file(boards_dir() / f"{by_lower[key]}.toml")

@@ -15,6 +15,7 @@ from .paths import firmware_dir
 
 HOST_MODEL = "model.mct"  # the exported model, kept in the project for `sim` and `device pull`
 CALIBRATION = "calibration.npz"  # int8-full's calibration inputs, to rebuild the same device model
+DEVICE_LOG = "device-training.jsonl"  # what `device train --project` sent, one JSON line per run (for `device pull`)
 
 # the model-level API for a user's own firmware (`mcutrain export --library`); the protocol firmware does not use it
 LIBRARY_ONLY = ("mcutrain.c", "mcutrain.h")
