@@ -532,5 +532,7 @@ def boards(as_json: bool) -> None:
             right=[False, False, False, True, True, True, False, False, False],
         )
     )
-    click.echo("storage: what device saves can use (none: SAVE answers 'not supported'); the simulated stand-ins")
-    click.echo("have the board's RAM and storage, except where the simulator column gives the stand-in's RAM")
+    note(
+        "storage: what device saves can use (none: SAVE answers 'not supported'); the simulated stand-ins have the "
+        "board's RAM and storage, except where the simulator column gives the stand-in's RAM"
+    )
