@@ -37,13 +37,20 @@ class DeviceSpecError(McuTrainError, ValueError):
     """A trainable or quantization choice that cannot be made for this network."""
 
 
-def _split_linear(layers: List[LayerDesc]) -> List[LayerDesc]:
-    """Every Linear becomes Dense + Bias1d (same math and bits: the bias is added after the full sum)."""
+def _splits_bias(d: LayerDesc) -> bool:
+    """Does --trainable biases split this layer (a Linear, or a convolution with a bias)?"""
+    return d.kind == 1 and d.op in (Op.DENSE, Op.CONV2D, Op.DWCONV2D)
+
+
+def _split_biases(layers: List[LayerDesc]) -> List[LayerDesc]:
+    """Every Linear becomes Dense + Bias1d, every convolution with a bias the convolution + a per-channel Bias1d
+    (same math and bits: the bias is added after the full sum)."""
     out: List[LayerDesc] = []
     for d in layers:
-        if d.op == Op.DENSE and d.kind == 1:
-            io = d.n_in * d.n_out
-            out.append(replace(d, kind=0, n_p=io, n_w=io, name=d.name + " weights"))
+        if _splits_bias(d):
+            n_b = d.n_out if d.op == Op.DENSE else int(d.geometry["c_out"])
+            n_w = d.n_p - n_b
+            out.append(replace(d, kind=0, n_p=n_w, n_w=n_w, name=d.name + " weights", geometry=dict(d.geometry)))
             out.append(
                 LayerDesc(
                     op=Op.BIAS,
@@ -51,10 +58,11 @@ def _split_linear(layers: List[LayerDesc]) -> List[LayerDesc]:
                     n_in=d.n_out,
                     n_out=d.n_out,
                     lr_div=d.lr_div,
-                    p_off=d.p_off + io,
-                    n_p=d.n_out,
+                    p_off=d.p_off + n_w,
+                    n_p=n_b,
                     n_w=0,
                     name=d.name + " bias",
+                    geometry={} if d.op == Op.DENSE else {"c_in": n_b},  # one bias per channel
                 )
             )
         else:
@@ -182,10 +190,10 @@ def build_device_model(
     host = net.program
     full = net.params
     mode = trainable.strip().lower()
-    layers = _split_linear(host.layers) if mode == "biases" else [replace(d) for d in host.layers]
+    layers = _split_biases(host.layers) if mode == "biases" else [replace(d) for d in host.layers]
     old_index = []
     for i, d in enumerate(host.layers):
-        old_index += [i, i] if (mode == "biases" and d.op == Op.DENSE and d.kind == 1) else [i]
+        old_index += [i, i] if (mode == "biases" and _splits_bias(d)) else [i]
     _fix_residual_links(layers, old_index)
     flags = trainable_flags(layers, trainable)
     for d, tr in zip(layers, flags):
