@@ -100,7 +100,7 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
     by the next layer, so they take turns in two shared regions (without a residual block among them, whose end
     reads its start's input again); a frozen backbone then needs the two largest of its activations, not all."""
     stop = next((i for i, d in enumerate(layers) if d.trainable and d.n_p), len(layers))
-    shared = stop - 1 if not any(d.op in (Op.RES_BEGIN, Op.RES_END) for d in layers[:stop]) else 0
+    shared = max(stop - 1, 0) if not any(d.op in (Op.RES_BEGIN, Op.RES_END) for d in layers[:stop]) else 0
     width = max([layer_size_of(d).out for d in layers[:shared]], default=0)  # layers 0 .. shared-1 take turns
     top, cur = n_in + 2 * width, 0
     for i, d in enumerate(layers):
