@@ -64,20 +64,66 @@ def stop_process(p: subprocess.Popen, grace: float = STOP_GRACE, own_group: bool
                 p.kill()
         p.wait()
         return
+    # Flower starts some helpers in a session of their own (the SuperLink's SuperExec, and the ServerApp it
+    # starts): they are ended as the group's descendants
+    family = descendants(p.pid)
     if p.poll() is None:
         try:
             os.killpg(p.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+        _signal_all(family, signal.SIGTERM)
         try:
             p.wait(grace)
         except subprocess.TimeoutExpired:
             pass
+    family |= descendants(p.pid)
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    _signal_all(family, signal.SIGKILL)
     p.wait()
+
+
+def descendants(pid: int) -> set:
+    """The ids of pid's descendant processes, and of the processes in their process groups (Linux /proc;
+    empty elsewhere)."""
+    parent: Dict[int, int] = {}
+    group: Dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parent[int(e)], group[int(e)] = int(fields[1]), int(fields[2])
+    out: set = set()
+    todo = [pid]
+    while todo:
+        cur = todo.pop()
+        for child, ppid in parent.items():
+            if ppid == cur and child not in out:
+                out.add(child)
+                todo.append(child)
+    groups = {group[c] for c in out if c in group}
+    out |= {q for q, g in group.items() if g in groups and g != os.getpgrp()}
+    out.discard(os.getpid())
+    return out
+
+
+def _signal_all(pids: set, sig: int) -> None:
+    for q in pids:
+        try:
+            os.kill(q, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def kill_process(p: subprocess.Popen) -> None:

@@ -396,3 +396,53 @@ def test_cli_runs_a_local_fleet_and_resumes_it(digits: Dataset, start_model: Pat
     assert r.exit_code == 0 and png.read_bytes().startswith(b"\x89PNG")
     r = CliRunner().invoke(main, ["fleet", str(tmp_path / "nope.toml")])
     assert r.exit_code == 1 and "does not exist" in r.output
+
+
+def _processes_mentioning(text: str) -> List[str]:
+    """The command lines of the running processes that mention text."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if text in cmd and stat.split(") ", 1)[-1][:1] != "Z":
+                found.append(f"{d.name}: {cmd}")
+    return found
+
+
+def test_sigterm_stops_everything_the_local_fleet_started(digits: Dataset, start_model: Path, tmp_path: Path) -> None:
+    """`mcutrain fleet --simulate 2` killed with SIGTERM mid-run ends with the interrupted exit code and
+    leaves no process behind: the SuperLink, the nodes, their SuperNodes, Flower's SuperExecs and apps, the
+    firmware processes; the global model file, if a round wrote it, is a valid model."""
+    import subprocess
+    import sys
+
+    from mcutrain.cli.exit_codes import EXIT_INTERRUPTED
+
+    np.savez(tmp_path / "digits.npz", x=digits.x, y=digits.y)
+    work = tmp_path / "sim"
+    out = tmp_path / "global.mct"
+    cmd = [sys.executable, "-c", "from mcutrain.cli import run; run()", "fleet", "--simulate", "2"]
+    cmd += ["--model", str(start_model), "--data", str(tmp_path / "digits.npz"), "--rounds", "20"]
+    cmd += ["--local-steps", "30", "-o", str(out), "--workdir", str(work)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        logs = work / "work" / "deploy" / "logs"
+        _wait_for("a node training", lambda: "round 1: train" in _read(logs / "node-native-1.log"), 300)
+        assert _processes_mentioning(str(work))  # the fleet's processes run (their paths are in work)
+        p.send_signal(signal.SIGTERM)
+        text, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == EXIT_INTERRUPTED, text
+    t_end = time.monotonic() + 15
+    while _processes_mentioning(str(work)) and time.monotonic() < t_end:
+        time.sleep(0.2)
+    assert not _processes_mentioning(str(work)), _processes_mentioning(str(work))
+    if out.exists():
+        assert load_model(out).metadata["fleet"]["round"] >= 1
