@@ -84,8 +84,8 @@ def check_transport(superlink: str, insecure: bool, allow_insecure: bool) -> Non
     if insecure and not allow_insecure and host not in ("127.0.0.1", "localhost", "::1"):
         raise FleetError(
             f"the SuperLink {superlink} is not on this machine: without TLS anyone on the network can read and "
-            "change the models and join the fleet. Give --root-certificates (and --auth-key), or pass "
-            "--allow-insecure to give that up knowingly"
+            "change the models and join the fleet. Use TLS and node keys (make them with `mcutrain fleet certs`), "
+            "or pass --allow-insecure to give that up knowingly"
         )
 
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from mcutrain.errors import FleetError
 
@@ -147,6 +147,7 @@ def flower_env(folder: Path, flwr_home: Path) -> Dict[str, str]:
     and launchers (in folder/bin) that run Flower's commands with this Python first on PATH."""
     from importlib.metadata import entry_points
 
+    folder, flwr_home = folder.resolve(), flwr_home.resolve()
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.name in FLOWER_COMMANDS}
@@ -203,3 +204,16 @@ def http_ready(url: str, cafile: Optional[Path] = None) -> bool:
 
 
 __all__ = ["start_process", "stop_process", "kill_process", "free_port", "flower_env", "wait_until", "http_ready"]
+
+
+def interrupt_on_sigterm() -> None:
+    """From now on SIGTERM (and SIGINT, also when it was ignored) raise KeyboardInterrupt in the main thread,
+    so that the `finally` blocks that stop what a command started run."""
+    import threading
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGINT, interrupt)
