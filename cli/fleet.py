@@ -111,7 +111,9 @@ def local(fleet_file: Optional[str], **kw: Any) -> None:
     that fails is dropped for the round and reconnected in the next."""
     from mcutrain.fleet.config import load_config
     from mcutrain.fleet.deploy import Fleet
+    from mcutrain.fleet.processes import interrupt_on_sigterm
 
+    interrupt_on_sigterm()  # SIGTERM ends the run as Ctrl-C does: everything started is stopped
     data = pop_data_options(kw)
     if kw["simulate"] is not None:
         if fleet_file:
@@ -331,9 +333,11 @@ def node(**kw: Any) -> None:
     from mcutrain.fleet.config import DeviceSpec
     from mcutrain.fleet.deploy import build_simulated
     from mcutrain.fleet.node import NodeSpec, check_transport, run_node
+    from mcutrain.fleet.processes import interrupt_on_sigterm
     from mcutrain.modelfile import load_model
     from mcutrain.sources import DataSettings
 
+    interrupt_on_sigterm()  # a firmware build that SIGTERM interrupts is ended with it
     if (kw["port"] is None) == (kw["board"] is None):
         raise CliError("give the device: --device /dev/ttyACM0 (a board) or --board native --model M (simulated)")
     if not kw["insecure"] and not kw["root_certificates"]:
