@@ -41,6 +41,7 @@ class DataSettings:
     x_key: str = "x"
     y_key: str = "y"
     classify: bool = False
+    features: Optional[str] = None  # a feature pipeline (mcutrain.features spec text): the data are raw windows
 
     def to_dict(self) -> Dict[str, Any]:
         """Plain data for the model file's metadata."""
@@ -87,6 +88,13 @@ def file_format(path: str) -> str:
 def load_dataset(spec: DataSettings) -> Dataset:
     """Read the file a DataSettings names, with the options that fit its format."""
     assert spec.path is not None
+    if spec.features:
+        return load_feature_data(spec)[0]
+    if Path(spec.path).is_dir():
+        raise DataError(
+            f"{spec.path} is a folder: a folder of WAV label folders is raw audio, give its --features "
+            "(e.g. --features kws)"
+        )
     fmt = file_format(spec.path)
     wrong = {
         "csv": [("--labels", spec.labels), ("--x-key", spec.x_key != "x"), ("--y-key", spec.y_key != "y")],
@@ -110,6 +118,19 @@ def load_dataset(spec: DataSettings) -> Dataset:
     if not spec.labels:
         raise DataError(f"{spec.path} holds IDX images: give the labels file with --labels")
     return datasets.load_idx(spec.path, spec.labels)
+
+
+def load_feature_data(spec: DataSettings, frontend: Any = None) -> Tuple[Dataset, Any]:
+    """(normalised features dataset, its mcutrain.featdata.FrontEnd) of raw windows and a --features spec; with a
+    model's frontend, its normalisation instead of one fitted to these data."""
+    from .featdata import load_feature_dataset
+    from .features import FeatureSpec
+
+    for opt, used in (("--inputs", spec.inputs), ("--targets", spec.targets), ("--labels", spec.labels)):
+        if used:
+            raise DataError(f"{opt} does not apply to raw windows with --features")
+    assert spec.path is not None and spec.features is not None
+    return load_feature_dataset(spec.path, FeatureSpec.parse(spec.features), frontend)
 
 
 class Source:
@@ -175,7 +196,8 @@ class ProblemSource(Source):
 class FileSource(Source):
     """A data file, split into training and validation parts, shuffled every epoch."""
 
-    def __init__(self, data: Dataset, val: float, seed: int) -> None:
+    def __init__(self, data: Dataset, val: float, seed: int, frontend: Any = None) -> None:
+        self.frontend = frontend  # mcutrain.featdata.FrontEnd of raw data with --features, else None
         self.full = data
         self.train, self.val = data.split(val, seed)
         self._x = np.ascontiguousarray(self.train.x, np.float32)  # what fit takes without a copy
@@ -209,12 +231,15 @@ class FileSource(Source):
         return self.full.x, self.full.y
 
 
-def open_source(spec: DataSettings, seed: int, val: float = 0.0) -> Source:
-    """The Source a DataSettings names."""
+def open_source(spec: DataSettings, seed: int, val: float = 0.0, frontend: Any = None) -> Source:
+    """The Source a DataSettings names (frontend: a model's mcutrain.featdata.FrontEnd for raw windows)."""
     if spec.problem and spec.path:
         raise DataError("give either --data or --problem, not both")
     if spec.problem:
         return ProblemSource(spec.problem, seed)
+    if spec.path and spec.features:
+        data, frontend = load_feature_data(spec, frontend)
+        return FileSource(data, val, seed, frontend)
     if spec.path:
         return FileSource(load_dataset(spec), val, seed)
     raise DataError("say where the samples come from: --data FILE or --problem NAME (e.g. --problem modadd10)")
