@@ -251,4 +251,12 @@ def build_device_model(
         baseline=baseline,
     )
     m.scratch = int(m.core().scratch_size(1, 0))
+    if ck.metadata.get("frontend"):
+        from mcutrain.featdata import FrontEnd
+
+        m.frontend = FrontEnd.from_dict(ck.metadata["frontend"], prog.n_in)
+        if m.feat is not None and m.feat.spec.sizes().n_out != prog.n_in:
+            raise DeviceSpecError(
+                f"the model's feature pipeline makes {m.feat.spec.sizes().n_out} values, its network takes {prog.n_in}"
+            )
     return m

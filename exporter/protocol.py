@@ -23,6 +23,9 @@ class Cmd(IntEnum):
     LOAD = 7
     STATS = 8
     RESET = 9
+    PREDICT_RAW = 10
+    TRAIN_RAW = 11
+    FEATURES = 12
     QUIT = 0x7F
 
 

@@ -27,13 +27,14 @@ def cli(*args: str) -> Result:
     return r
 
 
-def word_folder(root: Path, per_label: int = 24, seed: int = 0) -> Path:
-    """Three synthetic 'words' (a rising and a falling chirp, a steady tone) of 0.35 - 0.5 s at 8 kHz, with noise."""
+def word_folder(root: Path, per_label: int = 24, seed: int = 0, longest: int = 4000) -> Path:
+    """Three synthetic 'words' (a rising and a falling chirp, a steady tone) of 0.7 - 1 times `longest` samples at
+    8 kHz (0.35 - 0.5 s by default), with noise."""
     rng = np.random.default_rng(seed)
     for label in ("up", "down", "beep"):
         (root / label).mkdir(parents=True, exist_ok=True)
         for i in range(per_label):
-            n = int(rng.integers(2800, 4000))
+            n = int(rng.integers(int(0.7 * longest), longest))
             t = np.arange(n) / 8000
             f0 = rng.uniform(300, 600)
             ph = {"up": f0 * t + 1200 * t * t, "down": (f0 + 1500) * t - 1200 * t * t, "beep": 2 * f0 * t}[label]
