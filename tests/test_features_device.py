@@ -154,3 +154,37 @@ def test_exported_model_takes_raw_windows_like_the_host(board: str, tmp_path: Pa
         assert_same_bits(s.device.predict_raw(windows[0]), twin.predict_raw(windows[0]), "PREDICT_RAW after training")
         with pytest.raises(Exception, match="BAD_LENGTH|frame length"):
             s.device.predict_raw(windows[0][:100])
+
+
+def test_exported_motion_model_takes_float_windows_like_the_host(tmp_path: Path, pio_core: Path) -> None:
+    """The IMU path: a gesture model trained with --features motion on NPZ windows, exported for the Cortex-M3
+    stand-in (soft float): PREDICT_RAW and TRAIN_RAW on float windows give the twin's bits, and the device
+    classifies held-out windows as well as the host."""
+    from click.testing import CliRunner
+    from test_features_cli import MOTION, gestures
+
+    from helpers import assert_device_equals_twin, assert_same_bits
+    from mcutrain.cli.commands import main
+    from mcutrain.exporter import sim
+    from mcutrain.exporter.export import export_project
+    from mcutrain.exporter.twin import DeviceTwin
+    from mcutrain.modelfile import load_model
+
+    x, y = gestures(120, seed=3)
+    np.savez(tmp_path / "imu.npz", x=x, y=y)
+    model = tmp_path / "g.mct"
+    r = CliRunner().invoke(main, ["train", "--data", str(tmp_path / "imu.npz"), "--features", MOTION, "--net",
+                                  "linear:27x12,tanh,linear:12x3,softmax", "--loss", "xent", "--steps", "300",
+                                  "-o", str(model)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    ex = export_project(load_model(model), "bluepill", tmp_path / "fw", sim=True)
+    twin = DeviceTwin(ex.model)
+    xt, yt = gestures(12, seed=9)
+    with sim.start(ex.path, ex.board) as s:
+        got = np.stack([s.device.predict_raw(w) for w in xt])
+        assert_same_bits(got, twin.predict_raw(xt), "PREDICT_RAW (motion)")
+        assert np.mean(np.argmax(got, 1) == yt) >= 0.9
+        for w, c in zip(xt[:4], yt[:4]):
+            loss, _ = s.device.train_raw(w, np.eye(3, dtype=np.float32)[c])
+            assert_same_bits(np.float32(loss), np.float32(twin.train_raw(w, np.eye(3, dtype=np.float32)[c])), "loss")
+        assert_device_equals_twin(s.device, twin)
