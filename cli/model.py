@@ -324,6 +324,14 @@ def info(
     )
     for line in describe_training(ck):
         click.echo(line)
+    fe = model_frontend(ck)
+    if fe is not None and fe.spec is not None:
+        z = fe.spec.sizes()
+        click.echo(
+            f"front end   {fe.spec.text()}: raw windows of {z.n_in} values -> {z.n_frames} x {z.n_per_frame} "
+            f"features{', normalised' if fe.mean is not None else ''}"
+            + (f"; labels {', '.join(fe.labels)}" if fe.labels else "")
+        )
     if board:
         from mcutrain.exporter.boards import get_board
         from mcutrain.exporter.export import board_device_model

@@ -72,6 +72,8 @@ def test_train_on_a_wav_folder_keeps_the_pipeline_and_evaluates_through_it(tmp_p
     feats = fe.spec.compute(window).ravel()
     assert np.array_equal(fe.inputs(window)[0], ((feats - fe.mean) * fe.scale).astype(np.float32))
     assert int(np.argmax(ck.net(fe.inputs(window))[0])) == fe.labels.index("up")
+    r = cli("info", str(model))
+    assert r.exit_code == 0 and "front end   mfcc:rate=8000" in r.output and "labels beep, down, up" in r.output
     # eval on new recordings of the same words, through the stored pipeline (no --features needed)
     fresh = word_folder(tmp_path / "fresh", per_label=10, seed=5)
     r = cli("eval", str(model), "--data", str(fresh))
@@ -138,3 +140,16 @@ def test_bad_raw_data_gets_a_clear_error(tmp_path: Path, setup: str, args: list,
     assert r.exit_code != 0
     assert "Traceback" not in r.output and words in r.output, r.output
     assert not (tmp_path / "m.mct").exists()
+
+
+def test_a_malformed_front_end_in_a_model_file_is_refused() -> None:
+    from mcutrain.errors import ModelFileError
+
+    good = FrontEnd.fit(FeatureSpec.parse(MOTION), np.random.default_rng(0).standard_normal((10, 27))).to_dict()
+    assert FrontEnd.from_dict(good).spec == FeatureSpec.parse(MOTION)
+    with pytest.raises(ModelFileError, match="mean has 5 values, the inputs are 27"):
+        FrontEnd.from_dict({**good, "mean": [0.0] * 5})
+    with pytest.raises(ModelFileError, match="not a table"):
+        FrontEnd.from_dict([1, 2])
+    with pytest.raises(ModelFileError, match="malformed: unknown feature settings"):
+        FrontEnd.from_dict({**good, "features": {**good["features"], "wobble": 1}})
