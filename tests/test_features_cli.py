@@ -153,3 +153,18 @@ def test_a_malformed_front_end_in_a_model_file_is_refused() -> None:
         FrontEnd.from_dict([1, 2])
     with pytest.raises(ModelFileError, match="malformed: unknown feature settings"):
         FrontEnd.from_dict({**good, "features": {**good["features"], "wobble": 1}})
+
+
+def test_a_raw_window_too_long_for_a_frame_is_refused_at_export(tmp_path: Path) -> None:
+    from mcutrain import Checkpoint, Sequential, TrainParams
+    from mcutrain import layers as L
+    from mcutrain.errors import McuTrainError
+    from mcutrain.exporter.export import export_project
+
+    spec = FeatureSpec.parse("motion:rate=100,length=8192,axes=3,stats=mean+std")
+    net = Sequential(L.Linear(6, 2), L.Softmax()).rand_params(seed=1)
+    fe = FrontEnd.fit(spec, np.random.default_rng(0).standard_normal((8, 6)), ["a", "b"])
+    ck = Checkpoint(net, net.new_sgd(TrainParams()), {"loss": "cross_entropy", "frontend": fe.to_dict()})
+    with pytest.raises(McuTrainError, match=r"raw window of 24576 values does not fit a protocol frame"):
+        export_project(ck, "nucleo_f401re", tmp_path / "fw")
+    assert not (tmp_path / "fw").exists()
