@@ -272,4 +272,20 @@ def build_device_model(
         baseline=baseline,
     )
     m.scratch = int(m.core().scratch_size(1, 0))
+    if ck.metadata.get("frontend"):
+        from mcutrain.featdata import FrontEnd
+
+        m.frontend = FrontEnd.from_dict(ck.metadata["frontend"], prog.n_in)
+        if m.feat is not None and m.feat.spec.sizes().n_out != prog.n_in:
+            raise DeviceSpecError(
+                f"the model's feature pipeline makes {m.feat.spec.sizes().n_out} values, its network takes {prog.n_in}"
+            )
+        if m.feat is not None:  # TRAIN_RAW carries the raw window and the target in one frame (u16 length)
+            z = m.feat.spec.sizes()
+            payload = z.n_in * (4 if m.feat.spec.kind == "motion" else 2) + 4 * prog.n_out
+            if payload > 65535:
+                raise DeviceSpecError(
+                    f"a raw window of {z.n_in} values does not fit a protocol frame ({payload:,} of 65,535 bytes): "
+                    "use shorter windows (length= in --features)"
+                )
     return m

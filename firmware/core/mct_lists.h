@@ -151,6 +151,9 @@
     X(STATS, 8)                                                                                               \
     X(RESET, 9)                                                                                               \
     X(BLOB, 10)              /* announce the blob a pull or push moves: its version and sizes */              \
+    X(PREDICT_RAW, 11)       /* a model with a feature pipeline (MCT_MODEL_FEAT): predict from a raw window */ \
+    X(TRAIN_RAW, 12)         /* ... one training step on a raw window and its target */                       \
+    X(FEATURES, 13)          /* ... the network input a raw window gives */                                   \
     X(QUIT, 0x7F)
 
 /* Reply statuses of the device protocol (the status byte of a reply): X(NAME, value). */
