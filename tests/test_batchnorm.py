@@ -57,7 +57,7 @@ def torch_forward(net: Sequential, p: torch.Tensor, x: torch.Tensor, training: b
     raise AssertionError("no softmax")
 
 
-@pytest.mark.parametrize("opt_name", ["sgd", "momentum", "rmsprop", "adam"])
+@pytest.mark.parametrize("opt_name", ["sgd", "momentum", "rmsprop", "rmsprop_momentum", "adam"])
 def test_training_step_on_batch_statistics_matches_pytorch(opt_name: str) -> None:
     """One train_batch on 5 samples: the mean loss, every parameter after the step and the running statistics
     agree with float64 PyTorch (batch_norm in training mode, cross-entropy on the logits, the optimizer by hand)."""
@@ -72,6 +72,7 @@ def test_training_step_on_batch_statistics_matches_pytorch(opt_name: str) -> Non
         "sgd": net.new_sgd,
         "momentum": lambda t: net.new_momentum(t, 0.9),
         "rmsprop": lambda t: net.new_rmsprop(t, 0.9),
+        "rmsprop_momentum": lambda t: net.new_rmsprop_with_momentum(t, 0.9, 0.9),
         "adam": net.new_adam,
     }[opt_name](tp)
     loss = train_batch(opt, net, losses.cross_entropy, x, y)
@@ -84,7 +85,7 @@ def test_training_step_on_batch_statistics_matches_pytorch(opt_name: str) -> Non
     g = p.grad.numpy()
     if opt_name in ("sgd", "momentum"):  # first step: velocity = g
         want = p0 - 0.05 * g
-    elif opt_name == "rmsprop":
+    elif opt_name in ("rmsprop", "rmsprop_momentum"):  # first step: the velocity is the RMSProp step
         want = p0 - 0.05 * g / np.sqrt(0.1 * g * g + 1e-20)
     else:
         want = p0 - 0.05 * g / (np.abs(g) + 1e-8)
@@ -101,7 +102,7 @@ def test_training_step_on_batch_statistics_matches_pytorch(opt_name: str) -> Non
     assert abs(loss - ref_loss.item()) < 1e-5
     # a bias right before a BatchNorm has a gradient of 0 in exact arithmetic (the batch mean takes it out); float32
     # leaves ~1e-9 there, which RMSProp and Adam scale to a full step: compare those parameters with SGD's rule only
-    ill = (np.abs(g) < 1e-6) & (opt_name in ("rmsprop", "adam"))
+    ill = (np.abs(g) < 1e-6) & (opt_name in ("rmsprop", "rmsprop_momentum", "adam"))
     np.testing.assert_allclose(net.params[~ill], want[~ill], rtol=2e-4, atol=2e-5)
     assert ill.sum() < 0.2 * ill.size  # the running statistics and the depthwise bias, not more
 
