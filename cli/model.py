@@ -11,6 +11,7 @@ import numpy as np
 
 from mcutrain import losses as losses_mod
 from mcutrain.datasets import DataError
+from mcutrain.inputsteps import host_forward
 from mcutrain.losses import Loss
 from mcutrain.modelfile import MAGIC, Checkpoint, load_model
 from mcutrain.modelmeta import class_names, device_export
@@ -265,7 +266,7 @@ def eval_cmd(
             "they are not held out: evaluate on data the device has not seen"
         )
     if quant == "f32":
-        outputs = ck.net.forward(x)
+        outputs = host_forward(ck, x)
     else:
         from mcutrain.exporter.quantize import evaluate
         from mcutrain.exporter.twin import DeviceTwin

@@ -9,8 +9,9 @@ have seen. `Source.chunk` hands a run of batches to Module.fit in one piece.
 
 from __future__ import annotations
 
+import copy
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -198,6 +199,21 @@ class FileSource(Source):
 
     def batches_per_epoch(self, size: int) -> int:
         return -(-len(self.train) // size)
+
+    def standardized(self, steps: List[Dict[str, Any]]) -> FileSource:
+        """This source with its inputs through the input steps (mcutrain.inputsteps), for training on them."""
+        from .inputsteps import apply_steps
+
+        if not steps:
+            return self
+        out = copy.copy(self)
+
+        def through(d: Optional[Dataset]) -> Optional[Dataset]:
+            return None if d is None else replace(d, x=apply_steps(steps, d.x))
+
+        out.full, out.train, out.val = through(self.full), through(self.train), through(self.val)
+        out._x = np.ascontiguousarray(out.train.x, np.float32)
+        return out
 
     @property
     def fingerprint(self) -> Optional[int]:
