@@ -245,6 +245,11 @@ def train_cmd(
     spec = pop_data_options(kw)
     ck = _project_model(project)
     src = open_source(spec, seed, classes=_classes(ck))
+    if getattr(src, "classes", None) is not None and _classes(ck) is None:
+        raise CliError(
+            "the labels are names (text): give the exported project with --project, so that they map to the "
+            "outputs of the model as it was trained"
+        )
     with connect(port, baud, timeout) as dev:
         i = dev.info()
         meta = checked_project(dev, project)

@@ -14,7 +14,7 @@ from mcutrain.datasets import DataError
 from mcutrain.inputsteps import host_forward
 from mcutrain.losses import Loss
 from mcutrain.modelfile import MAGIC, Checkpoint, load_model
-from mcutrain.modelmeta import class_names, device_export
+from mcutrain.modelmeta import class_names, device_export, input_steps
 from mcutrain.sources import (
     DataSettings,
     FileSource,
@@ -335,6 +335,11 @@ def describe_training(ck: Checkpoint) -> List[str]:
     names = class_names(ck.metadata)
     if names is not None:
         lines.append(f"classes     {', '.join(names)}")
+    for step in input_steps(ck.metadata, ck.net.n_in):
+        lines.append(
+            f"inputs      standardised first: (x - mean) * scale per input, from the {step.get('source', 'data')} "
+            "(the device does it too)"
+        )
     return lines
 
 

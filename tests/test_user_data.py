@@ -92,6 +92,9 @@ def test_text_labels_in_a_semicolon_separated_file(tmp_path: Path) -> None:
     assert res["samples"] == 2
     want = [d.classes.index(labels[0]), d.classes.index(labels[100])]
     assert np.array(res["confusion"]).sum(axis=1)[want].tolist() == [1, 1]
+    # without the project, device train cannot know which output a name is: it says so before connecting
+    r = cli("device", "train", "--port", str(tmp_path / "no-port"), "--data", str(tmp_path / "wine.csv"), "--classify")
+    assert r.exit_code == 1 and "the labels are names" in r.stderr and "--project" in r.stderr
     (tmp_path / "merlot.csv").write_text(";".join(f"{v:g}" for v in x[0]) + ";merlot\n")
     r = cli("eval", m, "--data", str(tmp_path / "merlot.csv"), "--classify")
     assert r.exit_code == 1 and "label 'merlot' (sample 1) is not one of the model's classes" in r.stderr
