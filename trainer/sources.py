@@ -332,11 +332,13 @@ def load_inputs(
     elif fmt == "idx":
         x = datasets.idx_images(path)
     else:
-        header, x = datasets.read_csv_table(path)
+        t = datasets.read_csv_cells(path)  # only the input columns must be numbers (a label column may be text)
+        cols = list(range(t.n_cols))
         if inputs is not None:
-            x = x[:, datasets.columns(inputs, header, x.shape[1], "input")]
-        elif layout is not None and x.shape[1] != n_in:
-            x = x[:, datasets.csv_columns(header, x.shape[1], layout.inputs, layout.targets or "-1")[0]]
+            cols = datasets.columns(inputs, t.header, t.n_cols, "input")
+        elif layout is not None and t.n_cols != n_in:
+            cols = datasets.csv_columns(t.header, t.n_cols, layout.inputs, layout.targets or "-1")[0]
+        x = t.numbers(cols)
     if x.ndim != 2 or x.shape[1] != n_in:
         cols = x.shape[1] if x.ndim == 2 else 0
         hint = ""
