@@ -468,7 +468,8 @@ def _kib(n: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the boards as JSON.")
 @example("mcutrain boards")
 def boards(as_json: bool) -> None:
-    """The boards mcutrain can export to: RAM, flash, FPU, and the simulator that stands in for each."""
+    """The boards mcutrain can export to: RAM, flash, storage for saves, FPU, and the simulator that stands in
+    for each."""
     from mcutrain.exporter.boards import all_boards
 
     bs = all_boards()
@@ -484,6 +485,7 @@ def boards(as_json: bool) -> None:
                 "core": b.core,
                 "ram": b.ram,
                 "flash": b.flash,
+                "storage": b.storage,
                 "fpu": b.fpu,
                 "simulator": kind,
                 "sim_ram": b.sim_ram,
@@ -495,7 +497,7 @@ def boards(as_json: bool) -> None:
         return
     click.echo(
         table(
-            ["board", "title", "core", "RAM", "flash", "FPU", "simulator", "status"],
+            ["board", "title", "core", "RAM", "flash", "storage", "FPU", "simulator", "status"],
             [
                 [
                     r["name"],
@@ -503,12 +505,17 @@ def boards(as_json: bool) -> None:
                     r["core"],
                     _kib(r["ram"]),
                     _kib(r["flash"]),
+                    f"{r['storage']:,} B" if r["storage"] else "none",
                     r["fpu"],
-                    r["simulator"],
+                    r["simulator"] + (f" ({_kib(r['sim_ram'])} RAM)" if r["sim_ram"] != r["ram"] else "")
+                    if r["simulator"]
+                    else None,
                     r["simulator_status"],
                 ]
                 for r in rows
             ],
-            right=[False, False, False, True, True, False, False, False],
+            right=[False, False, False, True, True, True, False, False, False],
         )
     )
+    click.echo("storage: what device saves can use (none: SAVE answers 'not supported'); the simulated stand-ins")
+    click.echo("have the board's RAM and storage, except where the simulator column gives the stand-in's RAM")

@@ -41,6 +41,7 @@ COMMANDS = [
     ["build"],
     ["flash"],
     ["sim"],
+    ["serve"],
     ["device"],
     ["device", "info"],
     ["device", "predict"],

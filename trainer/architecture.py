@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -17,12 +15,7 @@ from .compose import LR, Residual, Sequential
 from .errors import ArchitectureError, ShapeError
 from .files import read_bounded
 from .module import Module
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
+from .plaindata import parse_json, parse_toml
 
 _ALIASES = {"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarScale, "glu_leaky_relu": L.GLULeakyRelu}
 _LOWER = {name.lower(): cls for name, cls in L.LAYER_TYPES.items()}
@@ -65,15 +58,36 @@ def from_architecture(spec: Dict[str, Any], where: str = "network", _depth: int 
         if t.lower() == "lr":
             return LR(from_architecture(args["inner"], f"{where} (LR body)", _depth + 1), args["divisor"])
         cls = _LOWER.get(t.lower())
+        if cls is L.Conv1d and "filter_size" in args:  # model files from before Conv1d took channels
+            cls = L.SingleChannelConv1d
         if cls is None:
             raise _unknown_layer(t, where)
         if args.get("n", 0) is None:  # a size left to the Sequential
             del args["n"]
+        _check_arguments(cls, t, args, where)
         return cls(**args)
     except ShapeError as e:
         raise ArchitectureError(f"{where}: {e}") from None
-    except (TypeError, KeyError) as e:
+    except KeyError as e:
+        raise ArchitectureError(f"{where}: {t} needs the argument {e}") from None
+    except TypeError as e:
         raise ArchitectureError(f"{where}: bad arguments for {t}: {e}") from None
+
+
+def _check_arguments(cls: Any, t: str, args: Dict[str, Any], where: str) -> None:
+    """ArchitectureError naming the arguments a layer type does not take, or the ones it needs and lacks."""
+    params = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    names = [n for n, p in params.items() if p.kind not in (inspect.Parameter.VAR_POSITIONAL,)]
+    unknown = [k for k in args if k not in params]
+    if unknown:
+        raise ArchitectureError(
+            f"{where}: {t} takes {', '.join(names) or 'no arguments'}, not {', '.join(map(_short, unknown))}"
+        )
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in args]
+    if missing:
+        raise ArchitectureError(f"{where}: {t} needs {', '.join(missing)}")
 
 
 def _short(v: Any) -> str:
@@ -86,7 +100,7 @@ def _inline_sizes(cls: type) -> Optional[str]:
     """The sizes an inline item of this layer class must give ('IxO', 'IxOxF'), or None when a size is
     optional (left to the layer before)."""
     if issubclass(cls, L._Sized):
-        return "IxOxF" if cls is L.Conv1d else "IxO"
+        return "IxOxF" if cls is L.SingleChannelConv1d else "IxO"
     return None
 
 
@@ -153,7 +167,7 @@ def _unknown_layer(name: str, where: str) -> ArchitectureError:
 
 def parse_inline(text: str) -> Sequential:
     """'linear:20x35,sigmoid,linear:35x10,softmax' -> Sequential. Sizes: IxO for Dense/Linear/GLUs,
-    IxOxF for Conv1d, N for sized same-size layers; a number after leaky_relu/softmax is alpha/T."""
+    IxOxF for SingleChannelConv1d, N for sized same-size layers; a number after leaky_relu/softmax is alpha/T."""
     mods: List[Module] = []
     for i, item in enumerate(p.strip() for p in text.split(",")):
         if not item:
@@ -191,10 +205,8 @@ def load_architecture_file(path: Union[str, Path]) -> Module:
     """Read a TOML or JSON architecture file: {type = "Sequential", layers = [...]} or just a 'layers' list."""
     p = Path(path)
     raw = read_bounded(p, MAX_ARCHITECTURE_BYTES, "architecture file", ArchitectureError)
-    try:
-        data = json.loads(raw) if p.suffix.lower() == ".json" else tomllib.loads(raw.decode("utf-8-sig"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise ArchitectureError(f"{p} is not valid {'JSON' if p.suffix.lower() == '.json' else 'TOML'}: {e}") from None
+    parse = parse_json if p.suffix.lower() == ".json" else parse_toml
+    data = parse(raw, f"architecture file {p}", ArchitectureError)
     if isinstance(data, dict) and "network" in data:
         data = data["network"]
     if isinstance(data, list):
