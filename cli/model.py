@@ -373,6 +373,7 @@ def info(
     """Layers (sizes, parameters, multiply-accumulates), what the file records about its training, and
     the memory plan on a board."""
     ck = load_model(model)
+    training = describe_training(ck)  # first: what it finds wrong is said before anything is printed
     rows, params, macs = layer_rows(ck)
     click.echo(f"{model}: {ck.net.describe()}")
     click.echo(f"{ck.net.n_in} inputs, {ck.net.n_out} outputs, {params:,} parameters, {macs:,} MACs per sample")
@@ -383,7 +384,7 @@ def info(
             right=[True, False, False, True, True, True, True],
         )
     )
-    for line in describe_training(ck):
+    for line in training:
         click.echo(line)
     if board:
         from mcutrain.exporter.boards import get_board
