@@ -69,7 +69,9 @@
     /* average pooling over kh x kw windows (the mean of the taps inside the input) */                        \
     X(AVGPOOL2D, 21, avgpool2d, PARAM, 0, 0)                                                                  \
     /* batch normalisation per channel (c_in channels, last): kind 0 running statistics, 1 batch statistics */ \
-    X(BATCHNORM, 22, batchnorm, PARAM, 0, 0)
+    X(BATCHNORM, 22, batchnorm, PARAM, 0, 0)                                                                  \
+    /* dropout at rate alpha (seed k): kind 0 the identity, kind 1 (host training) zeroes and rescales */    \
+    X(DROPOUT, 23, dropout, PARAM, 0, 0)
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU): X(NAME, value, layer, gate);
  * layer = 1: usable as an ACT layer, gate = 1: usable as a GLU gate. Values stay below 16. */
