@@ -3,6 +3,7 @@ firmware's pty, or a simulator's serial line)."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 from pathlib import Path
@@ -174,12 +175,20 @@ def info_cmd(port: str, baud: int, timeout: float, project: Optional[str]) -> No
 @click.option("--inputs", default=None, help="CSV columns that are the inputs [default: all].")
 @click.option("--x-key", default="x", show_default=True, help="NPZ array with the inputs.")
 @click.option("--values", default=None, help="One sample inline: comma-separated numbers.")
-@click.option("--argmax", is_flag=True, help="Print the index of the largest output (the class) too.")
+@click.option(
+    "--argmax", is_flag=True, help="Print the class too: the index of the largest output, or its name (--project)."
+)
+@click.option(
+    "--project",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="The exported project the device runs: checks it, and names the classes of a model trained on text labels.",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write a CSV [default: stdout].")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @example("""
 mcutrain device predict --port /dev/ttyACM0 --data samples.csv -o predictions.csv
-mcutrain device predict --port /dev/ttyACM0 --values 0,1,0,0,1 --argmax""")
+mcutrain device predict --port /dev/ttyACM0 --project fw --values 0,1,0,0,1 --argmax""")
 def predict_cmd(
     port: str,
     baud: int,
@@ -189,19 +198,23 @@ def predict_cmd(
     x_key: str,
     values: Optional[str],
     argmax: bool,
+    project: Optional[str],
     output: Optional[str],
     force: bool,
 ) -> None:
-    """Run the device's model on samples and print (or write) its outputs as CSV."""
+    """Run the device's model on samples and print (or write) its outputs as CSV (raw inputs: a model trained
+    with --normalize standardises them on the device)."""
     if bool(data_path) == bool(values):
         raise CliError("give the samples either as a file (--data) or inline (--values)")
     if output:
         check_output(Path(output), force, "output")
     with connect(port, baud, timeout) as dev:
         n_in = dev.info().n_in
+        checked_project(dev, project)
         x = load_inputs(data_path, n_in, inputs, x_key) if data_path else _inline(values or "", n_in)
         y = dev.predict(x)
-    text = _csv(y, argmax)
+    names = _classes(_project_model(project))
+    text = _csv(y, argmax, names if names is not None and len(names) == y.shape[1] else None)
     if output:
         write_output(Path(output), text.encode(), True)
         click.echo(f"wrote {len(y)} predictions to {output}")
@@ -220,15 +233,15 @@ def _inline(values: str, n_in: int) -> np.ndarray:
     return x[None, :]
 
 
-def _csv(y: np.ndarray, argmax: bool) -> str:
-    """Outputs as CSV with a header (y0, y1, ..., [class])."""
-    buf = io.StringIO()
-    head = [f"y{i}" for i in range(y.shape[1])] + (["class"] if argmax else [])
-    buf.write(",".join(head) + "\n")
+def _csv(y: np.ndarray, argmax: bool, names: Optional[List[str]] = None) -> str:
+    """Outputs as CSV with a header (y0, y1, ..., [class]; the outputs and the class by name with names)."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow((names if names is not None else [f"y{i}" for i in range(y.shape[1])]) + (["class"] if argmax else []))
     for row in y:
-        cells = [repr(float(v)) for v in row] + ([str(int(row.argmax()))] if argmax else [])
-        buf.write(",".join(cells) + "\n")
-    return buf.getvalue()
+        k = int(row.argmax())
+        w.writerow([repr(float(v)) for v in row] + ([names[k] if names is not None else str(k)] if argmax else []))
+    return out.getvalue()
 
 
 @device.command("train")
@@ -276,8 +289,13 @@ def train_cmd(
     sent, so that the model `device pull` writes knows it.
     """
     spec = pop_data_options(kw)
-    ck = _project_model(project, spec)
+    ck = _project_model(project)
     src = open_source(spec, seed, classes=_classes(ck))
+    if getattr(src, "classes", None) is not None and _classes(ck) is None:
+        raise CliError(
+            "the labels are names (text): give the exported project with --project, so that they map to the "
+            "outputs of the model as it was trained"
+        )
     with connect(port, baud, timeout) as dev:
         i = dev.info()
         meta = checked_project(dev, project)
@@ -311,7 +329,7 @@ def train_cmd(
         )
 
 
-def _project_model(project: Optional[str], spec: Any) -> Optional[Checkpoint]:
+def _project_model(project: Optional[str]) -> Optional[Checkpoint]:
     """The project's host model (None without --project or when the project keeps none)."""
     if not project:
         return None
@@ -529,12 +547,26 @@ def push_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[
         n_ram = info.n_params
         segs = segments(meta)
         state, ts = _push_state(ck, segs, n_ram, info.slots, info.opt_kind) if with_state else (None, None)
-        dev.push(segments_from_host(segs, ck.net.params, n_ram), state, ts)
+        ram = segments_from_host(segs, ck.net.params, n_ram)
+        for r, n in _ram_runs(segs):  # only the host network's parameters: RAM besides them holds input steps
+            dev.write_region(0, ram[r : r + n], offset=r)
+        dev.push(np.zeros(0, np.float32), state, ts)
     click.echo(
         f"pushed {n_ram:,} parameters"
         + (" and the optimizer state" if state is not None else "")
         + " to the device; `mcutrain device save` persists them"
     )
+
+
+def _ram_runs(segs: Segments) -> List[Tuple[int, int]]:
+    """The device RAM ranges (offset, count) the segments cover, neighbours joined."""
+    runs: List[Tuple[int, int]] = []
+    for r, _, n in sorted(segs):
+        if runs and runs[-1][0] + runs[-1][1] == r:
+            runs[-1] = (runs[-1][0], runs[-1][1] + n)
+        else:
+            runs.append((r, n))
+    return runs
 
 
 def _push_state(

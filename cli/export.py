@@ -12,6 +12,7 @@ import click
 import numpy as np
 
 from mcutrain.exporter.project import CALIBRATION, HOST_MODEL
+from mcutrain.inputsteps import host_forward
 from mcutrain.modelfile import Checkpoint, load_model
 from mcutrain.optim import KINDS
 
@@ -237,6 +238,8 @@ def export(
         library=library,
     )
     click.echo(res.plan.table())
+    if res.model.input_steps:
+        click.echo(f"inputs: {res.model.input_steps} (the device takes raw inputs)")
     if res.quant_report is not None:
         click.echo(res.quant_report.summary())
     elif quant != "f32":
@@ -446,7 +449,7 @@ def predict_check(dev: Any, m: Any, ck: Checkpoint, x: np.ndarray) -> Dict[str, 
         text, ok = _verdict(_same_bits(got, want), _max_diff(got, want), float(np.abs(want).max(initial=0)))
         ref = "host (same C core)"
     else:
-        want = ck.net.forward(x)
+        want = host_forward(ck, x)
         diff = _max_diff(got, want)
         ok = diff <= 0.1 * max(1.0, float(np.abs(want).max(initial=0)))
         text, ref = f"max difference {diff:.3g} (quantized device model)", "host f32 network"

@@ -51,15 +51,19 @@ def import_cmd(model: str, output: str, trust_pickle: bool, loss_name: Optional[
     """
     from mcutrain import losses
     from mcutrain.exporter.interop import PICKLE_SUFFIXES, suggested_loss
-    from mcutrain.exporter.model_import import import_model
+    from mcutrain.exporter.model_import import import_checkpoint
     from mcutrain.modelfile import encode_model
 
     out = check_output(Path(output), force, "model file")
-    net = import_model(model, allow_pickle=trust_pickle)
+    ck = import_checkpoint(model, allow_pickle=trust_pickle)
+    net = ck.net
     loss = losses.by_name(loss_name or suggested_loss(net))
-    metadata = {"loss": str(loss), "imported": {"from": str(model), "format": Path(model).suffix.lower().lstrip(".")}}
+    imported = {"from": str(model), "format": Path(model).suffix.lower().lstrip(".")}
+    metadata = {**ck.metadata, "loss": str(loss), "imported": imported}
     write_output(out, encode_model(net, None, metadata), force, "model file")
     click.echo(f"imported {model}: {net.describe()}")
+    for step in ck.metadata.get("input_steps", []):
+        click.echo(f"inputs are scaled first as the {step['source']} does (kept as the model's input steps)")
     click.echo(f"{net.n_in} inputs, {net.n_out} outputs, {net.param_count():,} parameters, loss {loss} -> {out}")
     if Path(model).suffix.lower() in PICKLE_SUFFIXES and net.n_out == 1 and str(loss) == "logit_bce":
         note("note: a binary classifier has one output, the probability of the second class (predict_proba[:, 1])")
@@ -82,5 +86,8 @@ def export_onnx(model: str, output: Optional[str], force: bool) -> None:
 
     out = check_output(Path(output) if output else Path(model).with_suffix(".onnx"), force, "ONNX file")
     ck = load_model(model)
-    write_output(out, onnx_model(ck.net, out.stem or "mcutrain").SerializeToString(), force, "ONNX file")
+    from mcutrain.modelmeta import input_steps
+
+    steps = input_steps(ck.metadata, ck.net.n_in)
+    write_output(out, onnx_model(ck.net, out.stem or "mcutrain", steps).SerializeToString(), force, "ONNX file")
     click.echo(f"wrote {out}: {ck.net.describe()} ({ck.net.param_count():,} parameters, ONNX opset 13)")

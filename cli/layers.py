@@ -93,7 +93,7 @@ def layers(as_json: bool) -> None:
     click.echo(
         table(
             ["layer", "--net", "--net-file arguments", "computes"],
-            [[_name(d), d.inline, _arguments(d.arguments), d.summary] for d in cat],
+            [[_name(d), d.inline or "(--net-file)", _arguments(d.arguments), d.summary] for d in cat],
             right=[False, False, False, False],
         )
     )

@@ -14,9 +14,10 @@ from mcutrain import losses as losses_mod
 from mcutrain.datasets import DataError
 from mcutrain.featdata import FrontEnd
 from mcutrain.features import FeatureSpec
+from mcutrain.inputsteps import host_forward
 from mcutrain.losses import Loss
 from mcutrain.modelfile import MAGIC, Checkpoint, load_model
-from mcutrain.modelmeta import class_names, device_export
+from mcutrain.modelmeta import class_names, device_export, input_steps
 from mcutrain.optim import TrainParams
 from mcutrain.sources import (
     DataSettings,
@@ -288,7 +289,7 @@ def eval_cmd(
             "they are not held out: evaluate on data the device has not seen"
         )
     if quant == "f32":
-        outputs = ck.net.forward(x)
+        outputs = host_forward(ck, x)
     else:
         from mcutrain.exporter.quantize import evaluate
         from mcutrain.exporter.twin import DeviceTwin
@@ -357,6 +358,11 @@ def describe_training(ck: Checkpoint) -> List[str]:
     names = class_names(ck.metadata)
     if names is not None:
         lines.append(f"classes     {', '.join(names)}")
+    for step in input_steps(ck.metadata, ck.net.n_in):
+        lines.append(
+            f"inputs      standardised first: (x - mean) * scale per input, from the {step.get('source', 'data')} "
+            "(the device does it too)"
+        )
     return lines
 
 
@@ -405,6 +411,7 @@ def info(
         model = f"--arch {arch}"
     else:
         ck = load_model(model)
+    training = describe_training(ck)  # first: what it finds wrong is said before anything is printed
     rows, params, macs = layer_rows(ck)
     shape = "x".join(str(d) for d in ck.net.in_shape or ())
     click.echo(f"{model}: {ck.net.describe()}")
@@ -418,7 +425,7 @@ def info(
             right=[True, False, False, True, True, True, True],
         )
     )
-    for line in describe_training(ck):
+    for line in training:
         click.echo(line)
     fe = model_frontend(ck)
     if fe is not None and fe.spec is not None:

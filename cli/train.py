@@ -14,7 +14,7 @@ from mcutrain import losses as losses_mod
 from mcutrain.architecture import load_architecture_file, parse_inline, parse_shape
 from mcutrain.losses import Loss
 from mcutrain.modelfile import load_model
-from mcutrain.modelmeta import class_names
+from mcutrain.modelmeta import class_names, input_steps
 from mcutrain.module import Module
 from mcutrain.optim import KINDS, SCHEDULES, Optimizer, TrainParams
 from mcutrain.recorder import Recorder
@@ -103,6 +103,12 @@ def _options(f: Any) -> Any:
             "each {type = NAME, ARGUMENT = VALUE}; `mcutrain layers` shows the arguments and an example.",
         ),
         data_options,
+        click.option(
+            "--normalize",
+            is_flag=True,
+            help="Standardise each input column of the data file (subtract its mean, divide by its spread, measured "
+            "on the training split); the model file keeps the statistics, and exports apply them on the device.",
+        ),
         click.option(
             "--val",
             type=click.FloatRange(0, 1, max_open=True),
@@ -352,6 +358,7 @@ def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
     source = open_source(data, kw["seed"], kw["val"])
     given = kw["net_text"] or kw["net_file"] or kw["arch"]
     check_widths(net.n_in, net.n_out, source, "the network" if given else f"the default network ({DEFAULT_NET})")
+    steps = _input_steps(source, kw["normalize"])
     loss = _loss(kw["loss_name"], net)
     settings = RunSettings(
         data=data,
@@ -373,7 +380,32 @@ def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
             f"training the built-in example: {DEFAULT_NET} on {DEFAULT_PROBLEM} for {settings.steps} steps "
             f"(see `mcutrain train --help` for your own network and data)"
         )
-    return net, opt, loss, source, settings, out, 0, _remembered(source, {})
+    remembered = _remembered(source, {"input_steps": steps} if steps else {})
+    return net, opt, loss, _standardized(source, steps), settings, out, 0, remembered
+
+
+def _input_steps(source: Source, normalize: bool) -> List[Dict[str, Any]]:
+    """The input steps of a new run: with --normalize, the training split's standardisation; without it, a
+    note when the inputs' scales differ widely."""
+    from mcutrain.inputsteps import spread_note, standardize_step
+
+    if not isinstance(source, FileSource):
+        if normalize:
+            raise CliError(
+                "--normalize standardises the columns of a data file (--data); the built-in problems need none"
+            )
+        return []
+    if normalize:
+        return [standardize_step(source.train.x)]
+    hint = spread_note(source.train.x, source.full.input_names or [])
+    if hint:
+        note(hint)
+    return []
+
+
+def _standardized(source: Source, steps: List[Dict[str, Any]]) -> Source:
+    """The source the run trains on: its inputs through the model's input steps."""
+    return source.standardized(steps) if steps and isinstance(source, FileSource) else source
 
 
 def _remembered(source: Source, base: Dict[str, Any]) -> Dict[str, Any]:
@@ -481,6 +513,12 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
         settings.data, settings.seed, settings.val if settings.data.path else 0.0, classes=class_names(ck.metadata)
     )
     check_widths(net.n_in, net.n_out, source, f"the network in {src}")
+    steps = input_steps(ck.metadata, net.n_in)
+    if "normalize" in explicit and not steps:
+        raise CliError(
+            f"--normalize cannot be added when resuming: {src} was trained on raw inputs; start a new run with it"
+        )
+    source = _standardized(source, steps)
     loss = _loss(settings.loss if "loss_name" not in explicit else kw["loss_name"], net)
     changed += ["--loss"] if str(loss) != settings.loss and stored else []
     settings.loss = str(loss)

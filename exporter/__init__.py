@@ -21,6 +21,8 @@ _EXPORTS: Dict[str, str] = {
     "from_sklearn": "sklearn_import",
     "load_sklearn_file": "sklearn_import",
     "import_model": "model_import",
+    "import_checkpoint": "model_import",
+    "checkpoint_from_sklearn": "sklearn_import",
     "to_onnx": "onnx_export",
     "onnx_model": "onnx_export",
 }

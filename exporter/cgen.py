@@ -51,6 +51,26 @@ def _struct_init(record: np.void, dtype: np.dtype, enums: Any, indent: str, per_
     return (",\n" + indent).join(", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line))
 
 
+def c_string(text: str) -> str:
+    """A C string literal of text (UTF-8; quotes, backslashes and bytes outside printable ASCII escaped)."""
+    out = []
+    for b in text.encode("utf-8"):
+        c = chr(b)
+        out.append("\\" + c if c in '"\\' else c if 32 <= b < 127 and c != "?" else f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _class_names(m: DeviceModel) -> str:
+    """model.h's class names: MCT_MODEL_N_CLASSES (0 when the model's classes have no names) and, when they have,
+    MCT_MODEL_CLASS_NAMES, an initializer of their C strings in the order of the outputs (it costs nothing
+    unless a program uses it)."""
+    names = m.class_names or []
+    text = f"#define MCT_MODEL_N_CLASSES {len(names)}    /* names of the classes (the outputs), from text labels */\n"
+    if names:
+        text += "#define MCT_MODEL_CLASS_NAMES {" + ", ".join(c_string(n) for n in names) + "}\n"
+    return text
+
+
 def model_h(m: DeviceModel) -> str:
     """The generated model.h."""
     p = m.program
@@ -74,7 +94,7 @@ def model_h(m: DeviceModel) -> str:
 #define MCT_MODEL_LOSS_KIND {m.loss_kind}
 #define MCT_MODEL_LOSS_PARAM {c_float(m.loss_param)}
 #define MCT_MODEL_CONST_BYTES {len(bytes(p.cdata))}     /* frozen layers in flash */
-
+{_class_names(m)}
 {_feat_h(m)}/* The network, the optimizer used by TRAIN, and the hash INFO reports. */
 extern const mct_net mct_model;
 extern const mct_opt mct_model_opt;

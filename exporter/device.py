@@ -160,6 +160,67 @@ def device_optimizer(ck: Checkpoint, kind: Optional[str]) -> Optional[Optimizer]
     return Optimizer(kind, tp, n, momentum=momentum, beta=beta)
 
 
+def _class_names(ck: Checkpoint, n_out: int) -> Optional[List[str]]:
+    """The model's class names when there is one per output."""
+    from mcutrain.modelmeta import class_names
+
+    names = class_names(ck.metadata)
+    return names if names is not None and len(names) == n_out else None
+
+
+def _input_steps(
+    ck: Checkpoint, layers: List[LayerDesc], old_index: List[int], full: np.ndarray, fold: bool
+) -> Tuple[np.ndarray, set, str]:
+    """Put the model's input steps (mcutrain.inputsteps) into the device's layer table, so the device takes raw
+    inputs. With fold (f32 weights), a standardisation is folded into a first Linear layer that stays frozen on
+    the device: the same function (W' = s W, b' = b - (m s) W, rounded once to float32), the step's cost gone.
+    Otherwise it runs as two frozen layers in front, Bias1d(-mean) and Diag(scale), which compute
+    (x - mean) * scale exactly as the host does: a trainable first layer then learns on standardised inputs as
+    on the host, and int8 weights are quantized where the inputs are standardised (folded, an input's weights
+    would take its raw scale and quantize badly). Returns (the parameters the table's offsets refer
+    to, the ids of the layers that hold the steps' constants, what was done in words). layers and old_index
+    are changed in place."""
+    from mcutrain.inputsteps import step_arrays
+    from mcutrain.modelmeta import input_steps
+
+    n = ck.net.program.n_in
+    steps = input_steps(ck.metadata, n)
+    if not steps:
+        return full, set(), ""
+    first = layers[0]
+    if (
+        fold
+        and len(steps) == 1
+        and first.op == Op.DENSE
+        and first.kind == 1
+        and not first.trainable
+        and first.n_in == n
+    ):
+        mean, scale = (a.astype(np.float64) for a in step_arrays(steps[0]))
+        full = np.array(full, np.float32, copy=True)
+        io = n * first.n_out
+        w = full[first.p_off : first.p_off + io].astype(np.float64).reshape(n, first.n_out)
+        b = full[first.p_off + io : first.p_off + io + first.n_out].astype(np.float64)
+        full[first.p_off : first.p_off + io] = (w * scale[:, None]).astype(np.float32).ravel()
+        full[first.p_off + io : first.p_off + io + first.n_out] = (b - (mean * scale) @ w).astype(np.float32)
+        return full, set(), "standardisation folded into the first layer"
+    extra: List[np.ndarray] = []
+    front: List[LayerDesc] = []
+    at = full.shape[0]
+    for step in steps:
+        mean, scale = step_arrays(step)
+        for op, values, what in ((Op.BIAS, -mean, "mean"), (Op.DIAG, scale, "scale")):
+            front.append(
+                LayerDesc(op=op, kind=0, n_in=n, n_out=n, p_off=at, n_p=n, n_w=0, trainable=False, name=f"input {what}")
+            )
+            extra.append(values.astype(np.float32))
+            at += n
+    layers[:0] = front
+    old_index[:0] = [-1 - i for i in range(len(front))]
+    full = np.concatenate([np.asarray(full, np.float32)] + extra)
+    return full, {id(d) for d in front}, f"standardisation applied by the firmware ({2 * n * len(steps)} floats of RAM)"
+
+
 def build_device_model(
     ck: Checkpoint,
     trainable: str = "all",
@@ -170,12 +231,15 @@ def build_device_model(
     source: str = "model",
     calibration: Any = None,
     save: str = "all",
+    fold_inputs: Optional[bool] = None,
 ) -> DeviceModel:
     """The firmware's view of a checkpoint (see the module docstring). quant='int8-full' needs calibration:
     sample inputs (n, n_in) of the network. For the quantized modes the model's `baseline` is the f32
     export with the same trainable layers (the memory plan reports the savings against it). optimizer: the
     one the device trains with (default: the model's, see device_optimizer); save: what a device save keeps
-    ('all': parameters and optimizer slots, 'params': the parameters only)."""
+    ('all': parameters and optimizer slots, 'params': the parameters only). fold_inputs: fold the model's input
+    standardisation into a frozen first Linear layer when it can (default: for f32 weights only; see
+    _input_steps)."""
     if save not in SAVE_MODES:
         raise DeviceSpecError(f"--save must be one of {', '.join(SAVE_MODES)}; got {save!r}")
     if quant not in QUANT_MODES:
@@ -194,14 +258,19 @@ def build_device_model(
     old_index = []
     for i, d in enumerate(host.layers):
         old_index += [i, i] if (mode == "biases" and _splits_bias(d)) else [i]
-    _fix_residual_links(layers, old_index)
     flags = trainable_flags(layers, trainable)
     for d, tr in zip(layers, flags):
         d.trainable = tr
+    full, fixed, steps_text = _input_steps(
+        ck, layers, old_index, full, fold=quant == "f32" if fold_inputs is None else fold_inputs
+    )
+    _fix_residual_links(layers, old_index)
     baseline: Optional[DeviceModel] = None
     qblobs: Dict[int, bytes] = {}
     if quant != "f32":
-        baseline = build_device_model(ck, trainable, "f32", loss, optimizer, board, source, save=save)
+        baseline = build_device_model(
+            ck, trainable, "f32", loss, optimizer, board, source, save=save, fold_inputs=False
+        )
     if quant == "int8-full":
         assert baseline is not None
         try:
@@ -222,6 +291,11 @@ def build_device_model(
             continue
         if d.n_p == 0:
             d.p_off = n_ram
+            continue
+        if id(d) in fixed:  # an input step's constants: in RAM, not a parameter of the host network
+            d.p_off = n_ram
+            ram.append(full[src : src + d.n_p])
+            n_ram += d.n_p
             continue
         if not tr and d.op in (Op.CONV2D, Op.DWCONV2D):  # frozen convolutions: f32 weights in flash
             d.storage, d.p_off = int(Storage.F32), len(blob)
@@ -270,6 +344,8 @@ def build_device_model(
         quant=quant,
         save=save,
         baseline=baseline,
+        input_steps=steps_text,
+        class_names=_class_names(ck, host.n_out),
     )
     m.scratch = int(m.core().scratch_size(1, 0))
     if ck.metadata.get("frontend"):

@@ -51,6 +51,8 @@ class DeviceModel:
     segments: List[Tuple[int, int, int]] = field(default_factory=list)  # (RAM offset, host offset, count)
     quant: str = "f32"  # 'f32', 'int8' or 'int8-full' (see mcutrain.exporter.quantize)
     save: str = "all"  # what a device save keeps: 'all' (parameters, optimizer slots) or 'params'
+    class_names: Optional[List[str]] = None  # the outputs' class names (text labels), for the generated code
+    input_steps: str = ""  # how the model's input steps run on the device (mcutrain.exporter.device._input_steps)
     # the f32 export with the same trainable layers, for quantized models (the memory plan's comparison)
     baseline: Optional[DeviceModel] = field(default=None, repr=False, compare=False)
     # the feature pipeline and normalisation of a model trained on raw windows (mcutrain.featdata.FrontEnd)

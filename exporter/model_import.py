@@ -11,9 +11,21 @@ from pathlib import Path
 from typing import Union
 
 from mcutrain.errors import ImportModelError
+from mcutrain.modelfile import Checkpoint
 from mcutrain.module import Module
 
 from .interop import PICKLE_SUFFIXES, SUFFIXES
+
+
+def import_checkpoint(path: Union[str, Path], allow_pickle: bool = False) -> Checkpoint:
+    """What a model file of another framework becomes: its network (import_model) and, for a scikit-learn Pipeline
+    of scalers and an MLP, the scalers as the model's input steps (metadata "input_steps")."""
+    p = Path(path)
+    if p.suffix.lower() in PICKLE_SUFFIXES and allow_pickle:
+        from .sklearn_import import load_sklearn_checkpoint
+
+        return load_sklearn_checkpoint(p)
+    return Checkpoint(import_model(p, allow_pickle))
 
 
 def import_model(path: Union[str, Path], allow_pickle: bool = False) -> Module:

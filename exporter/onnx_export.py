@@ -11,7 +11,7 @@ use their own exp, tanh and summation order).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -136,12 +136,19 @@ def _emit(g: _Graph, m: Module, x: str) -> str:
     raise OnnxExportError(f"{m.describe()}: the ONNX export does not know this layer")
 
 
-def onnx_model(net: Module, name: str = "mcutrain") -> Any:
-    """The onnx.ModelProto computing net (with its current parameters)."""
+def onnx_model(net: Module, name: str = "mcutrain", input_steps: Sequence[Dict[str, Any]] = ()) -> Any:
+    """The onnx.ModelProto computing net (with its current parameters), after the model's input steps
+    (mcutrain.inputsteps: a standardisation is a Sub and a Mul), so it takes the raw inputs the model takes."""
     onnx = require("onnx", "onnx")
     h = onnx.helper
     g = _Graph(onnx)
-    _emit(g, net, "x")  # every layer ends with the node giving its output: the last node gives the network's
+    x = "x"
+    for step in input_steps:
+        mean, scale = np.asarray(step["mean"], np.float32), np.asarray(step["scale"], np.float32)
+        x = g.op(
+            "Mul", [g.op("Sub", [x, g.const(mean, "input_mean")], "centred"), g.const(scale, "input_scale")], "std"
+        )
+    _emit(g, net, x)  # every layer ends with the node giving its output: the last node gives the network's
     g.nodes[-1].output[0] = g.nodes[-1].name = "y"
     graph = h.make_graph(
         g.nodes,

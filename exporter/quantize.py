@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from mcutrain.corefacts import WRITES_I8, LossKind, Op, Storage, layer_size_of
+from mcutrain.inputsteps import host_forward
 from mcutrain.losses import Loss
 from mcutrain.modelfile import Checkpoint
 from mcutrain.program import LayerDesc, Program
@@ -458,7 +459,7 @@ def evaluate(
     if not (np.all(np.isfinite(xb)) and np.all(np.isfinite(yb))):
         raise QuantError("evaluation data has NaN or infinite values")
     loss = loss or loss_of_model(device_model.loss_kind, device_model.loss_param)
-    y_ref = np.asarray(ck.net.forward(xb), np.float32)
+    y_ref = np.asarray(host_forward(ck, xb), np.float32)
     y_dev = device_model.core().forward(np.ascontiguousarray(device_model.params, np.float32), xb)
     acc_ref = acc_dev = None
     if _one_hot(yb):

@@ -21,6 +21,7 @@ from mcutrain import layers as L
 from mcutrain.errors import ImportModelError
 from mcutrain.extras import require
 from mcutrain.files import read_bounded
+from mcutrain.modelfile import Checkpoint
 from mcutrain.module import Module
 
 from .interop import MAX_IMPORT_BYTES, MAX_LAYERS, check_width, dense, sequential
@@ -35,9 +36,17 @@ _OUTPUTS: Dict[str, Any] = {"softmax": lambda n: L.Softmax(1.0, n), "logistic": 
 
 def from_sklearn(estimator: Any) -> Module:
     """The mcutrain network of a fitted MLPClassifier or MLPRegressor (see the module docstring). Raises
-    ImportModelError for other estimators, unfitted ones and unsupported activations."""
+    ImportModelError for other estimators, unfitted ones and unsupported activations, and for a Pipeline with a
+    scaler (a network alone would lose the scaling: checkpoint_from_sklearn keeps it)."""
     nn = require("sklearn.neural_network", "sklearn")
     what = type(estimator).__name__
+    if hasattr(estimator, "steps") and what == "Pipeline":
+        if any(_scaler_steps(t, n) for n, t in estimator.steps[:-1] if t not in (None, "passthrough")):
+            raise ImportModelError(
+                "a Pipeline with a scaler: its network alone would predict on unscaled inputs; use "
+                "checkpoint_from_sklearn (or `mcutrain import`), which keeps the scaling as the model's input steps"
+            )
+        return from_sklearn(estimator.steps[-1][1])
     if not isinstance(estimator, (nn.MLPClassifier, nn.MLPRegressor)):
         raise ImportModelError(f"a {what}: mcutrain imports {SUPPORTED}")
     coefs, intercepts = getattr(estimator, "coefs_", None), getattr(estimator, "intercepts_", None)
@@ -71,10 +80,67 @@ def from_sklearn(estimator: Any) -> Module:
     return sequential(out, what)
 
 
+def _scaler_steps(t: Any, name: str) -> List[Dict[str, Any]]:
+    """The input steps (mcutrain.inputsteps) of a fitted StandardScaler or MinMaxScaler of a Pipeline; ImportModelError
+    for any other transformer."""
+    kind = type(t).__name__
+    if kind == "StandardScaler":
+        n = int(t.n_features_in_)
+        mean = np.asarray(t.mean_ if t.mean_ is not None else np.zeros(n), np.float64)
+        scale = 1.0 / np.asarray(t.scale_ if t.scale_ is not None else np.ones(n), np.float64)
+    elif kind == "MinMaxScaler":
+        if getattr(t, "clip", False):
+            raise ImportModelError(f"Pipeline step {name!r}: a MinMaxScaler with clip=True is not supported")
+        scale = np.asarray(t.scale_, np.float64)  # x * scale_ + min_ = (x - (-min_ / scale_)) * scale_
+        mean = -np.asarray(t.min_, np.float64) / np.where(scale != 0, scale, 1.0)
+    else:
+        raise ImportModelError(
+            f"Pipeline step {name!r} is a {kind}: mcutrain imports Pipelines of StandardScaler or MinMaxScaler "
+            f"steps followed by {SUPPORTED}"
+        )
+    check_width(len(mean), f"Pipeline step {name!r}")
+    return [
+        {
+            "kind": "standardize",
+            "mean": mean.astype(np.float32).tolist(),
+            "scale": scale.astype(np.float32).tolist(),
+            "source": f"scikit-learn {kind} {name!r}",
+        }
+    ]
+
+
+def checkpoint_from_sklearn(estimator: Any) -> Checkpoint:
+    """A model file's contents for a fitted MLP, or a Pipeline of scalers (StandardScaler, MinMaxScaler) and an MLP:
+    the network, and the scalers as its input steps (metadata "input_steps"), so the model takes the raw inputs
+    the Pipeline takes."""
+    steps: List[Dict[str, Any]] = []
+    if type(estimator).__name__ == "Pipeline" and hasattr(estimator, "steps"):
+        if not estimator.steps:
+            raise ImportModelError("an empty Pipeline")
+        for name, t in estimator.steps[:-1]:
+            if t is None or t == "passthrough":
+                continue
+            steps += _scaler_steps(t, name)
+        estimator = estimator.steps[-1][1]
+    net = from_sklearn(estimator)
+    for i, s in enumerate(steps):
+        if len(s["mean"]) != net.n_in:
+            raise ImportModelError(f"Pipeline scaler {i + 1} scales {len(s['mean'])} inputs, the MLP takes {net.n_in}")
+    metadata: Dict[str, Any] = {"input_steps": steps} if steps else {}
+    classes = np.asarray(getattr(estimator, "classes_", []))
+    if classes.dtype.kind in "USO" and len(classes) == net.n_out > 1:
+        metadata["classes"] = [str(c) for c in classes.tolist()]  # text class labels, in predict_proba's order
+    return Checkpoint(net, None, metadata)
+
+
 def load_sklearn_file(path: Union[str, Path]) -> Module:
     """The network of an MLP estimator saved with pickle or joblib. Unpickling runs code stored in the file:
     call this only for files you made or trust. The file's size is bounded before it is read."""
-    p = Path(path)
+    return from_sklearn(_load_estimator(Path(path)))
+
+
+def _load_estimator(p: Path) -> Any:
+    """The estimator in a pickle or joblib file (its size bounded before it is read)."""
     data = read_bounded(p, MAX_IMPORT_BYTES, "scikit-learn model file", ImportModelError)
     require("sklearn", "sklearn")
     joblib = require("joblib", "sklearn")  # reads joblib files and plain pickles alike
@@ -84,4 +150,10 @@ def load_sklearn_file(path: Union[str, Path]) -> Module:
         raise
     except Exception as e:  # noqa: BLE001 - unpickling raises anything the file's contents raise
         raise ImportModelError(f"{p}: cannot load a scikit-learn estimator from it ({type(e).__name__}: {e})") from None
-    return from_sklearn(estimator)
+    return estimator
+
+
+def load_sklearn_checkpoint(path: Union[str, Path]) -> Checkpoint:
+    """checkpoint_from_sklearn of an estimator (an MLP, or a Pipeline of scalers and an MLP) saved with pickle or
+    joblib; the same warning as load_sklearn_file holds."""
+    return checkpoint_from_sklearn(_load_estimator(Path(path)))

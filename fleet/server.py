@@ -187,7 +187,9 @@ class FleetModel:
 
     def load(self, path: Path) -> Tuple[np.ndarray, np.ndarray]:
         """A data file of the fleet, checked against the model's inputs and outputs."""
-        ds = load_dataset(self.cfg.data_settings(path))
+        from mcutrain.modelmeta import class_names
+
+        ds = load_dataset(self.cfg.data_settings(path), class_names(self.ck.metadata))  # text labels: the model's
         n_in, n_out = self.model.program.n_in, self.model.program.n_out
         if ds.x.shape[1] != n_in or ds.y.shape[1] != n_out:
             raise FleetError(

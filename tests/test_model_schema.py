@@ -39,7 +39,30 @@ def full_model_bytes() -> bytes:
         "loss": "cross_entropy",
         "train": {**run.to_dict(), "batches": 10, "data_crc": None},
         "imported": {"from": "net.onnx", "format": "onnx"},
-        "device": {"hash": "ab" * 8, "board": "native", "step": 4, "port": "/dev/ttyACM0"},
+        "device": {
+            "hash": "ab" * 8,
+            "board": "native",
+            "step": 4,
+            "port": "/dev/ttyACM0",
+            "quant": "f32",
+            "trainable": "all",
+            "optimizer": "adam",
+            "save": "all",
+            "loss": "cross_entropy",
+            "trained_on": [
+                {
+                    "crc": 7,
+                    "rows": 16,
+                    "held_out": {"val": 0.25, "seed": 3},
+                    "shuffle": False,
+                    "seed": 0,
+                    "count": 4,
+                    "step_after": 4,
+                }
+            ],
+        },
+        "classes": ["odd", "even"],
+        "input_steps": [{"kind": "standardize", "mean": [0.5] * 4, "scale": [2.0] * 4, "source": "training data"}],
         "fleet": {"round": 2, "strategy": "fedavg", "devices": 4, "answered": 3, "test_accuracy": 0.5},
     }
     return encode_model(net, opt, meta)
@@ -189,11 +212,14 @@ def test_the_schema_knows_every_field_the_project_writes() -> None:
     itself for the docs."""
     _, header, _ = split(GOOD)
     listed = {row[0] for row in schema_rows()}
-    written = {".".join(str(k) for k in p) for p in paths(header) if p and not isinstance(p[-1], int)}
+    written = {
+        ".".join(str(k) for k in p).replace(".0.", "[].") for p in paths(header) if p and not isinstance(p[-1], int)
+    }
     written = {w for w in written if not w.startswith(("architecture.", "optimizer."))}
     assert written <= listed, sorted(written - listed)
     assert all(desc for _, desc, _, _ in schema_rows())
-    assert set(METADATA) == {"loss", "train", "imported", "device", "fleet"} and "metadata" in HEADER
+    assert set(METADATA) == {"loss", "train", "imported", "device", "fleet", "classes", "input_steps"}
+    assert "metadata" in HEADER
 
 
 @settings(max_examples=300, deadline=None)

@@ -171,15 +171,28 @@ def _parse_spatial(cls: type, arg: str, where: str) -> Module:
     return cls(**kw)
 
 
-def inline_form(cls: type) -> str:
-    """How --net writes a layer class: 'linear:IxO', 'leakyrelu[:ALPHA]', 'relu[:N]' (what parse_inline reads)."""
+def _required_args(cls: type) -> List[str]:
+    """The constructor arguments a layer class cannot do without."""
+    return [
+        n
+        for n, p in inspect.signature(cls.__init__).parameters.items()
+        if n != "self" and p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+def inline_form(cls: type) -> Optional[str]:
+    """How --net writes a layer class: 'linear:IxO', 'leakyrelu[:ALPHA]', 'relu[:N]', 'flatten' (what parse_inline
+    reads; spatial layers as _SPATIAL_INLINE says); None for a layer whose arguments only a network file gives."""
     name = cls.__name__.lower()
     if cls in _SPATIAL_INLINE:
         return f"{name}:{_SPATIAL_INLINE[cls]}" if _SPATIAL_INLINE[cls] else name
     sizes = _inline_sizes(cls)
     if sizes is not None:
         return f"{name}:{sizes}"
-    return f"{name}[:{_INLINE_NUMBER.get(cls, 'N')}]"
+    if cls in _INLINE_NUMBER or issubclass(cls, L._SameSize):
+        return f"{name}[:{_INLINE_NUMBER.get(cls, 'N')}]"
+    spatial = "input_shape" in inspect.signature(cls.__init__).parameters  # (H, W, C) / (T, C): a file gives it
+    return None if _required_args(cls) or spatial else name
 
 
 @dataclass
@@ -188,7 +201,7 @@ class LayerDoc:
 
     name: str
     aliases: List[str]
-    inline: str
+    inline: Optional[str]  # None: only a network file gives its arguments
     arguments: List[Tuple[str, Optional[str]]]  # (argument of a network file, its default or None if required)
     summary: str
 
@@ -259,6 +272,12 @@ def parse_inline(text: str, input_shape: Optional[Tuple[int, ...]] = None) -> Se
                 mods.append(cls(*dims))
             elif cls in _INLINE_NUMBER:
                 mods.append(cls(float(arg)) if arg else cls())
+            elif inline_form(cls) is None or (arg and not issubclass(cls, L._SameSize)):
+                params = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+                raise ArchitectureError(
+                    f"--net item {i + 1}: {cls.__name__} goes in a --net-file, with its arguments "
+                    f"({', '.join(params)}); `mcutrain layers` shows them"
+                )
             else:
                 mods.append(cls(int(arg)) if arg else cls())
         except ValueError as e:

@@ -37,6 +37,7 @@ class Dataset:
     y: np.ndarray
     name: str = "data"
     classes: Optional[List[str]] = None  # class names of one-hot targets made from text labels
+    input_names: Optional[List[str]] = None  # the inputs' column names (a CSV header)
 
     def __post_init__(self) -> None:
         if self.x.ndim != 2 or self.y.ndim != 2 or self.x.shape[0] != self.y.shape[0]:
@@ -253,7 +254,7 @@ class CsvTable:
 def read_csv_cells(path: Union[str, Path]) -> CsvTable:
     """The cells of a CSV file: the delimiter (, ; tab or |) is detected, blank lines are skipped, and a first row
     with text where the next row has numbers (or with nothing but text) is the header. DataError says what is
-    wrong with a malformed file, with its line."""
+    wrong with a malformed file, with its line. (A file of one row is all header when it holds only text.)"""
     p = Path(path)
     text = _decode_text(read_bounded(p, MAX_CSV_BYTES, "CSV file", DataError), p)
     delimiter = _sniff_delimiter(text)
@@ -277,7 +278,7 @@ def read_csv_cells(path: Union[str, Path]) -> CsvTable:
     first = [_cell_number(c, comma) is None for c in rows[0][1]]
     if any(first):
         second = [_cell_number(c, comma) is None for c in rows[1][1]] if len(rows) > 1 else None
-        if all(first) or second is None or any(a and not b for a, b in zip(first, second)):
+        if all(first) or (second is not None and any(a and not b for a, b in zip(first, second))):
             header = [c.strip() for c in rows[0][1]]
             rows = rows[1:]
             if not rows:
@@ -365,7 +366,7 @@ def load_csv(
                 )
         y = t.numbers(t_cols)
     x = t.numbers(i_cols).astype(np.float32)
-    return Dataset(x, y.astype(np.float32), p.name, names)
+    return Dataset(x, y.astype(np.float32), p.name, names, [header[j] for j in i_cols] if header else None)
 
 
 def npz_array(path: Union[str, Path], key: str, z: Any = None, text_ok: bool = False) -> np.ndarray:

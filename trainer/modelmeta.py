@@ -1,9 +1,7 @@
 """What a model file's metadata remembers besides its run ("train") and loss: the names of its classes, the
 steps its inputs go through before the network (standardisation), and, for a model pulled from a device, the
-export it came from and what the device trained on.
-
-METADATA_FIELDS is the one list of these fields with their types (a model-file schema takes them from here);
-the readers below check what they read and raise ModelFileError naming the field.
+export it came from and what the device trained on. The readers below check what they read and raise
+ModelFileError naming the field.
 """
 
 from __future__ import annotations
@@ -13,22 +11,10 @@ from typing import Any, Dict, List, Optional
 
 from .errors import ModelFileError
 
-# field (dotted path in the metadata) -> (JSON type, what it holds). Added by issue 26.
-METADATA_FIELDS: Dict[str, tuple] = {
-    "classes": ("list[str]", "class names in the order of the network's outputs (string labels of the data)"),
-    "input_steps": ("list[object]", "steps that turn raw inputs into the network's inputs, in order"),
-    "input_steps[].kind": ("str", "'standardize': x' = (x - mean) * scale, in float32"),
-    "input_steps[].mean": ("list[float]", "one value per input"),
-    "input_steps[].scale": ("list[float]", "one value per input (1 / the standard deviation)"),
-    "input_steps[].source": ("str", "where the statistics came from: 'training data' or the imported scaler"),
-    "device.quant": ("str", "the --quant of the export a pulled model came from"),
-    "device.trainable": ("str", "the --trainable of that export"),
-    "device.optimizer": ("str", "the optimizer kind the device trained with"),
-    "device.save": ("str", "what a device save keeps: params or all"),
-    "device.loss": ("str", "the loss the device trained with"),
-    "device.trained_on": ("list[object]", "the data `device train --project` sent (see device_rows)"),
-}
-
+# The fields these readers read are listed with their types in mcutrain.modelschema.METADATA ("classes",
+# "input_steps", and "device": quant, trainable, optimizer, save, loss, trained_on), which decode_model checks;
+# the readers add what one field says about another (a step's lengths against the network's inputs, distinct
+# class names).
 MAX_CLASSES = 65535
 MAX_CLASS_NAME = 200
 
@@ -95,11 +81,8 @@ def device_export(metadata: Dict[str, Any]) -> Dict[str, str]:
     out = {}
     for key in DEVICE_EXPORT_KEYS:
         v = dev.get(key)
-        if v is None:
-            continue
-        if not isinstance(v, str) or not v or len(v) > 64:
-            raise _fail(f"device.{key}", "must be a short string", v)
-        out[key] = v
+        if isinstance(v, str) and v:  # the schema checked the type; an empty one records nothing
+            out[key] = v
     return out
 
 

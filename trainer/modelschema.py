@@ -168,8 +168,39 @@ RUN: Mapping[str, Field] = {
     "data_crc": count(0, 2**32 - 1, "CRC-32 of the data file(s)", null=True),
 }
 
+# metadata.input_steps[i]: one step from raw inputs to the network's (mcutrain.inputsteps; its lengths against
+# the network's inputs are checked by mcutrain.modelmeta.input_steps)
+INPUT_STEP: Mapping[str, Field] = {
+    "kind": text("'standardize': x' = (x - mean) * scale, in float32", required=True),
+    "mean": Field("list", item=Field("number"), max_len=65535, required=True, doc="one value per input"),
+    "scale": Field("list", item=Field("number"), max_len=65535, required=True, doc="one value per input"),
+    "source": text("where the statistics came from"),
+}
+
+# metadata.device.trained_on[i]: what one `device train --project` sent (mcutrain.sources.device_rows)
+DEVICE_TRAINING: Mapping[str, Field] = {
+    "crc": count(0, 2**32 - 1, "CRC-32 of the data file", null=True),
+    "rows": count(1, INT63_MAX, "rows of the data file", required=True),
+    "held_out": table(
+        {
+            "val": Field("number", lo=0.0, hi=1.0, hi_open=True, required=True, doc="held-out fraction"),
+            "seed": count(0, INT63_MAX, "seed of the split", required=True),
+        },
+        "the model's split whose held-out rows were not sent",
+        null=True,
+    ),
+    "shuffle": Field("bool", doc="rows sent in a seeded random order"),
+    "seed": count(0, INT63_MAX, "seed of that order"),
+    "count": count(0, INT63_MAX, "samples sent", required=True),
+    "step_after": count(0, 2**32 - 1, "the device's step after them"),
+}
+
 # metadata: what the file records about where it came from (every section optional)
 METADATA: Mapping[str, Field] = {
+    "classes": Field(
+        "list", item=Field("str", max_len=200), max_len=65535, doc="class names, in the order of the outputs"
+    ),
+    "input_steps": Field("list", item=table(INPUT_STEP), max_len=16, doc="raw inputs -> the network's, in order"),
     "loss": text("the loss it trains with (mcutrain.losses.by_name)"),
     "train": table(RUN, "the `mcutrain train` run"),
     "imported": table({"from": text("the imported file"), "format": text("onnx, keras, ...")}, "`mcutrain import`"),
@@ -179,6 +210,12 @@ METADATA: Mapping[str, Field] = {
             "board": text("board name"),
             "step": count(0, 2**32 - 1, "the device's training step"),
             "port": text("serial port", null=True),
+            "quant": text("--quant of the export it runs", null=True),
+            "trainable": text("--trainable of that export", null=True),
+            "optimizer": text("the optimizer the device trains with", null=True),
+            "save": text("what a device save keeps: params or all", null=True),
+            "loss": text("the loss the device trains with", null=True),
+            "trained_on": Field("list", item=table(DEVICE_TRAINING), max_len=10000, doc="`device train --project`"),
         },
         "`mcutrain device pull`",
     ),
@@ -233,4 +270,6 @@ def schema_rows(fields: Mapping[str, Field] = HEADER, where: str = "") -> list:
         out.append((path, spec.describe(), spec.required, spec.doc))
         if spec.fields is not None:
             out += schema_rows(spec.fields, path)
+        if spec.item is not None and spec.item.fields is not None:  # a list of tables: path[].field
+            out += schema_rows(spec.item.fields, path + "[]")
     return out

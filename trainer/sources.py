@@ -9,8 +9,9 @@ have seen. `Source.chunk` hands a run of batches to Module.fit in one piece.
 
 from __future__ import annotations
 
+import copy
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -227,6 +228,21 @@ class FileSource(Source):
     def batches_per_epoch(self, size: int) -> int:
         return -(-len(self.train) // size)
 
+    def standardized(self, steps: List[Dict[str, Any]]) -> FileSource:
+        """This source with its inputs through the input steps (mcutrain.inputsteps), for training on them."""
+        from .inputsteps import apply_steps
+
+        if not steps:
+            return self
+        out = copy.copy(self)
+
+        def through(d: Optional[Dataset]) -> Optional[Dataset]:
+            return None if d is None else replace(d, x=apply_steps(steps, d.x))
+
+        out.full, out.train, out.val = through(self.full), through(self.train), through(self.val)
+        out._x = np.ascontiguousarray(out.train.x, np.float32)
+        return out
+
     @property
     def fingerprint(self) -> Optional[int]:
         """CRC-32 of the data file(s) (DataSettings.fingerprint), None when the source was not opened from one."""
@@ -350,11 +366,13 @@ def load_inputs(
     elif fmt == "idx":
         x = datasets.idx_images(path)
     else:
-        header, x = datasets.read_csv_table(path)
+        t = datasets.read_csv_cells(path)  # only the input columns must be numbers (a label column may be text)
+        cols = list(range(t.n_cols))
         if inputs is not None:
-            x = x[:, datasets.columns(inputs, header, x.shape[1], "input")]
-        elif layout is not None and x.shape[1] != n_in:
-            x = x[:, datasets.csv_columns(header, x.shape[1], layout.inputs, layout.targets or "-1")[0]]
+            cols = datasets.columns(inputs, t.header, t.n_cols, "input")
+        elif layout is not None and t.n_cols != n_in:
+            cols = datasets.csv_columns(t.header, t.n_cols, layout.inputs, layout.targets or "-1")[0]
+        x = t.numbers(cols)
     if x.ndim != 2 or x.shape[1] != n_in:
         cols = x.shape[1] if x.ndim == 2 else 0
         hint = ""

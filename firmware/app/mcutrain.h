@@ -15,6 +15,12 @@ extern "C" {
 /* Inputs and outputs of the model (floats). */
 #define MCT_N_IN MCT_MODEL_N_IN
 #define MCT_N_OUT MCT_MODEL_N_OUT
+/* Classes with names (a model trained on text labels): MCT_N_CLASSES of them, in the order of the outputs;
+ * `static const char *const names[] = MCT_CLASS_NAMES;` makes the table where it is used. 0 otherwise. */
+#define MCT_N_CLASSES MCT_MODEL_N_CLASSES
+#if MCT_MODEL_N_CLASSES > 0
+#define MCT_CLASS_NAMES MCT_MODEL_CLASS_NAMES
+#endif
 
 /* Set up the model: the newest valid save in storage if there is one (returns 1), else the exported one (0). */
 int mct_model_init(void);

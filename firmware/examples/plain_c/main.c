@@ -105,6 +105,16 @@ int main(void) {
     put_text("/200 save ");
     put_uint((uint32_t)saved);
     put_text("\n");
+#if MCT_N_CLASSES > 0
+    {   /* a model trained on text labels knows its classes by name */
+        static const char *const names[MCT_N_CLASSES] = MCT_CLASS_NAMES;
+        uint16_t p = 0;
+        for (uint16_t j = 1; j < MCT_N_OUT; j++) if (y[j] > y[p]) p = j;
+        put_text("the last reading is ");
+        put_text(names[p]);
+        put_text("\n");
+    }
+#endif
     port_flush();
     return last < first ? 0 : 1;
 }
