@@ -64,15 +64,15 @@ def dense(w: np.ndarray, b: Optional[np.ndarray], where: str) -> Module:
     return layer
 
 
-def sequential(layers: List[Module], source: str) -> Module:
-    """A Sequential of the imported layers (ImportModelError when there are none, too many parameters or the
-    sizes do not chain)."""
+def sequential(layers: List[Module], source: str, input_shape: Optional[Sequence[int]] = None) -> Module:
+    """A Sequential of the imported layers taking `input_shape` ((H, W, C) or (T, C); None: the first layer's),
+    ImportModelError when there are none, too many parameters or the sizes do not chain."""
     if not layers:
         raise ImportModelError(f"{source}: the model has no layers mcutrain can run")
     if len(layers) > MAX_LAYERS:
         raise ImportModelError(f"{source}: {len(layers)} layers; mcutrain imports at most {MAX_LAYERS}")
     try:
-        net = Sequential(*layers)
+        net = Sequential(*layers, input_shape=input_shape)
     except ShapeError as e:
         raise ImportModelError(f"{source}: {e}") from None
     if net.param_count() > MAX_PARAMS:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Tuple
+from typing import Any, Tuple, Union
 
 import numpy as np
 
@@ -16,13 +16,14 @@ os.environ.setdefault("KERAS_BACKEND", "jax")  # Keras runs here without TensorF
 # ---------------------------------------------------------------- PyTorch -> ONNX
 
 
-def torch_onnx(module: Any, n_in: int, path: Path, dynamo: bool = True) -> Path:
+def torch_onnx(module: Any, n_in: Union[int, Tuple[int, ...]], path: Path, dynamo: bool = True) -> Path:
     """Export a torch module (in eval mode) with torch.onnx.export, batch dimension dynamic; dynamo=False uses
-    the TorchScript exporter, whose graphs compute reshapes from Shape at run time."""
+    the TorchScript exporter, whose graphs compute reshapes from Shape at run time. n_in: the features of a
+    sample, or its shape ((C, H, W) for images)."""
     import torch
 
     module.eval()
-    x = torch.randn(3, n_in)
+    x = torch.randn(3, *(n_in if isinstance(n_in, tuple) else (n_in,)))
     if dynamo:
         torch.onnx.export(
             module,
@@ -118,6 +119,84 @@ def torch_residual(seed: int) -> Any:
         Fn(torch.cos),
         nn.Linear(8, 2),
     )
+
+
+def torch_cnn(seed: int) -> Any:
+    """An image classifier on (3, 12, 12) inputs: Conv, BatchNorm, ReLU6, depthwise Conv with a multiplier,
+    a ResNet block (identity shortcut), a BatchNorm the exporters cannot fold (after a ReLU), pooling (max,
+    average with count_include_pad), Flatten of a channels-first tensor into Linear, Dropout; batch statistics
+    made up as training would leave them."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, c, 1)
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x + self.body(x))
+
+    torch.manual_seed(seed)
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU6(),
+        nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=8),
+        nn.ReLU(),
+        nn.BatchNorm2d(16),
+        Block(16),
+        nn.MaxPool2d(2),
+        nn.AvgPool2d(3, stride=1, padding=1),
+        nn.Flatten(),
+        nn.Dropout(0.2),
+        nn.Linear(16 * 3 * 3, 10),
+        nn.ReLU(),
+        nn.Linear(10, 4),
+    )
+    _made_up_statistics(net)
+    return net
+
+
+def torch_cnn1d(seed: int) -> Any:
+    """A series classifier on (2, 16) inputs (channels, time): Conv1d with padding, BatchNorm1d, pooling,
+    a strided Conv1d, global average pooling, Linear, Softmax."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    net = nn.Sequential(
+        nn.Conv1d(2, 6, 5, padding=2),
+        nn.ReLU(),
+        nn.BatchNorm1d(6),
+        nn.MaxPool1d(2),
+        nn.Conv1d(6, 8, 3, stride=2),
+        nn.ReLU6(),
+        nn.AvgPool1d(2),
+        nn.AdaptiveAvgPool1d(1),
+        nn.Flatten(),
+        nn.Linear(8, 3),
+        nn.Softmax(dim=-1),
+    )
+    _made_up_statistics(net)
+    return net
+
+
+def _made_up_statistics(net: Any) -> None:
+    """Give each BatchNorm of a torch module a gain, bias and running statistics away from their initial values."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    for m in net.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            c = m.num_features
+            with torch.no_grad():
+                m.weight.copy_(0.5 + torch.rand(c, generator=g))
+                m.bias.copy_(0.3 * torch.randn(c, generator=g))
+                m.running_mean.copy_(0.3 * torch.randn(c, generator=g))
+                m.running_var.copy_(0.5 + 1.5 * torch.rand(c, generator=g))
 
 
 def ort_run(path: Path, x: np.ndarray) -> np.ndarray:
