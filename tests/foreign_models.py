@@ -236,6 +236,72 @@ def keras_mlp(path: Path, seed: int) -> Any:
     return model
 
 
+def keras_cnn(path: Path, seed: int, head: str = "flatten") -> Any:
+    """A keras.Sequential image classifier on (12, 12, 3): Conv2D with relu6, BatchNormalization, DepthwiseConv2D
+    (multiplier 2, strided, same), ReLU(max_value=6), SeparableConv2D, max and average pooling with 'same'
+    padding, then Flatten, Dropout and Dense layers (head 'flatten') or global average pooling (head 'global');
+    saved to path (.keras). The BatchNormalization's statistics are made up as training would leave them."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    top = (
+        [keras.layers.Flatten(), keras.layers.Dropout(0.3), keras.layers.Dense(16, activation="relu")]
+        if head == "flatten"
+        else [keras.layers.GlobalAveragePooling2D()]
+    )
+    model = keras.Sequential(
+        [
+            keras.Input((12, 12, 3)),
+            keras.layers.Conv2D(8, 3, padding="same", activation="relu6"),
+            keras.layers.BatchNormalization(),
+            keras.layers.DepthwiseConv2D(3, strides=2, padding="same", depth_multiplier=2),
+            keras.layers.ReLU(max_value=6.0),
+            keras.layers.SeparableConv2D(12, 3, activation="relu"),
+            keras.layers.MaxPooling2D(2, padding="same"),
+            keras.layers.AveragePooling2D(2, strides=1, padding="same"),
+            *top,
+            keras.layers.Dense(4, activation="softmax"),
+        ]
+    )
+    _keras_statistics(model)
+    model.save(str(path))
+    return model
+
+
+def keras_cnn1d(path: Path, seed: int) -> Any:
+    """A keras.Sequential series classifier on (20, 3): causal and strided Conv1D, pooling, BatchNormalization,
+    global average and max pooling; saved to path (.keras)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [
+            keras.Input((20, 3)),
+            keras.layers.Conv1D(6, 5, padding="causal", activation="relu"),
+            keras.layers.MaxPooling1D(2),
+            keras.layers.Conv1D(8, 3, strides=2, padding="same"),
+            keras.layers.BatchNormalization(momentum=0.9),
+            keras.layers.Activation("tanh"),
+            keras.layers.AveragePooling1D(2, padding="same"),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(3),
+        ]
+    )
+    _keras_statistics(model)
+    model.save(str(path))
+    return model
+
+
+def _keras_statistics(model: Any) -> None:
+    """Give each BatchNormalization a gain, bias and moving statistics away from their initial values."""
+    rng = np.random.default_rng(0)
+    for layer in model.layers:
+        if type(layer).__name__ == "BatchNormalization":
+            c = layer.get_weights()[0].shape[0]
+            stats = [rng.uniform(0.5, 1.5, c), rng.normal(0, 0.3, c), rng.normal(0, 0.3, c), rng.uniform(0.5, 2, c)]
+            layer.set_weights([s.astype(np.float32) for s in stats])
+
+
 # ---------------------------------------------------------------- scikit-learn
 
 

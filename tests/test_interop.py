@@ -304,10 +304,10 @@ def test_keras_file_imports_and_predicts_what_keras_predicts(tmp_path: Path) -> 
 def test_keras_unsupported_layer_is_named(tmp_path: Path) -> None:
     import keras
 
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6), keras.layers.BatchNormalization(name="bn")])
-    model.save(str(tmp_path / "bn.keras"))
-    with pytest.raises(ImportModelError, match=r"layer 'bn' \(BatchNormalization\).*mcutrain imports: Dense"):
-        from_keras(tmp_path / "bn.keras")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6), keras.layers.LayerNormalization(name="ln")])
+    model.save(str(tmp_path / "ln.keras"))
+    with pytest.raises(ImportModelError, match=r"layer 'ln' \(LayerNormalization\).*mcutrain imports: Dense"):
+        from_keras(tmp_path / "ln.keras")
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, activation="elu", name="d")])
     model.save(str(tmp_path / "elu.keras"))
     with pytest.raises(ImportModelError, match=r"layer 'd' \(Dense\): activation 'elu' is not supported"):
@@ -355,7 +355,7 @@ def test_hostile_keras_files_are_refused_before_keras_allocates(tmp_path: Path) 
     with pytest.raises(ImportModelError, match="units: size 1000000000 is not a whole number from 1 to 65535"):
         from_keras(wide)
     heavy = _edit_keras(tmp_path / "m.keras", tmp_path / "heavy.keras", units(60000, 60000))
-    with pytest.raises(ImportModelError, match="Dense layers hold 3,600,"):
+    with pytest.raises(ImportModelError, match="layers hold 3,600,"):
         from_keras(heavy)
     # a zip that claims to unpack to more than mcutrain reads
     import zipfile

@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from foreign_models import ort_run, torch_cnn, torch_cnn1d, torch_onnx
+from foreign_models import keras_cnn, keras_cnn1d, ort_run, torch_cnn, torch_cnn1d, torch_onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from mcutrain import Residual
 from mcutrain import layers as L
 from mcutrain.errors import ImportModelError
-from mcutrain.exporter import from_onnx, to_onnx
+from mcutrain.exporter import from_keras, from_keras_model, from_onnx, to_onnx
 
 TOL = 1e-5  # float32 rounding between mcutrain's C core and the source framework (as in test_interop.py)
 
@@ -193,3 +193,87 @@ def test_a_network_ending_in_an_image_exports_and_comes_back(tmp_path: Path) -> 
     back = from_onnx(tmp_path / "img.onnx")
     assert back.describe() == net.describe() and np.array_equal(back.params, net.params)
     assert np.array_equal(back.forward(x), net.forward(x))
+
+
+# ---------------------------------------------------------------- Keras 3
+
+KERAS_CNNS = {
+    # name: (model maker, input shape, layer kinds that must appear)
+    "image-flatten": (
+        lambda path: keras_cnn(path, seed=6),
+        (12, 12, 3),
+        ["Conv2d", "Relu6", "BatchNorm", "DepthwiseConv2d", "Relu6", "DepthwiseConv2d", "Conv2d", "Relu",
+         "MaxPool2d", "AvgPool2d", "Linear", "Relu", "Linear", "Softmax"],
+    ),
+    "image-global": (
+        lambda path: keras_cnn(path, seed=7, head="global"),
+        (12, 12, 3),
+        ["Conv2d", "Relu6", "BatchNorm", "DepthwiseConv2d", "Relu6", "DepthwiseConv2d", "Conv2d", "Relu",
+         "MaxPool2d", "AvgPool2d", "GlobalAvgPool2d", "Linear", "Softmax"],
+    ),
+    "series": (
+        lambda path: keras_cnn1d(path, seed=8),
+        (20, 3),
+        ["Conv1d", "Relu", "MaxPool1d", "Conv1d", "BatchNorm", "Tanh", "AvgPool1d", "GlobalAvgPool1d", "Linear"],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(KERAS_CNNS))
+def test_keras_cnn_imports_and_predicts_what_keras_predicts(name: str, tmp_path: Path) -> None:
+    make, shape, want = KERAS_CNNS[name]
+    model = make(tmp_path / "m.keras")
+    net = from_keras(tmp_path / "m.keras")
+    assert kinds(net) == want, net.describe()
+    assert net.in_shape == shape
+    x = (np.random.default_rng(2).standard_normal((16, *shape)) * 1.5).astype(np.float32)
+    got = net.forward(x)
+    d = max_diff(got, model.predict(x, verbose=0))
+    print(f"\nmax|diff| Keras CNN {name} vs Keras.predict: {d:.3g}")
+    assert d <= TOL
+    assert np.abs(got).max() > 0.1, "the outputs are too small to compare"
+    d2 = assert_onnx_export_matches(net, tmp_path / "back.onnx", x)
+    print(f"max|diff| to_onnx of it in onnxruntime vs net.forward: {d2:.3g}")
+    in_memory = from_keras_model(model)
+    assert in_memory.describe() == net.describe() and np.array_equal(in_memory.params, net.params)
+
+
+def test_keras_layers_mcutrain_cannot_run_are_named(tmp_path: Path) -> None:
+    import keras
+
+    for layers, words in (
+        ([keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3, dilation_rate=2)], "dilated windows"),
+        ([keras.Input((6, 6, 2)), keras.layers.Dense(3)], "a Dense layer on .6, 6, 2. values works on their last axis"),
+        ([keras.Input((6, 6, 2)), keras.layers.ReLU(max_value=4.0)], "a cap other than 6"),
+        ([keras.Input((6, 6, 2)), keras.layers.BatchNormalization(axis=1)], "normalises axis 1"),
+    ):
+        model = keras.Sequential(layers)
+        with pytest.raises(ImportModelError, match=words):
+            from_keras_model(model)
+
+
+def test_keras_cnn_with_heavy_filters_is_refused_before_keras_allocates(tmp_path: Path) -> None:
+    """A config whose convolutions ask for more weights than mcutrain imports (each size within bounds) is
+    refused from config.json alone."""
+    import json
+    import zipfile
+
+    import keras
+
+    keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.DepthwiseConv2D(3)]).save(
+        str(tmp_path / "m.keras")
+    )
+    with zipfile.ZipFile(tmp_path / "m.keras") as zin, zipfile.ZipFile(tmp_path / "heavy.keras", "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                for layer in config["config"]["layers"]:
+                    if layer["class_name"] == "Conv2D":
+                        layer["config"].update(filters=60000, kernel_size=[9, 9])
+                    elif layer["class_name"] == "DepthwiseConv2D":
+                        layer["config"].update(depth_multiplier=5000)
+                data = json.dumps(config).encode()
+            zout.writestr(item, data)
+    with pytest.raises(ImportModelError, match=r"layers hold 3,014,640,000 weights or more"):
+        from_keras(tmp_path / "heavy.keras")
