@@ -14,6 +14,7 @@ from mcutrain.datasets import DataError
 from mcutrain.losses import Loss
 from mcutrain.modelfile import MAGIC, Checkpoint, load_model
 from mcutrain.modelmeta import class_names, device_export
+from mcutrain.optim import TrainParams
 from mcutrain.sources import (
     DataSettings,
     FileSource,
@@ -24,6 +25,8 @@ from mcutrain.sources import (
     metrics,
     open_source,
 )
+from mcutrain.tiny_models import ARCHITECTURES
+from mcutrain.tiny_models import build as build_architecture
 
 from .common import CliError, MissingTool, example, note, table, write_output
 from .data_options import data_options, pop_data_options
@@ -338,7 +341,13 @@ def describe_training(ck: Checkpoint) -> List[str]:
 
 
 @click.command()
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model", type=click.Path(exists=True, dir_okay=False), required=False)
+@click.option(
+    "--arch",
+    type=click.Choice(sorted(ARCHITECTURES)),
+    default=None,
+    help="Show a reference architecture (untrained, seeded) instead of a model file.",
+)
 @click.option("--board", default=None, help="Show the memory plan on this board (see `mcutrain boards`).")
 @click.option(
     "--quant",
@@ -354,9 +363,11 @@ def describe_training(ck: Checkpoint) -> List[str]:
 @example("""
 mcutrain info model.mct
 mcutrain info model.mct --board uno --trainable last:1
-mcutrain info model.mct --board uno --optimizer sgd --save params""")
+mcutrain info model.mct --board uno --optimizer sgd --save params
+mcutrain info --arch ds_cnn --board nucleo_f401re --trainable last:1""")
 def info(
-    model: str,
+    model: Optional[str],
+    arch: Optional[str],
     board: Optional[str],
     quant: Optional[str],
     trainable: Optional[str],
@@ -366,9 +377,19 @@ def info(
 ) -> None:
     """Layers (sizes, parameters, multiply-accumulates), what the file records about its training, and
     the memory plan on a board."""
-    ck = load_model(model)
+    if (model is None) == (arch is None):
+        raise CliError("give a model file or --arch NAME (one of them)")
+    if arch is not None:
+        net = build_architecture(arch).rand_params(seed=0)
+        ck = Checkpoint(net, net.new_sgd(TrainParams()))
+        model = f"--arch {arch}"
+    else:
+        ck = load_model(model)
     rows, params, macs = layer_rows(ck)
+    shape = "x".join(str(d) for d in ck.net.in_shape or ())
     click.echo(f"{model}: {ck.net.describe()}")
+    if ck.net.in_shape is not None and len(ck.net.in_shape) > 1:
+        click.echo(f"input shape {shape} (channels last)")
     click.echo(f"{ck.net.n_in} inputs, {ck.net.n_out} outputs, {params:,} parameters, {macs:,} MACs per sample")
     click.echo(
         table(
@@ -511,5 +532,7 @@ def boards(as_json: bool) -> None:
             right=[False, False, False, True, True, True, False, False, False],
         )
     )
-    click.echo("storage: what device saves can use (none: SAVE answers 'not supported'); the simulated stand-ins")
-    click.echo("have the board's RAM and storage, except where the simulator column gives the stand-in's RAM")
+    note(
+        "storage: what device saves can use (none: SAVE answers 'not supported'); the simulated stand-ins have the "
+        "board's RAM and storage, except where the simulator column gives the stand-in's RAM"
+    )

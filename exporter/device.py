@@ -84,15 +84,24 @@ def trainable_flags(layers: List[LayerDesc], trainable: str) -> List[bool]:
 
 
 def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int, int]:
-    """Give the layers fresh consecutive arena regions (the table changed), each as large as the core says
-    (an int8 output takes mct_i8_floats of its width, the aux trace what the op's code asks for); returns
-    (layers, arena, out_off)."""
-    top, cur = n_in, 0
-    for d in layers:
+    """Give the layers fresh arena regions (the table changed), each as large as the core says (an int8 output takes
+    mct_i8_floats of its width, the aux trace what the op's code asks for); returns (layers, arena, out_off).
+
+    Training on the device keeps what its backward pass reads: every region from the input of the first trainable
+    layer with parameters on (mct_backward stops there). The outputs of the frozen layers before it are read once,
+    by the next layer, so they take turns in two shared regions (without a residual block among them, whose end
+    reads its start's input again); a frozen backbone then needs the two largest of its activations, not all."""
+    stop = next((i for i, d in enumerate(layers) if d.trainable and d.n_p), len(layers))
+    shared = stop - 1 if not any(d.op in (Op.RES_BEGIN, Op.RES_END) for d in layers[:stop]) else 0
+    width = max([layer_size_of(d).out for d in layers[:shared]], default=0)  # layers 0 .. shared-1 take turns
+    top, cur = n_in + 2 * width, 0
+    for i, d in enumerate(layers):
         size = layer_size_of(d)
         d.in_off = cur
         if d.op == Op.RES_BEGIN:
             d.out_off = cur
+        elif i < shared:
+            d.out_off = n_in + (i % 2) * width
         else:
             d.out_off = top
             top += size.out
@@ -205,6 +214,10 @@ def build_device_model(
             continue
         if d.n_p == 0:
             d.p_off = n_ram
+            continue
+        if not tr and d.op in (Op.CONV2D, Op.DWCONV2D):  # frozen convolutions: f32 weights in flash
+            d.storage, d.p_off = int(Storage.F32), len(blob)
+            blob += full[src : src + d.n_p].astype("<f4").tobytes()
             continue
         if not tr and d.op == Op.DENSE:
             io = d.n_in * d.n_out

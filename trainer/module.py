@@ -148,6 +148,11 @@ class Module(OwnLock):
 
     def _require_sizes(self) -> None:
         if self.n_in is None:
+            if self.children():
+                raise ShapeError(
+                    f"{self.describe()} does not know its input's size yet: give its first layer "
+                    f"input_shape=(...), e.g. (8, 8, 1) for 8x8 images with one channel"
+                )
             raise ShapeError(
                 f"{self.describe()} does not know its size yet: give it one, "
                 f"e.g. {type(self).__name__}(20), or put it after a sized layer"

@@ -61,9 +61,9 @@
     /* int8 -> int8 elementwise table */                                                                      \
     X(QLUT, 17, qlut, QOP, 1, 1)                                                                              \
     /* 2-D convolution, channels last (see "Spatial ops" in mct.h); kind 1: with bias */                      \
-    X(CONV2D, 18, conv2d, PARAM, 0, 0)                                                                        \
+    X(CONV2D, 18, conv2d, CONST, 0, 0)                                                                        \
     /* depthwise 2-D convolution, c_out = c_in * multiplier; kind 1: with bias */                             \
-    X(DWCONV2D, 19, dwconv2d, PARAM, 0, 0)                                                                    \
+    X(DWCONV2D, 19, dwconv2d, CONST, 0, 0)                                                                    \
     /* max pooling over kh x kw windows (padding taps skipped) */                                             \
     X(MAXPOOL2D, 20, maxpool2d, PARAM, 0, 0)                                                                  \
     /* average pooling over kh x kw windows (the mean of the taps inside the input) */                        \
