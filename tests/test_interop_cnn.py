@@ -17,6 +17,7 @@ from mcutrain import Residual
 from mcutrain import layers as L
 from mcutrain.errors import ImportModelError
 from mcutrain.exporter import from_keras, from_keras_model, from_onnx, to_onnx
+from mcutrain.fold import fold_batchnorm
 
 TOL = 1e-5  # float32 rounding between mcutrain's C core and the source framework (as in test_interop.py)
 
@@ -176,7 +177,8 @@ def test_avgpool_counting_the_padding_is_exact(tmp_path: Path) -> None:
 
 def test_a_network_ending_in_an_image_exports_and_comes_back(tmp_path: Path) -> None:
     """A channels-last network whose output is an image exports with its input (N, H, W, C) and its output flat,
-    channels-last; onnxruntime computes what the C core computes, and the file imports as the same network."""
+    channels-last; onnxruntime computes what the C core computes, and the file imports as the same network with
+    its BatchNorm folded into the convolution before it."""
     from mcutrain import Sequential
 
     net = Sequential(
@@ -190,9 +192,10 @@ def test_a_network_ending_in_an_image_exports_and_comes_back(tmp_path: Path) -> 
     net[1].params = np.concatenate([rng.uniform(0.5, 1.5, 3), rng.normal(0, 0.3, 6), rng.uniform(0.5, 2, 3)])
     x = rng.standard_normal((4, 5, 5, 2)).astype(np.float32)
     assert_onnx_export_matches(net, tmp_path / "img.onnx", x)
-    back = from_onnx(tmp_path / "img.onnx")
-    assert back.describe() == net.describe() and np.array_equal(back.params, net.params)
-    assert np.array_equal(back.forward(x), net.forward(x))
+    back, folded = from_onnx(tmp_path / "img.onnx"), fold_batchnorm(net)  # an import folds the BatchNorm
+    assert "BatchNorm" not in back.describe() and back.describe() == folded.describe()
+    assert np.array_equal(back.params, folded.params)
+    assert max_diff(back.forward(x), net.forward(x)) <= TOL
 
 
 # ---------------------------------------------------------------- Keras 3
@@ -214,7 +217,7 @@ KERAS_CNNS = {
     "series": (
         lambda path: keras_cnn1d(path, seed=8),
         (20, 3),
-        ["Conv1d", "Relu", "MaxPool1d", "Conv1d", "BatchNorm", "Tanh", "AvgPool1d", "GlobalAvgPool1d", "Linear"],
+        ["Conv1d", "Relu", "MaxPool1d", "Conv1d", "Tanh", "AvgPool1d", "GlobalAvgPool1d", "Linear"],  # BN folded
     ),
 }  # fmt: skip
 
