@@ -124,8 +124,8 @@ def torch_residual(seed: int) -> Any:
 def torch_cnn(seed: int) -> Any:
     """An image classifier on (3, 12, 12) inputs: Conv, BatchNorm, ReLU6, depthwise Conv with a multiplier,
     a ResNet block (identity shortcut), a BatchNorm the exporters cannot fold (after a ReLU), pooling (max,
-    average with count_include_pad), Flatten of a channels-first tensor into Linear, Dropout; batch statistics
-    made up as training would leave them."""
+    average with count_include_pad), Flatten of a channels-first tensor into Linear, Dropout, Softmax; batch
+    statistics made up as training would leave them."""
     import torch
     from torch import nn
 
@@ -155,6 +155,7 @@ def torch_cnn(seed: int) -> Any:
         nn.Linear(16 * 3 * 3, 10),
         nn.ReLU(),
         nn.Linear(10, 4),
+        nn.Softmax(dim=-1),
     )
     _made_up_statistics(net)
     return net

@@ -1,22 +1,30 @@
 """Convolutional networks from other frameworks in, ONNX out: PyTorch CNNs (images and series) exported to ONNX by
 both of torch's exporters and Keras 3 CNNs import into mcutrain's channels-last layers and predict what
 onnxruntime, PyTorch and Keras predict (within float32 rounding); their ONNX export gives in onnxruntime what
-net.forward gives; what mcutrain cannot express (a projection shortcut) is refused by name."""
+net.forward gives; what mcutrain cannot express (a projection shortcut) is refused by name. Imported through the
+CLI, they fine-tune with `mcutrain train --resume` and, exported with `mcutrain export --board native`, predict
+and train on the native firmware bit for bit with the host (needs gcc and PlatformIO, as test_firmware_native)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Tuple
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from foreign_models import keras_cnn, keras_cnn1d, ort_run, torch_cnn, torch_cnn1d, torch_onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from mcutrain import Residual
+from helpers import assert_device_equals_twin, assert_same_bits, train_lockstep
+from mcutrain import Residual, load_model, losses
 from mcutrain import layers as L
+from mcutrain.cli import main
 from mcutrain.errors import ImportModelError
-from mcutrain.exporter import from_keras, from_keras_model, from_onnx, to_onnx
+from mcutrain.exporter import from_keras, from_keras_model, from_onnx, sim, to_onnx
+from mcutrain.exporter.boards import get_board
+from mcutrain.exporter.export import export_project
+from mcutrain.exporter.twin import DeviceTwin
 from mcutrain.fold import fold_batchnorm
 
 TOL = 1e-5  # float32 rounding between mcutrain's C core and the source framework (as in test_interop.py)
@@ -280,3 +288,60 @@ def test_keras_cnn_with_heavy_filters_is_refused_before_keras_allocates(tmp_path
             zout.writestr(item, data)
     with pytest.raises(ImportModelError, match=r"layers hold 3,014,640,000 weights or more"):
         from_keras(tmp_path / "heavy.keras")
+
+
+# ---------------------------------------------------------------- fine-tuning and the native firmware
+
+
+def cnn_source(kind: str, tmp_path: Path) -> Tuple[Path, Tuple[int, ...]]:
+    """A model file of the other framework and the channels-last input shape of its import."""
+    if kind == "torch":
+        return torch_onnx(torch_cnn(seed=9), (3, 12, 12), tmp_path / "src.onnx"), (12, 12, 3)
+    keras_cnn(tmp_path / "src.keras", seed=9)
+    return tmp_path / "src.keras", (12, 12, 3)
+
+
+def cross_entropy(p: np.ndarray, labels: np.ndarray) -> float:
+    return float(-np.mean(np.log(np.maximum(p[np.arange(len(labels)), labels], 1e-30))))
+
+
+@pytest.mark.parametrize("kind", ["torch", "keras"])
+def test_imported_cnn_fine_tunes_and_runs_on_the_native_firmware_bit_for_bit(
+    kind: str, tmp_path: Path, pio_core: Path
+) -> None:
+    """mcutrain import, then train --resume on an NPZ of (n, H, W, C) images (the loss falls), then export
+    --board native: the firmware is the export of the tuned model, predicts the host's bits and trains in
+    lockstep with its host twin."""
+    src, shape = cnn_source(kind, tmp_path)
+    cli = CliRunner()
+    r = cli.invoke(main, ["import", str(src), "-o", str(tmp_path / "m.mct")])
+    assert r.exit_code == 0, r.output
+    assert "loss cross_entropy" in r.stdout
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((48, *shape)).astype(np.float32)
+    labels = (x[..., 0].mean(axis=(1, 2)) > 0).astype(int) + 2 * (x[..., 1].mean(axis=(1, 2)) > 0)  # 4 classes
+    np.savez(tmp_path / "d.npz", x=x, y=labels)
+    before = load_model(tmp_path / "m.mct").net
+    train = ["train", "--resume", str(tmp_path / "m.mct"), "--data", str(tmp_path / "d.npz"), "--classify"]
+    train += ["--epochs", "15", "--batch", "8", "--opt", "adam", "--lr", "0.003", "--val", "0"]
+    r = cli.invoke(main, train + ["-o", str(tmp_path / "tuned.mct"), "-q"])
+    assert r.exit_code == 0, r.output
+    ck = load_model(tmp_path / "tuned.mct")
+    loss_before, loss_after = cross_entropy(before.forward(x), labels), cross_entropy(ck.net.forward(x), labels)
+    print(f"\n{kind}: training loss {loss_before:.4f} before fine-tuning, {loss_after:.4f} after")
+    assert loss_after < 0.8 * loss_before
+    # the native firmware of `mcutrain export`
+    fw = tmp_path / "fw"
+    r = cli.invoke(main, ["export", str(tmp_path / "tuned.mct"), "--board", "native", "-o", str(fw)])
+    assert r.exit_code == 0, r.output
+    ref = export_project(ck, "native", tmp_path / "ref", loss=losses.cross_entropy)  # its host twin
+    twin = DeviceTwin(ref.model)
+    x_eval = x[:6]
+    with sim.start(fw, get_board("native")) as s:
+        assert s.device.info().hash == ref.hash, "the CLI's export is the export of the tuned model"
+        assert_same_bits(s.device.predict(x_eval), ck.net.forward(x_eval), "PREDICT against the tuned model")
+        targets = np.eye(4, dtype=np.float32)[labels[6:26]]
+        device_losses = train_lockstep(s.device, twin, x[6:26].reshape(20, -1), targets)
+        assert_device_equals_twin(s.device, twin)
+        assert_same_bits(s.device.predict(x_eval), twin.predict(x_eval.reshape(6, -1)), "PREDICT after training")
+    assert np.isfinite(device_losses).all() and not np.array_equal(twin.params, ref.model.params)
