@@ -317,6 +317,7 @@ def test_imported_cnn_fine_tunes_and_runs_on_the_native_firmware_bit_for_bit(
     r = cli.invoke(main, ["import", str(src), "-o", str(tmp_path / "m.mct")])
     assert r.exit_code == 0, r.output
     assert "loss cross_entropy" in r.stdout
+    assert ("the input is 12x12x3, channels-last" in r.stderr) == (kind == "torch")
     rng = np.random.default_rng(10)
     x = rng.standard_normal((48, *shape)).astype(np.float32)
     labels = (x[..., 0].mean(axis=(1, 2)) > 0).astype(int) + 2 * (x[..., 1].mean(axis=(1, 2)) > 0)  # 4 classes
