@@ -380,6 +380,8 @@ def _batchnorm(layer: Any, cfg: Dict[str, Any], shape: Shape, where: str) -> Tup
     weights = [np.asarray(w, np.float64) for w in layer.get_weights()]
     gain = weights.pop(0) if cfg.get("scale", True) else np.ones(c)
     bias = weights.pop(0) if cfg.get("center", True) else np.zeros(c)
+    if len(weights) != 2 or np.any(weights[1] < 0):
+        raise ImportModelError(f"{where}: its moving variance is missing or has negative values")
     eps, momentum = float(cfg.get("epsilon", 1e-3)), float(cfg.get("momentum", 0.99))
     bn = L.BatchNorm(c, eps=eps, momentum=1.0 - momentum, input_shape=shape)
     return [_params(bn, [gain, bias, *weights], where)], shape

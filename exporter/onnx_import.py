@@ -912,6 +912,8 @@ def _batchnorm(imp: _Importer, n: _Node) -> None:
     ]
     if any(v.size != c for v in stats):
         raise imp.fail(n.where, f"its scale, bias, mean and variance need {c} values each")
+    if np.any(stats[3] < 0):
+        raise imp.fail(n.where, "its running variance has negative values")
     eps, momentum = float(n.attrs.get("epsilon", 1e-5)), float(n.attrs.get("momentum", 0.9))
     layer = _layer(imp, n, lambda: L.BatchNorm(c, eps=eps, momentum=1.0 - momentum, input_shape=in_shape))
     layer.params = as_f32(np.concatenate(stats), (4 * c,), f"{n.where} parameters")

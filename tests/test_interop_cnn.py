@@ -261,6 +261,20 @@ def test_keras_layers_mcutrain_cannot_run_are_named(tmp_path: Path) -> None:
         model = keras.Sequential(layers)
         with pytest.raises(ImportModelError, match=words):
             from_keras_model(model)
+    model = keras.Sequential([keras.Input((4, 4, 2)), keras.layers.BatchNormalization()])
+    model.layers[-1].set_weights([np.ones(2), np.zeros(2), np.zeros(2), np.array([1.0, -0.5])])
+    with pytest.raises(ImportModelError, match="moving variance is missing or has negative values"):
+        from_keras_model(model)
+
+
+def test_onnx_batchnorm_with_a_negative_variance_is_refused(tmp_path: Path) -> None:
+    ones, neg = np.ones(2, np.float32), np.array([1.0, -0.5], np.float32)
+    bn = helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"], name="bn")
+    src = make_onnx(
+        tmp_path / "bn.onnx", [bn], {"g": ones, "b": ones, "m": ones, "v": neg}, ["n", 2, 3, 3], ["n", 2, 3, 3]
+    )
+    with pytest.raises(ImportModelError, match=r"'bn' \(BatchNormalization\): its running variance has negative"):
+        from_onnx(src)
 
 
 def test_keras_cnn_with_heavy_filters_is_refused_before_keras_allocates(tmp_path: Path) -> None:
