@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -11,6 +12,8 @@ import numpy as np
 
 from mcutrain import losses as losses_mod
 from mcutrain.datasets import DataError
+from mcutrain.featdata import FrontEnd
+from mcutrain.features import FeatureSpec
 from mcutrain.losses import Loss
 from mcutrain.modelfile import MAGIC, Checkpoint, load_model
 from mcutrain.modelmeta import class_names, device_export
@@ -57,8 +60,19 @@ def eval_source(ck: Checkpoint, spec: DataSettings, samples: int) -> Tuple[Sourc
     """(source, x, y, what) to evaluate on: the given data (all of it), else the model's own data source
     (its held-out split, or fresh samples of its problem)."""
     stored = ck.metadata.get("train") or {}
+    frontend = model_frontend(ck)
+    if spec.given and frontend is not None and frontend.spec is not None:
+        # raw windows through the model's own pipeline and normalisation
+        if spec.features and FeatureSpec.parse(spec.features) != frontend.spec:
+            raise CliError("--features differs from the pipeline the model was trained with: leave it out")
+        spec = replace(spec, features=frontend.spec.text())
     if spec.given:
-        src = open_source(spec, int(stored.get("seed", 0)), classes=class_names(ck.metadata))
+        src = open_source(
+            spec,
+            int(stored.get("seed", 0)),
+            classes=class_names(ck.metadata),
+            frontend=frontend if spec.features else None,
+        )
         x, y = src.evaluation(samples)
         return src, x, y, f"{src.name} ({len(x)} samples)"
     own = stored_source(ck)
@@ -70,6 +84,12 @@ def eval_source(ck: Checkpoint, spec: DataSettings, samples: int) -> Tuple[Sourc
     x, y = own.evaluation(samples)
     what = "fresh samples" if isinstance(own, ProblemSource) else "all samples: no split was held out"
     return own, x, y, f"{own.name} ({len(x)} {what})"
+
+
+def model_frontend(ck: Checkpoint) -> Optional[FrontEnd]:
+    """The front end (feature pipeline and normalisation) a model file keeps, or None."""
+    d = ck.metadata.get("frontend")
+    return None if d is None else FrontEnd.from_dict(d, ck.net.n_in)
 
 
 def device_overlap(ck: Checkpoint, src: Source) -> Tuple[int, int]:
@@ -400,6 +420,14 @@ def info(
     )
     for line in describe_training(ck):
         click.echo(line)
+    fe = model_frontend(ck)
+    if fe is not None and fe.spec is not None:
+        z = fe.spec.sizes()
+        click.echo(
+            f"front end   {fe.spec.text()}: raw windows of {z.n_in} values -> {z.n_frames} x {z.n_per_frame} "
+            f"features{', normalised' if fe.mean is not None else ''}"
+            + (f"; labels {', '.join(fe.labels)}" if fe.labels else "")
+        )
     if board:
         from mcutrain.exporter.boards import get_board
         from mcutrain.exporter.export import board_device_model

@@ -53,6 +53,7 @@ DATA_FIELDS = {
     "x_key": "x_key",
     "y_key": "y_key",
     "classify": "classify",
+    "features": "features",
 }  # option -> DataSettings
 # how a resumed run names a change of its data source's settings, and the DataSettings fields behind each
 DATA_CHANGES = [
@@ -63,6 +64,7 @@ DATA_CHANGES = [
     ("--x-key", ("x_key",)),
     ("--y-key", ("y_key",)),
     ("--classify", ("classify",)),
+    ("--features", ("features",)),
 ]
 
 

@@ -179,6 +179,12 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
     if q_bytes:  # full-integer int8: its constants and its int8 activations
         rows[6:6] = [("full-integer layers (flash)", 0, q_bytes)]
         rows[3:3] = [("int8 activations (arena)", 4 * i8_arena, 0)]
+    fe = m.feat
+    if fe is not None:  # the front end: the raw window, the pipeline's tables (RAM, computed at boot), its scratch
+        z = fe.spec.sizes()
+        raw = z.n_in * (2 if fe.spec.kind != "motion" else 4)
+        norm = 0 if fe.mean is None else 8 * p.n_in
+        rows[-3:-3] = [("front end: raw window + tables + scratch", raw + 4 * (z.tables + z.scratch), norm)]
     # two save slots of: a header, the RAM parameters, the optimizer slots, the train state (the core's layout)
     save = 2 * save_slot_bytes(p.n_params, m.save_slots)
     mp = MemoryPlan(board, rows, board.sim_ram if sim else board.ram, board.flash, save, quant=m.quant, save=m.save)

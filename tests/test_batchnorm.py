@@ -145,3 +145,25 @@ def test_a_batchnorm_with_nothing_to_fold_into_stays() -> None:
     assert [type(m).__name__ for m in folded.modules] == ["BatchNorm", "Linear"]
     x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
     assert np.array_equal(folded.forward(x), net.forward(x))
+
+
+def test_dropout_drops_at_its_rate_while_training_and_is_the_identity_elsewhere() -> None:
+    """Dropout(0.25): forward is the identity; a training step zeroes about a quarter of the values (the gradient
+    of a dropped value is 0, a kept one is scaled by 1 / 0.75), new masks every step; export leaves it out;
+    threads=2 is refused with the reason."""
+    from mcutrain import ConfigError
+
+    net = Sequential(L.Dropout(0.25, 400, seed=9), L.Dense(400, 1)).rand_params(seed=1)
+    net.params = np.concatenate([[0.0], np.ones(400)]).astype(np.float32)  # counter 0, W = 1
+    x = np.ones((1, 400), np.float32)
+    assert np.array_equal(net.forward(x), [[400.0]])
+    tp = TrainParams(lr=1.0)
+    train_batch(tp, net, losses.mse, x, np.zeros((1, 1), np.float32))  # dL/dW_j = 2 * y * kept_j / 0.75
+    step1 = net.params[1:].copy()
+    moved = step1 != 1.0
+    assert 0.68 < moved.mean() < 0.82 and net.params[0] == 1.0  # about 3/4 kept; the counter advanced
+    train_batch(tp, net, losses.mse, x, np.zeros((1, 1), np.float32))
+    assert not np.array_equal((net.params[1:] != step1), moved)  # another mask
+    assert fold_batchnorm(net).describe() == "Sequential(Dense(400, 1))"
+    with pytest.raises(ConfigError, match="one thread"):
+        train_batch(tp, net, losses.mse, np.ones((4, 400), np.float32), np.zeros((4, 1), np.float32), threads=2)

@@ -68,11 +68,13 @@ def cnn_1d() -> Module:
     ).rand_params(seed=4)
 
 
-def lockstep(net: Module, board: str, opt_kind: str, tmp_path: Path) -> None:
+def lockstep(net: Module, board: str, opt_kind: str, tmp_path: Path, trainable: str = "all") -> None:
     """Export, then predict and train 30 samples on the device and on the host's twin of it: the same bits."""
     tp = TrainParams(lr=0.05, l2=1e-3, clip=1.0)
     opt = {"adam": net.new_adam, "sgd": net.new_sgd, "momentum": lambda t: net.new_momentum(t, 0.9)}[opt_kind](tp)
-    r = export_project(Checkpoint(net, opt), board, tmp_path / "p", loss=losses.cross_entropy, sim=True)
+    r = export_project(
+        Checkpoint(net, opt), board, tmp_path / "p", loss=losses.cross_entropy, sim=True, trainable=trainable
+    )
     twin = DeviceTwin(r.model)
     rng = np.random.default_rng(5)
     n_in = net.n_in
@@ -92,6 +94,26 @@ def lockstep(net: Module, board: str, opt_kind: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("board", CORE_BOARDS)
 def test_a_2d_cnn_trains_bit_for_bit_on_every_core(board: str, opt_kind: str, tmp_path: Path) -> None:
     lockstep(cnn_2d(), board, opt_kind, tmp_path)
+
+
+@pytest.mark.parametrize("trainable", ["biases", "last:2"])
+def test_transfer_learning_modes_of_a_cnn_on_the_m4f(trainable: str, tmp_path: Path) -> None:
+    """Bias-only training of a frozen CNN (each convolution's bias split off, one value per channel) and training
+    the last two layers: the device trains what the host's twin trains, bit for bit; the frozen convolutions live
+    in flash, so the RAM the parameters take shrinks from all of them to the trained ones."""
+    from mcutrain.exporter.boards import get_board
+    from mcutrain.exporter.export import board_device_model
+    from mcutrain.exporter.memplan import plan
+
+    net = cnn_2d()
+    ck = Checkpoint(net, net.new_adam(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
+    board = get_board("nano33ble")
+    rows = {mode: dict((r[0], r[1]) for r in plan(board_device_model(ck, board, mode), board).rows)
+            for mode in ("all", trainable)}  # fmt: skip
+    key = next(k for k in rows["all"] if k.startswith("parameters"))
+    trained = sum(d.n_p for d in board_device_model(ck, board, trainable).program.layers if d.trainable)
+    assert rows[trainable][key] == 4 * trained < rows["all"][key] == 4 * net.param_count()
+    lockstep(net, "nano33ble", "adam", tmp_path, trainable=trainable)
 
 
 def test_a_1d_cnn_trains_bit_for_bit_on_the_uno(tmp_path: Path) -> None:

@@ -17,7 +17,13 @@ from .files import read_bounded
 from .module import Module
 from .plaindata import parse_json, parse_toml
 
-_ALIASES = {"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarScale, "glu_leaky_relu": L.GLULeakyRelu}
+_ALIASES = {
+    "leaky_relu": L.LeakyRelu,
+    "bias": L.Bias1d,
+    "scale": L.ScalarScale,
+    "glu_leaky_relu": L.GLULeakyRelu,
+    "dwconv2d": L.DepthwiseConv2d,
+}
 _LOWER = {name.lower(): cls for name, cls in L.LAYER_TYPES.items()}
 _LOWER.update(_ALIASES)  # aliases besides the lower-case class names
 COMPOSITIONS = {

@@ -86,7 +86,8 @@ class Sequential(_Composite):
                     raise ShapeError(f"Sequential: {where} but layer {i + 1}: {e}") from None
             if m.n_in != n:
                 where = "the input has" if prev is None else f"layer {i} {prev.describe()} outputs"
-                raise ShapeError(f"Sequential: {where} {n} values but layer {i + 1} {m.describe()} takes {m.n_in}")
+                what = f"{n} values" if len(shape) == 1 else f"{_text(shape)} ({n} values)"
+                raise ShapeError(f"Sequential: {where} {what} but layer {i + 1} {m.describe()} takes {m.n_in}")
             assert m.n_out is not None and m.out_shape is not None
             shape = m.out_shape
             n = m.n_out

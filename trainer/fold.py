@@ -25,13 +25,14 @@ _FOLDS_INTO = (L.Conv2d, L.DepthwiseConv2d, L.Dense, L.Linear)  # Conv1d is a Co
 
 
 def has_batchnorm(net: Module) -> bool:
-    """Does the network hold a BatchNorm anywhere?"""
-    return any(isinstance(m, L.BatchNorm) for m in net.layers())
+    """Does the network hold a BatchNorm or a Dropout anywhere (layers that export leaves out or folds)?"""
+    return any(isinstance(m, (L.BatchNorm, L.Dropout)) for m in net.layers())
 
 
 def fold_batchnorm(net: Module) -> Module:
     """A new network without the BatchNorm layers that follow a convolution or a dense layer (folded into it, which
-    gains a bias: Dense becomes Linear, a Conv2d without bias gets one). The network given is not changed."""
+    gains a bias: Dense becomes Linear, a Conv2d without bias gets one) and without Dropout (the identity outside
+    host training). The network given is not changed."""
     with net.lock:
         new, params = _rebuild(net)
         if isinstance(net, Sequential) and not isinstance(new, Sequential):
@@ -51,6 +52,8 @@ def _rebuild(m: Module) -> Tuple[Module, List[np.ndarray]]:
         mods: List[Module] = []
         params: List[List[np.ndarray]] = []
         for c in m.modules:
+            if isinstance(c, L.Dropout):
+                continue  # the identity outside host training
             if isinstance(c, L.BatchNorm) and mods and isinstance(mods[-1], _FOLDS_INTO):
                 mods[-1], params[-1] = _fold(mods[-1], params[-1][0], c)
                 continue

@@ -29,7 +29,7 @@ from .fitloop import DEFAULT_CALLBACK_EVERY, FitProgress, FitResult, run_fit
 from .locking import OwnLock
 from .losses import Loss
 from .optim import Optimizer, TrainParams
-from .program import Program, ProgramBuilder, core_net
+from .program import Op, Program, ProgramBuilder, core_net
 
 __all__ = ["Module", "Trace", "Gradients", "as_optimizer", "core_net", "as_batch", "ShapeError"]
 
@@ -240,6 +240,16 @@ class Module(OwnLock):
         self._emit(b)
         return b.build()
 
+    def _check_threads(self, threads: int) -> None:
+        """BatchNorm's batch statistics and Dropout's step counter need the whole batch on one thread."""
+        if threads > 1:
+            for d in self.train_program.layers:
+                if d.op in (Op.BATCHNORM, Op.DROPOUT):
+                    raise ConfigError(
+                        f"{d.name} needs the whole batch on one thread (its statistics or its masks): train with "
+                        f"threads=1 (--threads 1)"
+                    )
+
     def _corenet(self, training: bool = False) -> Any:
         """The C core running `program` (training: `train_program`)."""
         if training and self.train_program is not self.program:
@@ -343,6 +353,8 @@ class Module(OwnLock):
         callback. Returns a FitResult: steps done (counting start), each step's mean loss, stopped or not."""
         opt = as_optimizer(optimizer, self)
         xb, tb = samples(self, x, y)
+        if isinstance(threads, int):
+            self._check_threads(threads)
         return run_fit(
             self._corenet(training=True),
             self._lock,

@@ -313,6 +313,10 @@ void mct_avgpool2d_backward(const mct_layer *L, float *p, const mct_bwd *b);
 void mct_batchnorm_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* BatchNorm backward (kind 1 also moves the running statistics). */
 void mct_batchnorm_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Dropout forward (layer_dropout.c). */
+void mct_dropout_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Dropout backward (kind 1 also advances its step counter). */
+void mct_dropout_backward(const mct_layer *L, float *p, const mct_bwd *b);
 /* Residual blocks (layer_residual.c): RES_BEGIN forward (nothing: its output is its input). */
 void mct_res_begin_forward(const mct_net *net, const mct_layer *L, const float *x, float *y, float *arena,
                            uint32_t nb);

@@ -69,7 +69,9 @@
     /* average pooling over kh x kw windows (the mean of the taps inside the input) */                        \
     X(AVGPOOL2D, 21, avgpool2d, PARAM, 0, 0)                                                                  \
     /* batch normalisation per channel (c_in channels, last): kind 0 running statistics, 1 batch statistics */ \
-    X(BATCHNORM, 22, batchnorm, PARAM, 0, 0)
+    X(BATCHNORM, 22, batchnorm, PARAM, 0, 0)                                                                  \
+    /* dropout at rate alpha (seed k): kind 0 the identity, kind 1 (host training) zeroes and rescales */    \
+    X(DROPOUT, 23, dropout, PARAM, 0, 0)
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU): X(NAME, value, layer, gate);
  * layer = 1: usable as an ACT layer, gate = 1: usable as a GLU gate. Values stay below 16. */
@@ -149,6 +151,9 @@
     X(STATS, 8)                                                                                               \
     X(RESET, 9)                                                                                               \
     X(BLOB, 10)              /* announce the blob a pull or push moves: its version and sizes */              \
+    X(PREDICT_RAW, 11)       /* a model with a feature pipeline (MCT_MODEL_FEAT): predict from a raw window */ \
+    X(TRAIN_RAW, 12)         /* ... one training step on a raw window and its target */                       \
+    X(FEATURES, 13)          /* ... the network input a raw window gives */                                   \
     X(QUIT, 0x7F)
 
 /* Reply statuses of the device protocol (the status byte of a reply): X(NAME, value). */
