@@ -5,7 +5,7 @@ The graph takes `x` (batch, n_in) float32, or (batch, H, W, C) / (batch, T, C) c
 images and series, and gives `y` (batch, n_out). Each layer becomes the standard ONNX operators that compute
 it (Linear a Gemm, Residual an Add, SingleChannelConv1d a one-channel Conv between an Unsqueeze and a Flatten,
 RMSNorm, DyT, Swish and the GLUs a few elementwise operators, Relu6 a Clip(0, 6), BatchNorm a
-BatchNormalization with its running statistics); the convolutions and pooling layers are ONNX's
+BatchNormalization with its running statistics, Dropout nothing); the convolutions and pooling layers are ONNX's
 channels-first Conv (groups for depthwise), MaxPool, AveragePool (count_include_pad=0) and GlobalAveragePool,
 with one Transpose where values go from mcutrain's channels-last layout to channels-first and one back where a
 flat layer follows. LR wrappers only change training and export as their inner module. The results agree with
@@ -140,6 +140,8 @@ def _emit(g: _Graph, m: Module, v: _Value) -> _Value:
         return _Value(_batchnorm(g, m, x.name), x.shape, x.layout)
     if t is L.Flatten:
         return _as(g, v, "flat")
+    if t is L.Dropout:  # the identity outside host training
+        return v
     return _Value(_emit_flat(g, m, _as(g, v, "flat").name), (m.n_out,))
 
 

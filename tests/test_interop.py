@@ -238,6 +238,7 @@ def spatial_layers() -> list:
         L.Conv2d(2, 4, 3, stride=2, padding="same", input_shape=(6, 6, 2)),
         L.BatchNorm(4),
         L.Relu6(),
+        L.Dropout(0.3),
         Residual(L.DepthwiseConv2d(4, 3, padding=1), L.Tanh()),
         L.DepthwiseConv2d(4, 2, depth_multiplier=2, bias=False),
         L.Conv2d(8, 4, 1, bias=False),
