@@ -65,6 +65,12 @@ def import_cmd(model: str, output: str, trust_pickle: bool, loss_name: Optional[
     for step in ck.metadata.get("input_steps", []):
         click.echo(f"inputs are scaled first as the {step['source']} does (kept as the model's input steps)")
     click.echo(f"{net.n_in} inputs, {net.n_out} outputs, {net.param_count():,} parameters, loss {loss} -> {out}")
+    shape = net.in_shape or ()
+    if len(shape) > 1 and Path(model).suffix.lower() == ".onnx":
+        note(
+            f"note: the input is {'x'.join(map(str, shape))}, channels-last: give images (N, C, H, W) made for the "
+            "source model as x.transpose(0, 2, 3, 1) (a series (N, C, T) as x.transpose(0, 2, 1))"
+        )
     if Path(model).suffix.lower() in PICKLE_SUFFIXES and net.n_out == 1 and str(loss) == "logit_bce":
         note("note: a binary classifier has one output, the probability of the second class (predict_proba[:, 1])")
 
@@ -80,7 +86,8 @@ mcutrain export-onnx model.mct -o model.onnx
 mcutrain device pull --port /dev/ttyACM0 --project fw -o learned.mct && mcutrain export-onnx learned.mct""")
 def export_onnx(model: str, output: Optional[str], force: bool) -> None:
     """Write a model file's network, with its current weights, as an ONNX file (opset 13; input `x` of shape
-    (batch, inputs), output `y`), e.g. after `mcutrain device pull`, to inspect, serve or fine-tune elsewhere."""
+    (batch, inputs), or (batch, H, W, C) channels-last for a convolutional network, output `y`), e.g. after
+    `mcutrain device pull`, to inspect, serve or fine-tune elsewhere."""
     from mcutrain.exporter.onnx_export import onnx_model
     from mcutrain.modelfile import load_model
 

@@ -18,6 +18,7 @@ import numpy as np
 from mcutrain import layers as L
 from mcutrain.compose import Sequential
 from mcutrain.errors import ImportModelError, ShapeError
+from mcutrain.fold import fold_batchnorm, has_batchnorm
 from mcutrain.module import Module
 
 # A model file read into memory at once (ONNX, .keras, pickle) has at most this many bytes, and a network
@@ -64,20 +65,21 @@ def dense(w: np.ndarray, b: Optional[np.ndarray], where: str) -> Module:
     return layer
 
 
-def sequential(layers: List[Module], source: str) -> Module:
-    """A Sequential of the imported layers (ImportModelError when there are none, too many parameters or the
-    sizes do not chain)."""
+def sequential(layers: List[Module], source: str, input_shape: Optional[Sequence[int]] = None) -> Module:
+    """A Sequential of the imported layers taking `input_shape` ((H, W, C) or (T, C); None: the first layer's),
+    each BatchNorm that follows a convolution or dense layer folded into it (mcutrain.fold), as the device runs
+    it; ImportModelError when there are none, too many parameters or the sizes do not chain."""
     if not layers:
         raise ImportModelError(f"{source}: the model has no layers mcutrain can run")
     if len(layers) > MAX_LAYERS:
         raise ImportModelError(f"{source}: {len(layers)} layers; mcutrain imports at most {MAX_LAYERS}")
     try:
-        net = Sequential(*layers)
+        net = Sequential(*layers, input_shape=input_shape)
     except ShapeError as e:
         raise ImportModelError(f"{source}: {e}") from None
     if net.param_count() > MAX_PARAMS:
         raise ImportModelError(f"{source}: {net.param_count():,} parameters; mcutrain imports at most {MAX_PARAMS:,}")
-    return net
+    return fold_batchnorm(net) if has_batchnorm(net) else net
 
 
 def suggested_loss(net: Module) -> str:

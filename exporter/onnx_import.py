@@ -4,10 +4,21 @@ The graph must be a chain from one float input (batch, features...) to one outpu
 `torch.onnx.export` gives an `nn.Sequential`: Gemm, or MatMul then Add (Linear/Dense); Add, Sub, Mul and
 Div by a constant (Bias1d, ScalarScale for a single number, Diag for a vector); Relu, LeakyRelu, Sigmoid,
 Tanh, Softplus (also PyTorch's form with its threshold), Sin, Cos; Softmax on the last axis; x * Sigmoid(x)
-(SiLU); Add of an earlier value of the chain (Residual); a one-channel 1-D Conv without padding, stride or
-dilation (Conv1d, its bias a Bias1d); and the layout ops in between (Flatten, Reshape, Squeeze, Unsqueeze,
-Identity, Dropout in inference form, Cast to float), with shape arithmetic on constants and Shape folded
-away. Anything else is an ImportModelError naming the node and listing what is supported.
+(SiLU); Add of an earlier value of the chain (Residual); and the layout ops in between (Flatten, Reshape,
+Squeeze, Unsqueeze, Transpose, Identity, Dropout in inference form, Cast to float), with shape arithmetic on
+constants and Shape folded away. Anything else is an ImportModelError naming the node and listing what is
+supported.
+
+Convolutional networks (PyTorch's, channels-first): Conv (2-D as Conv2d, 1-D as Conv1d, groups equal to the
+channels as DepthwiseConv2d with the depth multiplier out / in; a one-channel 1-D Conv without padding or
+stride stays minidx's SingleChannelConv1d), MaxPool, AveragePool (count_include_pad=1 with padding as AvgPool
+then a Diag of taps inside / all taps), GlobalAveragePool and ReduceMean over the spatial axes, GlobalMaxPool,
+BatchNormalization (BatchNorm with its running statistics), Clip(0, 6) as Relu6. mcutrain keeps tensors
+channels-last, as TFLite does, and converts at import so the device moves no values: an image input
+(N, C, H, W) becomes the network's (H, W, C) input (a series (N, C, T) becomes (T, C)), filters are stored
+[kh][kw][in][out], and a Flatten of a (C, H, W) value reads in C, H, W order, so the rows of the Gemm after it
+are put in H, W, C order. An input the graph itself transposes from channels-last is taken as it is. A residual
+Add adds the block's input unchanged (y = x + M(x)); a shortcut with its own layers (a projection) is refused.
 
 Hostile files: the file is read with a size bound, every tensor's element count is bounded before its data
 is converted, external tensor data (torch.onnx.export writes it to `model.onnx.data`) is read only from a file
@@ -18,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -33,9 +44,10 @@ from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, s
 
 SUPPORTED = (
     "Gemm, MatMul (+ Add), Add/Sub/Mul/Div by a constant, Relu, LeakyRelu, Sigmoid, Tanh, Softplus, Sin, Cos, "
-    "Softmax (last axis), x * Sigmoid(x), Add of an earlier value (residual), Conv (1 channel, 1-D, no padding), "
-    "Flatten, Reshape, Squeeze, Unsqueeze, Identity, Dropout (inference), Cast to float, Constant and shape "
-    "arithmetic on constants"
+    "Softmax (last axis), x * Sigmoid(x), Add of an earlier value (residual), Conv (1-D, 2-D, groups 1 or the "
+    "channels), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean (spatial axes), "
+    "BatchNormalization, Clip(0, 6), Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Identity, Dropout "
+    "(inference), Cast to float, Constant and shape arithmetic on constants"
 )
 MIN_OPSET = 13
 MAX_NODES = 100_000
@@ -50,6 +62,20 @@ _ACTIVATIONS = {
     "Sin": L.Sine,
     "Cos": L.Cosine,
 }
+
+
+_KEEP: Any = object()  # _produce: the output is stored as the current value is
+
+
+def _channels_last_order(shape: Tuple[int, ...]) -> np.ndarray:
+    """For a channels-first per-sample shape (C, *spatial), the place of each value (row-major) in the
+    channels-last tensor (*spatial, C) that holds it."""
+    stored = np.arange(int(np.prod(shape))).reshape(tuple(shape[1:]) + (shape[0],))
+    return np.moveaxis(stored, -1, 0).ravel()
+
+
+def _identity_to_none(order: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    return None if order is None or np.array_equal(order, np.arange(order.size)) else order
 
 
 @dataclass
@@ -150,6 +176,10 @@ class _Importer:
         self.source = source
         self.consts: Dict[str, np.ndarray] = {}
         self.shapes: Dict[str, Tuple[int, ...]] = {}  # data value -> its shape without the batch
+        # data value -> for each of its values in ONNX's row-major order, its place in mcutrain's tensor (None:
+        # the same order). Transposes only change this map; a channels-first (C, H, W) value is stored (H, W, C).
+        self.orders: Dict[str, Optional[np.ndarray]] = {}
+        self.in_shape: Optional[Tuple[int, ...]] = None  # the network's input shape when it is not flat
         self.pos: Dict[str, int] = {}  # data value -> how many layers precede it
         self.layers: List[Module] = []
         self.cur = ""
@@ -177,8 +207,8 @@ class _Importer:
                 f"{self.source}: the graph has {len(inputs)} inputs and {len(g.output)} outputs; "
                 "mcutrain imports a network with one input and one output"
             )
-        self._input(inputs[0])
         nodes = self._fuse_softplus([self._node(i, n) for i, n in enumerate(g.node)])
+        self._input(inputs[0], nodes)
         used = {name for n in nodes for name in n.inputs} | {g.output[0].name}
         for node in nodes:
             self._step(node, used)
@@ -187,9 +217,14 @@ class _Importer:
             raise ImportModelError(
                 f"{self.source}: the graph's output {out!r} is not the end of its chain of layers ({self.cur!r})"
             )
-        return sequential(_merge_linear(self.layers), self.source)
+        if self.orders.get(out) is not None and not self.stored_channels_last(out):
+            raise ImportModelError(
+                f"{self.source}: the graph's output {out!r} ends in a Transpose or Reshape that mcutrain cannot "
+                "follow (mcutrain keeps tensors channels-last and moves no values)"
+            )
+        return sequential(_merge_linear(self.layers), self.source, self.in_shape)
 
-    def _input(self, vi: Any) -> None:
+    def _input(self, vi: Any, nodes: List[_Node]) -> None:
         t = vi.type.tensor_type
         if not vi.type.HasField("tensor_type") or t.elem_type != self.onnx.TensorProto.FLOAT:
             raise ImportModelError(f"{self.source}: input {vi.name!r} is not a float32 tensor")
@@ -213,6 +248,21 @@ class _Importer:
         self.cur = vi.name
         self.shapes[vi.name] = tuple(rest)
         self.pos[vi.name] = 0
+        self._input_layout(vi.name, tuple(rest), [n for n in nodes if vi.name in n.inputs])
+
+    def _input_layout(self, name: str, shape: Tuple[int, ...], readers: List[_Node]) -> None:
+        """An image or series input: channels-last (N, H, W, C) when the graph first transposes it to
+        channels-first, else channels-first (N, C, H, W) as PyTorch gives it, stored channels-last, so the
+        network's input is (H, W, C) either way (for a series (T, C))."""
+        if len(shape) < 2:
+            return
+        rank = len(shape) + 1
+        to_first = [0, rank - 1] + list(range(1, rank - 1))
+        if len(readers) == 1 and readers[0].op == "Transpose" and list(readers[0].attrs.get("perm", [])) == to_first:
+            self.in_shape = shape
+        elif len(shape) == 3 or any(r.op in _SPATIAL_OPS for r in readers):
+            self.orders[name] = _identity_to_none(_channels_last_order(shape))
+            self.in_shape = shape[1:] + shape[:1]
 
     def _node(self, i: int, n: Any) -> _Node:
         attrs = {}
@@ -288,6 +338,13 @@ class _Importer:
         if n.op in ("Add", "Mul") and len(data) == 2:
             self._join(n)
             return
+        if len(data) == 1 and data[0] in self.pos and self.pos[data[0]] < len(self.layers):
+            raise self.fail(
+                n.where,
+                f"it reads {data[0]!r}, not the chain's current value {self.cur!r}: a second branch of the graph, "
+                "such as a residual block whose shortcut has a projection (a Conv or BatchNormalization on the "
+                "shortcut), cannot be imported: mcutrain's Residual adds the block's input unchanged (y = x + M(x))",
+            )
         if data != [self.cur]:
             raise self.fail(
                 n.where,
@@ -299,12 +356,28 @@ class _Importer:
             raise self.fail(n.where, f"its extra output {extra[0]!r} is used")
         self._data_op(n)
 
-    def _produce(self, n: _Node, shape: Tuple[int, ...], *layers: Module) -> None:
+    def _produce(self, n: _Node, shape: Tuple[int, ...], *layers: Module, order: Any = _KEEP) -> None:
+        """The node's output is the chain's new value, of the given per-sample ONNX shape, after these layers;
+        `order` says where its values are stored (see `orders`): kept from the current value by default."""
+        before = self.layers[-1].out_shape if self.layers and layers else None
+        after = layers[0].in_shape if layers else None
+        if before and after and len(before) > 1 and len(after) > 1 and before != after:
+            self.layers.append(L.Flatten())  # the same values seen with another rank ((T, C) as (1, T, C))
         self.layers.extend(layers)
         out = n.outputs[0]
+        self.orders[out] = self.orders.get(self.cur) if order is _KEEP else _identity_to_none(order)
         self.shapes[out] = shape
         self.pos[out] = len(self.layers)
         self.cur = out
+
+    def order(self, value: str) -> np.ndarray:
+        """Where each value of `value` (in ONNX's row-major order) is stored in mcutrain's tensor."""
+        o = self.orders.get(value)
+        return np.arange(int(np.prod(self.shapes[value]))) if o is None else o
+
+    def stored_channels_last(self, value: str) -> bool:
+        """Is this channels-first ONNX value (C, H, W) or (C, T) stored as mcutrain's (H, W, C) or (T, C)?"""
+        return np.array_equal(self.order(value), _channels_last_order(self.shapes[value]))
 
     def _const_input(self, n: _Node, i: int, what: str) -> np.ndarray:
         if len(n.inputs) <= i or n.inputs[i] not in self.consts:
@@ -315,7 +388,9 @@ class _Importer:
         shape = self.shapes[self.cur]
         size = int(np.prod(shape))
         op = n.op
-        if op in ("Identity", "Dropout"):
+        if op in _CONVERTERS:
+            _CONVERTERS[op](self, n)
+        elif op in ("Identity", "Dropout"):
             if op == "Dropout" and len(n.inputs) > 2 and n.inputs[2]:
                 mode = self._const_input(n, 2, "training_mode")
                 if bool(np.asarray(mode).reshape(-1)[0]):
@@ -349,8 +424,6 @@ class _Importer:
             self._linear(n, shape)
         elif op in ("Add", "Sub", "Mul", "Div"):
             self._elementwise(n, shape, size)
-        elif op == "Conv":
-            self._conv(n, shape)
         elif op in ("Flatten", "Reshape", "Squeeze", "Unsqueeze"):
             self._produce(n, self._layout(n, shape, size))
         else:
@@ -375,11 +448,15 @@ class _Importer:
             raise self.fail(n.where, "only x @ W with a 2-D constant W on (batch, features) values is supported")
         if w.shape[0] != shape[-1]:
             raise self.fail(n.where, f"its weight has {w.shape[0]} rows for {shape[-1]} inputs")
+        if self.orders.get(self.cur) is not None:  # e.g. a Flatten of (C, H, W), stored (H, W, C): rows to match
+            rows = np.empty_like(w)
+            rows[self.order(self.cur)] = w
+            w = rows
         try:
             layer = dense(w, b, n.where)
         except ShapeError as e:
             raise self.fail(n.where, str(e)) from None
-        self._produce(n, shape[:-1] + (w.shape[1],), layer)
+        self._produce(n, shape[:-1] + (w.shape[1],), layer, order=None)
 
     def _broadcast(self, n: _Node, c: np.ndarray, shape: Tuple[int, ...], what: str) -> np.ndarray:
         """c broadcast to one sample of the given shape (it may carry a leading batch axis of 1), flat."""
@@ -398,6 +475,10 @@ class _Importer:
             raise self.fail(n.where, "only x - c and x / c are supported (the constant second)")
         c = np.asarray(self.consts[n.inputs[1 if data_first else 0]], np.float64)
         v = self._broadcast(n, c, shape, "operand")
+        if self.orders.get(self.cur) is not None and c.size != 1:
+            stored = np.empty_like(v)
+            stored[self.order(self.cur)] = v
+            v = stored
         if n.op == "Sub":
             v = -v
         elif n.op == "Div":
@@ -413,7 +494,10 @@ class _Importer:
         layer.params = v32
         self._produce(n, shape, layer)
 
-    def _conv(self, n: _Node, shape: Tuple[int, ...]) -> None:
+    def single_channel_conv(self, n: _Node) -> bool:
+        """A 1-D Conv of one channel into one without padding, stride or dilation as minidx's
+        SingleChannelConv1d (and Bias1d); False when the Conv is not of that kind."""
+        shape = self.shapes[self.cur]
         w = np.asarray(self._const_input(n, 1, "filter"), np.float64)
         a = n.attrs
         if (
@@ -428,9 +512,7 @@ class _Importer:
             or any(p != 0 for p in a.get("pads", [0, 0]))
             or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID")
         ):
-            raise self.fail(
-                n.where, "only a 1-D Conv with one input and one output channel, no padding, stride or dilation"
-            )
+            return False
         k, length = int(w.shape[2]), shape[1]
         if not 1 <= k <= length:
             raise self.fail(n.where, f"its filter of {k} is longer than its {length} inputs")
@@ -446,6 +528,7 @@ class _Importer:
             bias.params = as_f32(np.full(out, b[0]), (out,), f"{n.where} bias")
             layers.append(bias)
         self._produce(n, (1, out), *layers)
+        return True
 
     # ---- residuals and x * sigmoid(x) ----
     def _join(self, n: _Node) -> None:
@@ -463,6 +546,8 @@ class _Importer:
             raise self.fail(n.where, "a product of two values is supported only as x * Sigmoid(x)")
         if self.shapes[other] != self.shapes[self.cur] or start >= len(self.layers):
             raise self.fail(n.where, "a residual Add needs an earlier value of the same shape as the current one")
+        if not np.array_equal(self.order(other), self.order(self.cur)):
+            raise self.fail(n.where, "a residual Add of values laid out differently (a Transpose inside the block)")
         inner = self.layers[start:]
         try:
             block = Residual(inner[0] if len(inner) == 1 else Sequential(*inner))
@@ -470,9 +555,10 @@ class _Importer:
             raise self.fail(n.where, str(e)) from None
         for k in [k for k, p in self.pos.items() if p > start]:
             del self.pos[k], self.shapes[k]
-        shape = self.shapes[other]
+            self.orders.pop(k, None)
+        shape, order = self.shapes[other], self.orders.get(other)
         del self.layers[start:]
-        self._produce(n, shape, block)
+        self._produce(n, shape, block, order=order)
 
     # ---- layout ----
     def _layout(self, n: _Node, shape: Tuple[int, ...], size: int) -> Tuple[int, ...]:
@@ -610,3 +696,257 @@ def _merge_linear(layers: List[Module]) -> List[Module]:
             m = lin
         out.append(m)
     return out
+
+
+# ---------------------------------------------------------------- converters of spatial and layout operators
+# One function per ONNX operator, registered in _CONVERTERS; each reads the chain's current value (channels-first
+# in ONNX, stored channels-last in mcutrain) and produces the node's output.
+
+Converter = Callable[[_Importer, _Node], None]
+_CONVERTERS: Dict[str, Converter] = {}
+# operators that read a channels-first image or series (an input they read directly is taken as channels-first)
+_SPATIAL_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization")
+
+
+def _converter(*ops: str) -> Callable[[Converter], Converter]:
+    def register(f: Converter) -> Converter:
+        for op in ops:
+            _CONVERTERS[op] = f
+        return f
+
+    return register
+
+
+def _spatial_input(imp: _Importer, n: _Node) -> Tuple[int, Tuple[int, ...]]:
+    """(channels, (H, W) or (T,)) of the chain's value, a channels-first image or series stored channels-last."""
+    if n.inputs[0] != imp.cur:
+        raise imp.fail(n.where, "the chain's value is not its first input")
+    shape = imp.shapes[imp.cur]
+    if len(shape) not in (2, 3):
+        raise imp.fail(n.where, f"it reads a ({', '.join(map(str, shape))}) value; mcutrain takes (C, H, W) or (C, T)")
+    if not imp.stored_channels_last(imp.cur):
+        raise imp.fail(n.where, "its input went through a Transpose or Reshape that mcutrain cannot follow")
+    return shape[0], shape[1:]
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _window(imp: _Importer, n: _Node, spatial: Tuple[int, ...], kernel: Sequence[int]) -> Tuple[Any, Any, Any]:
+    """(kernel, stride, padding) of a Conv or pooling node in mcutrain's terms for a spatial input: explicit
+    (top, bottom, left, right), or (left, right) for a series."""
+    a, rank = n.attrs, len(spatial)
+    kernel = [int(k) for k in kernel]
+    strides = [int(s) for s in a.get("strides", [1] * rank)]
+    if len(kernel) != rank or len(strides) != rank:
+        raise imp.fail(n.where, f"its kernel {kernel} or strides {strides} do not fit a {rank}-D input")
+    if any(int(d) != 1 for d in a.get("dilations", [1] * rank)):
+        raise imp.fail(n.where, "dilated windows are not supported")
+    auto = _text(a.get("auto_pad", "NOTSET"))
+    if auto == "SAME_UPPER":  # mcutrain's "same" (TFLite's): the odd padding after
+        return (kernel[0] if rank == 1 else tuple(kernel)), (strides[0] if rank == 1 else tuple(strides)), "same"
+    if auto == "SAME_LOWER":
+        total = [max((-(-d // s) - 1) * s + k - d, 0) for d, s, k in zip(spatial, strides, kernel)]
+        before = [t - t // 2 for t in total]  # the odd padding before
+        after = [t - b for t, b in zip(total, before)]
+    elif auto in ("NOTSET", "VALID"):
+        pads = [int(p) for p in a.get("pads", [0] * 2 * rank)] if auto == "NOTSET" else [0] * 2 * rank
+        if len(pads) != 2 * rank:
+            raise imp.fail(n.where, f"its pads {pads} do not fit a {rank}-D input")
+        before, after = pads[:rank], pads[rank:]
+    else:
+        raise imp.fail(n.where, f"auto_pad {auto!r} is not an ONNX padding")
+    if int(a.get("ceil_mode", 0)):
+        for d, k, s, b, e in zip(spatial, kernel, strides, before, after):
+            if (d + b + e - k) % s:
+                raise imp.fail(n.where, "ceil_mode=1 gives another output size than mcutrain's (floor) here")
+    if rank == 1:
+        return kernel[0], strides[0], (before[0], after[0])
+    return tuple(kernel), tuple(strides), (before[0], after[0], before[1], after[1])
+
+
+def _layer(imp: _Importer, n: _Node, make: Callable[[], Module]) -> Module:
+    """The mcutrain layer `make` builds, its ShapeError (a window larger than the input...) as ImportModelError."""
+    try:
+        return make()
+    except ShapeError as e:
+        raise imp.fail(n.where, str(e)) from None
+
+
+def _produce_spatial(imp: _Importer, n: _Node, layer: Module, *more: Module) -> None:
+    """The output of a spatial layer: stored (H, W, C), channels-first (C, H, W) in ONNX; a flat one is (C, 1, 1)."""
+    out = layer.out_shape  # the layers in `more` keep its shape
+    assert out is not None
+    shape = tuple(out[-1:]) + tuple(out[:-1]) if len(out) > 1 else tuple(out) + (1,) * len(imp.shapes[imp.cur][1:])
+    imp._produce(n, shape, layer, *more, order=_channels_last_order(shape))
+
+
+def _bias(imp: _Importer, n: _Node, channels: int) -> Optional[np.ndarray]:
+    if len(n.inputs) > 2 and n.inputs[2]:
+        return np.asarray(imp._const_input(n, 2, "bias"), np.float64).reshape(-1)[:channels]
+    return None
+
+
+@_converter("Conv")
+def _conv(imp: _Importer, n: _Node) -> None:
+    """Conv: Conv2d or Conv1d (groups 1), DepthwiseConv2d (groups = channels, depth multiplier out / in), or
+    minidx's SingleChannelConv1d; the filter (out, in, kh, kw) becomes [kh][kw][in][out]."""
+    if imp.single_channel_conv(n):
+        return
+    c, spatial = _spatial_input(imp, n)
+    w = np.asarray(imp._const_input(n, 1, "filter"), np.float64)
+    if w.ndim != len(spatial) + 2:
+        raise imp.fail(n.where, f"its filter of shape {w.shape} does not fit a {len(spatial)}-D input")
+    out, group = int(w.shape[0]), int(n.attrs.get("group", 1))
+    k, s, p = _window(imp, n, spatial, w.shape[2:])
+    b = _bias(imp, n, out)
+    if b is not None and b.size != out:
+        raise imp.fail(n.where, f"its bias has {b.size} values for {out} output channels")
+    in_shape = tuple(spatial) + (c,)
+    if group == 1 and w.shape[1] == c:
+        kind = L.Conv2d if len(spatial) == 2 else L.Conv1d
+        layer = _layer(imp, n, lambda: kind(c, out, k, s, p, bias=b is not None, input_shape=in_shape))
+        wt = np.moveaxis(w, (0, 1), (-1, -2))  # (out, in, *k) -> (*k, in, out)
+    elif group == c and w.shape[1] == 1 and out % c == 0 and len(spatial) == 2:
+        m = out // c
+        layer = _layer(imp, n, lambda: L.DepthwiseConv2d(c, k, s, p, m, bias=b is not None, input_shape=in_shape))
+        wt = np.moveaxis(w[:, 0], 0, -1)  # (out, kh, kw) -> (kh, kw, out)
+    else:
+        raise imp.fail(
+            n.where,
+            f"a grouped Conv ({group} groups of {c} channels, filter {w.shape}): mcutrain imports groups 1, and groups "
+            "equal to the channels of an image (depthwise)",
+        )
+    parts = [wt.ravel()] + ([b] if b is not None else [])
+    layer.params = as_f32(np.concatenate(parts), (layer.param_count(),), f"{n.where} filter")
+    _produce_spatial(imp, n, layer)
+
+
+@_converter("MaxPool", "AveragePool")
+def _pool(imp: _Importer, n: _Node) -> None:
+    """MaxPool and AveragePool: MaxPool2d/1d, AvgPool2d/1d (which divide by the taps inside the input);
+    count_include_pad=1 with padding is AvgPool then a Diag scaling each output by its taps inside / all taps."""
+    c, spatial = _spatial_input(imp, n)
+    k, s, p = _window(imp, n, spatial, n.attrs.get("kernel_shape", []))
+    avg = n.op == "AveragePool"
+    kinds = {(False, 2): L.MaxPool2d, (False, 1): L.MaxPool1d, (True, 2): L.AvgPool2d, (True, 1): L.AvgPool1d}
+    kind = kinds[avg, len(spatial)]
+    layer = _layer(imp, n, lambda: kind(k, s, p, input_shape=tuple(spatial) + (c,)))
+    more: List[Module] = []
+    if avg and int(n.attrs.get("count_include_pad", 0)) and any(p):
+        more.append(_taps_inside(layer))
+    _produce_spatial(imp, n, layer, *more)
+
+
+def _taps_inside(pool: Module) -> Module:
+    """A Diag over the pool's outputs: (taps of its window inside the input) / (taps of the window)."""
+    g = pool._geometry()
+    scale = np.ones(1)
+    for n_in, n_out, k, st, before in (
+        (g["h_in"], g["h_out"], g["kh"], g["sh"], g["pt"]),
+        (g["w_in"], g["w_out"], g["kw"], g["sw"], g["pl"]),
+    ):
+        first = np.arange(int(n_out)) * int(st) - int(before)
+        inside = np.minimum(first + int(k), int(n_in)) - np.maximum(first, 0)
+        scale = np.multiply.outer(scale, inside / float(k))
+    d = np.repeat(scale.reshape(-1), int(g["c_out"]))
+    diag = L.Diag(d.size)
+    diag.params = d.astype(np.float32)
+    return diag
+
+
+def _global_pool(imp: _Importer, n: _Node, keepdims: bool = True) -> None:
+    """The mean (GlobalAvgPool2d/1d) or the largest value (a max pooling window as large as the input) of each
+    channel."""
+    c, spatial = _spatial_input(imp, n)
+    in_shape = tuple(spatial) + (c,)
+    if n.op == "GlobalMaxPool":
+        kind: Any = L.MaxPool2d if len(spatial) == 2 else L.MaxPool1d
+        k = tuple(spatial) if len(spatial) == 2 else spatial[0]
+        layer = _layer(imp, n, lambda: kind(k, 1, input_shape=in_shape))
+    else:
+        kind = L.GlobalAvgPool2d if len(spatial) == 2 else L.GlobalAvgPool1d
+        layer = _layer(imp, n, lambda: kind(input_shape=in_shape))
+    shape = (c,) + (1,) * len(spatial) if keepdims else (c,)
+    imp._produce(n, shape, layer, order=None)
+
+
+@_converter("GlobalAveragePool", "GlobalMaxPool")
+def _global(imp: _Importer, n: _Node) -> None:
+    _global_pool(imp, n)
+
+
+@_converter("ReduceMean")
+def _reduce_mean(imp: _Importer, n: _Node) -> None:
+    """ReduceMean over every spatial axis of an image or series (PyTorch's adaptive average pooling to 1 and
+    x.mean((2, 3))): global average pooling."""
+    shape = imp.shapes[imp.cur]
+    if len(n.inputs) > 1 and n.inputs[1]:
+        axes = [int(v) for v in np.asarray(imp._const_input(n, 1, "axes")).ravel()]
+    else:
+        axes = [int(v) for v in n.attrs.get("axes", [])]
+    rank = len(shape) + 1
+    if sorted(a + rank if a < 0 else a for a in axes) != list(range(2, rank)) or rank < 3:
+        raise imp.fail(n.where, f"a mean over axes {axes}: mcutrain imports the mean over every spatial axis")
+    _global_pool(imp, n, bool(n.attrs.get("keepdims", 1)))
+
+
+@_converter("BatchNormalization")
+def _batchnorm(imp: _Importer, n: _Node) -> None:
+    """BatchNormalization in inference form: BatchNorm (scale, bias, running mean and variance; ONNX's momentum
+    m is mcutrain's 1 - m) over the channels of an image, series or flat vector."""
+    if int(n.attrs.get("training_mode", 0)) or any(o for o in n.outputs[1:]):
+        raise imp.fail(n.where, "it is in training mode; export the model in eval() mode")
+    shape = imp.shapes[imp.cur]
+    if len(shape) == 1:
+        if imp.orders.get(imp.cur) is not None:
+            raise imp.fail(n.where, "its input went through a Transpose or Reshape that mcutrain cannot follow")
+        c, in_shape = shape[0], None
+    else:
+        c, spatial = _spatial_input(imp, n)
+        in_shape = tuple(spatial) + (c,)
+    stats = [
+        np.asarray(imp._const_input(n, i, what), np.float64).reshape(-1)
+        for i, what in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "variance"))
+    ]
+    if any(v.size != c for v in stats):
+        raise imp.fail(n.where, f"its scale, bias, mean and variance need {c} values each")
+    if np.any(stats[3] < 0):
+        raise imp.fail(n.where, "its running variance has negative values")
+    eps, momentum = float(n.attrs.get("epsilon", 1e-5)), float(n.attrs.get("momentum", 0.9))
+    layer = _layer(imp, n, lambda: L.BatchNorm(c, eps=eps, momentum=1.0 - momentum, input_shape=in_shape))
+    layer.params = as_f32(np.concatenate(stats), (4 * c,), f"{n.where} parameters")
+    imp._produce(n, shape, layer)
+
+
+@_converter("Clip")
+def _clip(imp: _Importer, n: _Node) -> None:
+    """Clip(x, 0, 6) as Relu6 (PyTorch's ReLU6), Clip(x, 0) as Relu."""
+
+    def bound(i: int, attr: str) -> Optional[float]:
+        if len(n.inputs) > i and n.inputs[i]:
+            v = np.asarray(imp._const_input(n, i, attr), np.float64).reshape(-1)
+            return float(v[0]) if v.size == 1 else float("nan")
+        return float(n.attrs[attr]) if attr in n.attrs else None
+
+    lo, hi = bound(1, "min"), bound(2, "max")
+    size = int(np.prod(imp.shapes[imp.cur]))
+    if lo == 0.0 and hi == 6.0:
+        imp._produce(n, imp.shapes[imp.cur], L.Relu6(size))
+    elif lo == 0.0 and (hi is None or hi == float("inf")):
+        imp._produce(n, imp.shapes[imp.cur], L.Relu(size))
+    else:
+        raise imp.fail(n.where, f"Clip to [{lo}, {hi}]: mcutrain imports Clip(0, 6) (Relu6) and Clip(0) (Relu)")
+
+
+@_converter("Transpose")
+def _transpose(imp: _Importer, n: _Node) -> None:
+    """A Transpose that keeps the batch axis first moves no values in mcutrain, only where they are read."""
+    shape = imp.shapes[imp.cur]
+    perm = [int(p) for p in n.attrs.get("perm", range(len(shape), -1, -1))]
+    if sorted(perm) != list(range(len(shape) + 1)) or perm[0] != 0:
+        raise imp.fail(n.where, f"Transpose {perm} would mix samples of the batch")
+    axes = [p - 1 for p in perm[1:]]
+    order = imp.order(imp.cur).reshape(shape).transpose(axes).ravel()
+    imp._produce(n, tuple(shape[a] for a in axes), order=order)

@@ -210,9 +210,13 @@ def test_every_mcutrain_layer_exports_to_onnx(head: bool, tmp_path: Path) -> Non
         Residual(L.SwiGLU(6, 6)),
         Residual(L.GLULeakyRelu(6, 6)),
         Residual(L.GLU(6, 6)),
-        L.Linear(6, 4),
+        *spatial_layers(),
+        L.Linear(8, 4),
     ] + ([L.Softmax(0.8)] if head else [])
     net = Sequential(*layers).rand_params(seed=11)
+    for m in net.layers():
+        if isinstance(m, L.BatchNorm):  # running statistics of a trained network, not the initial ones
+            m.params = running_statistics(m.channels, seed=m.channels)
     from mcutrain.layers import LAYER_TYPES
 
     if head:
@@ -224,6 +228,39 @@ def test_every_mcutrain_layer_exports_to_onnx(head: bool, tmp_path: Path) -> Non
         f"\nmax|diff| every layer ({'softmax' if head else 'logits'}), relative: {d:.3g}, "
         f"max|y| {np.abs(net(x)).max():.3g}"
     )
+
+
+def spatial_layers() -> list:
+    """Every spatial layer from 6 to 8 features: images (same and explicit padding, strides, depthwise with a
+    multiplier, pooling with padding, a residual block), then series; Linear adapters in between."""
+    return [
+        L.Linear(6, 72),
+        L.Conv2d(2, 4, 3, stride=2, padding="same", input_shape=(6, 6, 2)),
+        L.BatchNorm(4),
+        L.Relu6(),
+        L.Dropout(0.3),
+        Residual(L.DepthwiseConv2d(4, 3, padding=1), L.Tanh()),
+        L.DepthwiseConv2d(4, 2, depth_multiplier=2, bias=False),
+        L.Conv2d(8, 4, 1, bias=False),
+        L.MaxPool2d(2, stride=1, padding=(0, 1, 0, 1)),
+        L.AvgPool2d(3, stride=1, padding=1),
+        L.Flatten(),
+        L.Linear(16, 24),
+        L.Conv1d(2, 3, 3, stride=2, padding="same", input_shape=(12, 2)),
+        L.MaxPool1d(2),
+        L.AvgPool1d(3, stride=1, padding=1),
+        L.BatchNorm(3),
+        L.GlobalAvgPool1d(),
+        L.Linear(3, 32),
+        L.GlobalAvgPool2d(input_shape=(2, 2, 8)),
+    ]
+
+
+def running_statistics(channels: int, seed: int) -> np.ndarray:
+    """BatchNorm parameters as training leaves them: gain, bias, running mean, running variance (positive)."""
+    rng = np.random.default_rng(seed)
+    g, b, mean = rng.uniform(0.5, 1.5, channels), rng.normal(0, 0.3, channels), rng.normal(0, 0.3, channels)
+    return np.concatenate([g, b, mean, rng.uniform(0.5, 2.0, channels)]).astype(np.float32)
 
 
 def test_round_trip_keeps_the_parameters_bit_for_bit(tmp_path: Path) -> None:
@@ -268,10 +305,10 @@ def test_keras_file_imports_and_predicts_what_keras_predicts(tmp_path: Path) -> 
 def test_keras_unsupported_layer_is_named(tmp_path: Path) -> None:
     import keras
 
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6), keras.layers.BatchNormalization(name="bn")])
-    model.save(str(tmp_path / "bn.keras"))
-    with pytest.raises(ImportModelError, match=r"layer 'bn' \(BatchNormalization\).*mcutrain imports: Dense"):
-        from_keras(tmp_path / "bn.keras")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6), keras.layers.LayerNormalization(name="ln")])
+    model.save(str(tmp_path / "ln.keras"))
+    with pytest.raises(ImportModelError, match=r"layer 'ln' \(LayerNormalization\).*mcutrain imports: Dense"):
+        from_keras(tmp_path / "ln.keras")
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, activation="elu", name="d")])
     model.save(str(tmp_path / "elu.keras"))
     with pytest.raises(ImportModelError, match=r"layer 'd' \(Dense\): activation 'elu' is not supported"):
@@ -319,7 +356,7 @@ def test_hostile_keras_files_are_refused_before_keras_allocates(tmp_path: Path) 
     with pytest.raises(ImportModelError, match="units: size 1000000000 is not a whole number from 1 to 65535"):
         from_keras(wide)
     heavy = _edit_keras(tmp_path / "m.keras", tmp_path / "heavy.keras", units(60000, 60000))
-    with pytest.raises(ImportModelError, match="Dense layers hold 3,600,"):
+    with pytest.raises(ImportModelError, match="layers hold 3,600,"):
         from_keras(heavy)
     # a zip that claims to unpack to more than mcutrain reads
     import zipfile
@@ -419,17 +456,24 @@ def test_graphs_outside_the_supported_shapes_fail_clearly(tmp_path: Path, nodes:
         from_onnx(_gemm_graph(tmp_path, nodes, inits))
 
 
-def test_conv_must_be_one_channel_without_padding(tmp_path: Path) -> None:
-    nodes = [
-        helper.make_node("Unsqueeze", ["x", "ax"], ["u"]),
-        helper.make_node("Conv", ["u", "k"], ["c"], pads=[1, 1], name="conv"),
-        helper.make_node("Flatten", ["c"], ["y"]),
-    ]
-    src = make_onnx(tmp_path / "c.onnx", nodes, {"ax": np.array([1], np.int64), "k": np.ones((1, 1, 3), np.float32)})
-    with pytest.raises(
-        ImportModelError, match=r"'conv' \(Conv\): only a 1-D Conv with one input and one output channel"
+def test_conv_outside_mcutrain_is_refused(tmp_path: Path) -> None:
+    """A dilated Conv, a grouped one whose groups are neither 1 nor the channels, and a Conv after a Reshape to
+    channels-first (which mcutrain, keeping tensors channels-last, cannot follow) name what is wrong."""
+    reshape = helper.make_node("Reshape", ["x", "shape"], ["u"])
+    for in_shape, attrs, kernel, words in (
+        (["b", 1, 12], {"dilations": [2]}, (1, 1, 3), "dilated windows are not supported"),
+        (["b", 4, 3], {"group": 2}, (2, 2, 3), r"a grouped Conv \(2 groups of 4 channels"),
+        (["b", 12], {}, (2, 4, 3), "its input went through a Transpose or Reshape that mcutrain cannot follow"),
     ):
-        from_onnx(src)
+        first = [reshape] if len(in_shape) == 2 else []
+        nodes = first + [
+            helper.make_node("Conv", ["u" if first else "x", "k"], ["c"], name="conv", **attrs),
+            helper.make_node("Flatten", ["c"], ["y"]),
+        ]
+        consts = {"shape": np.array([-1, 4, 3], np.int64), "k": np.ones(kernel, np.float32)}
+        src = make_onnx(tmp_path / "c.onnx", nodes, consts, in_shape=in_shape)
+        with pytest.raises(ImportModelError, match=r"'conv' \(Conv\): " + words):
+            from_onnx(src)
 
 
 def raw_tensor(name: str, dims: list, raw: bytes) -> Any:
