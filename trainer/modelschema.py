@@ -187,7 +187,7 @@ METADATA: Mapping[str, Field] = {
             "round": count(0, INT63_MAX, "last round"),
             "strategy": text("aggregation strategy"),
             "devices": count(0, INT63_MAX, "devices in the fleet"),
-            "answered": count(0, INT63_MAX, "devices that answered the round"),
+            "answered": Field("list", item=text(), max_len=1 << 20, doc="names of the devices that answered"),
             "test_accuracy": Field("number", null=True, lo=0.0, hi=1.0, doc="accuracy on the test set"),
         },
         "`mcutrain fleet`",
