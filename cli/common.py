@@ -117,6 +117,16 @@ class ErrorPolicyGroup(click.Group):
 # ---- output files ----
 
 
+class OutputPath(click.Path):
+    """click.Path for a file or folder mcutrain writes: an empty name is a usage error (it would otherwise mean
+    the default name, or no file at all, without a word)."""
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty: give a name, or leave the option out for the default", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def check_output(path: Path, force: bool, what: str = "output") -> Path:
     """Check, before any work starts, that the output file can be written: CliError for an empty name, a
     folder, an existing file without force, a folder on the way that is a file, or a folder that cannot

@@ -16,7 +16,7 @@ from mcutrain.modelfile import Checkpoint, encode_model
 from mcutrain.run import StopRequest
 from mcutrain.sources import check_widths, load_inputs, open_source
 
-from .common import CliError, Interrupted, Progress, check_output, example, note, table, write_output
+from .common import CliError, Interrupted, OutputPath, Progress, check_output, example, note, table, write_output
 from .data_options import data_options, pop_data_options
 
 OPT_KINDS = names(OptKind)  # the core's optimizer names, in enum mct_opt_kind order
@@ -128,7 +128,7 @@ def info_cmd(port: str, baud: int, timeout: float, project: Optional[str]) -> No
 @click.option("--x-key", default="x", show_default=True, help="NPZ array with the inputs.")
 @click.option("--values", default=None, help="One sample inline: comma-separated numbers.")
 @click.option("--argmax", is_flag=True, help="Print the index of the largest output (the class) too.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write a CSV [default: stdout].")
+@click.option("-o", "--output", type=OutputPath(dir_okay=False), default=None, help="Write a CSV [default: stdout].")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @example("""
 mcutrain device predict --port /dev/ttyACM0 --data samples.csv -o predictions.csv
@@ -215,8 +215,12 @@ def train_cmd(
     **kw: Any,
 ) -> None:
     """Stream labelled samples to the device, which trains on each one (TRAIN), with a progress bar."""
+    from mcutrain.budget import check_size
+
     spec = pop_data_options(kw)
     src = open_source(spec, seed)
+    if n_samples is not None:  # the samples (and a file's row order) are made before they are sent
+        check_size("--samples", n_samples, lambda n: n * (8 * (src.n_in + src.n_out) + 16))
     with connect(port, baud, timeout) as dev:
         i = dev.info()
         check_widths(i.n_in, i.n_out, src, "the device's model", advice="use data that fits the exported model")
@@ -273,7 +277,7 @@ def _train_stream(dev: Any, x: np.ndarray, y: np.ndarray, quiet: bool) -> Tuple[
 @port_options
 @project_option("The exported project the device runs (says which parameters live in RAM).")
 @base_model_option("Host model to fill in: the exported one [default: the project's model.mct].")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Model file to write.")
+@click.option("-o", "--output", type=OutputPath(dir_okay=False), required=True, help="Model file to write.")
 @click.option("--force", is_flag=True, help="Replace an existing model file.")
 @example("mcutrain device pull --port /dev/ttyACM0 --project fw -o learned.mct")
 def pull_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[str], output: str, force: bool) -> None:

@@ -18,7 +18,7 @@ from mcutrain.modelfile import Checkpoint, load_model
 from mcutrain.optim import KINDS
 from mcutrain.plaindata import read_json
 
-from .common import CliError, MissingTool, check_output, example, note, table, write_output
+from .common import CliError, MissingTool, OutputPath, check_output, example, note, table, write_output
 from .model import calibration_inputs, device_model, device_model_options, model_loss, model_samples, sim_option
 
 OPTIMIZER_CHOICES = list(KINDS)  # the core's optimizer kinds
@@ -434,7 +434,7 @@ def _report_rows(report: Dict[str, Any]) -> List[List[Any]]:
 @click.option(
     "--report",
     "report_path",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(dir_okay=False),
     default=None,
     help="Write the measurements and the checks as JSON.",
 )
