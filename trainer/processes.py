@@ -35,6 +35,7 @@ from typing import Any, List, Optional, Sequence, Set
 
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when a child is stopped
 EXIT_GRACE = 0.5  # the same at exit (children have had their chance to quit cleanly by then)
+REAP_WAIT = 10.0  # seconds to wait for a child to end after SIGKILL
 
 _live: Set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
@@ -173,7 +174,7 @@ def stop(proc: subprocess.Popen, grace: float = STOP_GRACE) -> Optional[int]:
     except OSError:
         pass
     try:
-        proc.wait(timeout=grace)
+        proc.wait(timeout=REAP_WAIT)  # SIGKILL cannot be refused: this is the kernel's time to end it
     except subprocess.TimeoutExpired:
         return None
     finally:
@@ -230,7 +231,7 @@ def stop_all(grace: float = EXIT_GRACE) -> None:
         except OSError:
             pass
         try:
-            p.wait(timeout=grace)
+            p.wait(timeout=REAP_WAIT)
         except subprocess.TimeoutExpired:
             pass
     with _live_lock:
