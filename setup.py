@@ -8,6 +8,10 @@ extension mcutrain._core built from trainer/_core.pyx plus the C core in firmwar
     firmware/  -> mcutrain.firmware    package data: the C core, the firmware app, ports, platforms
     boards/    -> mcutrain.boards      package data: one TOML file per board
 
+The folders under firmware/ hold data only (C sources, linker scripts, PlatformIO builders); each is listed
+as a data package (mcutrain.firmware.<folder>) with all its files as package data, which is how setuptools
+wants data in sub-folders declared (without it, it warns that each would be ignored as a package).
+
 The C core's flags for the host build are trainer/host_build.py's (HOST_CORE_FLAGS, which says why
 each is there); the C core tests build the host variant with the same list. MCUTRAIN_MARCH selects the
 -march flag (default: native; set it to e.g. x86-64-v2 for a portable wheel).
@@ -20,7 +24,7 @@ from runpy import run_path
 
 import numpy
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_namespace_packages, setup
 
 HOST_CORE_FLAGS = run_path(os.path.join("trainer", "host_build.py"))["HOST_CORE_FLAGS"]
 march = os.environ.get("MCUTRAIN_MARCH", "native")
@@ -57,10 +61,14 @@ PACKAGE_DIRS = {
     "mcutrain.boards": "boards",
 }
 
+FIRMWARE_DATA = ["mcutrain.firmware." + p for p in find_namespace_packages(where="firmware", exclude=["*__pycache__*"])]
+NOT_DATA = ["__pycache__/*", "*.pyc", "*.so"]
+
 setup(
     ext_modules=cythonize([ext], language_level=3),
     package_dir=PACKAGE_DIRS,
-    packages=list(PACKAGE_DIRS),
-    package_data={"mcutrain.firmware": ["**/*"], "mcutrain.boards": ["*.toml"]},
-    exclude_package_data={"mcutrain.firmware": ["**/__pycache__/*", "**/*.pyc"]},
+    packages=[*PACKAGE_DIRS, *FIRMWARE_DATA],
+    package_data={"mcutrain.firmware": ["*.json", "*.properties"], "mcutrain.boards": ["*.toml"]}
+    | {p: ["*"] for p in FIRMWARE_DATA},
+    exclude_package_data={p: NOT_DATA for p in ["mcutrain.firmware", *FIRMWARE_DATA]},
 )

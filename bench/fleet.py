@@ -37,12 +37,12 @@ from mcutrain.fleet.split import simulate_fleet  # noqa: E402
 
 def expected_bytes(n_in: int, n_out: int, blocks: List[int], max_payload: int, steps: int, n_eval: int) -> int:
     """One device's bytes in one round (after the first), from the frame sizes of docs/protocol.md: a request
-    is 6 bytes + payload, a reply 7 bytes + data."""
+    is 7 bytes + payload, a reply 8 bytes + data."""
     per = max(1, (max_payload - 5) // 4)  # floats per READ/WRITE frame
-    write = sum(-(-n // per) * (6 + 5 + 7) + 4 * n for n in blocks)  # WRITE: u8 region, u32 offset, floats
-    read = sum(-(-n // per) * (6 + 7 + 7) + 4 * n for n in blocks)  # READ: u8, u32, u16 count
-    train = steps * (6 + 4 * (n_in + n_out) + 7 + 8)
-    predict = n_eval * (6 + 4 * n_in + 7 + 4 * n_out)
+    write = sum(-(-n // per) * (7 + 5 + 8) + 4 * n for n in blocks)  # WRITE: u8 region, u32 offset, floats
+    read = sum(-(-n // per) * (7 + 7 + 8) + 4 * n for n in blocks)  # READ: u8, u32, u16 count
+    train = steps * (7 + 4 * (n_in + n_out) + 8 + 8)
+    predict = n_eval * (7 + 4 * n_in + 8 + 4 * n_out)
     return write + train + read + predict + write + predict  # fit, then evaluate
 
 

@@ -71,15 +71,16 @@ static int model_same(const mct_app *a, const mct_app *b) {
 
 /* The reply of one poll: one frame, checked; its command and status through the pointers. */
 static void check_reply(uint8_t *cmd, uint8_t *status) {
-    if (reply_len < 7) fail("reply shorter than a frame");
+    if (reply_len < 8) fail("reply shorter than a frame");
     if (reply[0] != 0x5Au) fail("reply without its sync byte");
-    if (!(reply[1] & 0x80u)) fail("reply command without bit 7");
-    uint16_t n = (uint16_t)(reply[2] | (reply[3] << 8));
-    if (n < 1 || reply_len != (size_t)n + 6u) fail("reply length does not match its frame");
-    uint16_t crc = mct_crc16(0xFFFFu, reply + 1, (uint16_t)(n + 3u));
+    if (reply[1] != MCT_PROTOCOL_VERSION) fail("reply of another protocol version");
+    if (!(reply[2] & 0x80u)) fail("reply command without bit 7");
+    uint16_t n = (uint16_t)(reply[3] | (reply[4] << 8));
+    if (n < 1 || reply_len != (size_t)n + 7u) fail("reply length does not match its frame");
+    uint16_t crc = mct_crc16(0xFFFFu, reply + 1, (uint16_t)(n + 4u));
     if ((uint16_t)(reply[reply_len - 2] | (reply[reply_len - 1] << 8)) != crc) fail("reply CRC is wrong");
-    *cmd = (uint8_t)(reply[1] & 0x7Fu);
-    *status = reply[4];
+    *cmd = (uint8_t)(reply[2] & 0x7Fu);
+    *status = reply[5];
 }
 
 size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
@@ -88,14 +89,15 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
 size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed) {
     size = LLVMFuzzerMutate(data, size, max_size);
     if (seed % 8u == 0) return size;
-    for (size_t i = 0; i + 4 <= size;) {
+    for (size_t i = 0; i + 5 <= size;) {
         if (data[i] != 0xA5u) { i++; continue; }
-        size_t len = (size_t)(data[i + 2] | (data[i + 3] << 8));
-        if (i + 6 + len > size) break;   /* the last frame runs past the end: left as it is */
-        uint16_t crc = mct_crc16(0xFFFFu, data + i + 1, (uint16_t)(len + 3u));
-        data[i + 4 + len] = (uint8_t)crc;
-        data[i + 5 + len] = (uint8_t)(crc >> 8);
-        i += 6 + len;
+        if (seed % 8u != 1) data[i + 1] = MCT_PROTOCOL_VERSION;   /* mostly frames of this version */
+        size_t len = (size_t)(data[i + 3] | (data[i + 4] << 8));
+        if (i + 7 + len > size) break;   /* the last frame runs past the end: left as it is */
+        uint16_t crc = mct_crc16(0xFFFFu, data + i + 1, (uint16_t)(len + 4u));
+        data[i + 5 + len] = (uint8_t)crc;
+        data[i + 6 + len] = (uint8_t)(crc >> 8);
+        i += 7 + len;
     }
     return size;
 }

@@ -14,6 +14,7 @@ from mcutrain import losses as losses_mod
 from mcutrain.architecture import load_architecture_file, parse_inline
 from mcutrain.losses import Loss
 from mcutrain.modelfile import load_model
+from mcutrain.modelmeta import class_names
 from mcutrain.module import Module
 from mcutrain.optim import KINDS, SCHEDULES, Optimizer, TrainParams
 from mcutrain.recorder import Recorder
@@ -70,14 +71,16 @@ def _options(f: Any) -> Any:
             "--net",
             "net_text",
             default=None,
-            help=f"Inline network, e.g. '{DEFAULT_NET}' (the default with the default problem).",
+            help=f"Inline network, e.g. '{DEFAULT_NET}' (the default with the default problem); "
+            "`mcutrain layers` lists the layer names and their sizes.",
         ),
         click.option(
             "--net-file",
             "net_file",
             type=click.Path(dir_okay=False),
             default=None,
-            help="Network architecture file (TOML or JSON: a list of layers) instead of --net.",
+            help="Network architecture file instead of --net: TOML ([[layers]] tables) or JSON (a list of layers), "
+            "each {type = NAME, ARGUMENT = VALUE}; `mcutrain layers` shows the arguments and an example.",
         ),
         data_options,
         click.option(
@@ -267,7 +270,7 @@ def train(ctx: click.Context, **kw: Any) -> None:
     setup = _resume(kw, explicit) if kw["resume"] else _fresh(kw)
     if setup is None:
         return
-    net, opt, loss, source, settings, out, start = setup
+    net, opt, loss, source, settings, out, start, metadata = setup
     check_batch(net, source, settings)
     log = _open_log(kw["log_path"], kw["force"], resuming=bool(kw["resume"]), every=settings.log_every)
     if log is not None:
@@ -280,7 +283,18 @@ def train(ctx: click.Context, **kw: Any) -> None:
         )
     with Progress(settings.steps - start, "training", not kw["quiet"]) as bar:
         run = TrainingRun(
-            net, opt, loss, source, settings, out, start, log, bar.update, kw["checkpoint_every"], kw["stop_after"]
+            net,
+            opt,
+            loss,
+            source,
+            settings,
+            out,
+            start,
+            log,
+            bar.update,
+            kw["checkpoint_every"],
+            kw["stop_after"],
+            metadata,
         )
         try:
             result = run.run()
@@ -352,7 +366,17 @@ def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
             f"training the built-in example: {DEFAULT_NET} on {DEFAULT_PROBLEM} for {settings.steps} steps "
             f"(see `mcutrain train --help` for your own network and data)"
         )
-    return net, opt, loss, source, settings, out, 0
+    return net, opt, loss, source, settings, out, 0, _remembered(source, {})
+
+
+def _remembered(source: Source, base: Dict[str, Any]) -> Dict[str, Any]:
+    """What the model file keeps besides the run (mcutrain.modelmeta): base (a resumed model's), with the class
+    names of text labels."""
+    out = {k: v for k, v in base.items() if k not in ("loss", "train")}
+    classes = getattr(source, "classes", None)
+    if classes is not None:
+        out["classes"] = list(classes)
+    return out
 
 
 def _network(net_text: Optional[str], net_file: Optional[str]) -> Module:
@@ -434,9 +458,14 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     ck = load_model(src)
     net = ck.net
     stored = ck.metadata.get("train") or {}
-    settings = RunSettings.from_dict(stored) if stored else RunSettings()
+    # a model without a run of its own (imported) starts one: the command line's settings and the recorded loss
+    settings = RunSettings.from_dict(stored) if stored else _new_run_settings(kw, ck.metadata.get("loss"))
     changed, data_changed = _apply_run_options(settings, kw, explicit)
-    source = open_source(settings.data, settings.seed, settings.val if settings.data.path else 0.0)
+    if not stored:
+        changed = []  # nothing was saved to differ from
+    source = open_source(
+        settings.data, settings.seed, settings.val if settings.data.path else 0.0, classes=class_names(ck.metadata)
+    )
     check_widths(net.n_in, net.n_out, source, f"the network in {src}")
     loss = _loss(settings.loss if "loss_name" not in explicit else kw["loss_name"], net)
     changed += ["--loss"] if str(loss) != settings.loss and stored else []
@@ -445,7 +474,13 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     if "epochs" in explicit:
         settings.epochs = kw["epochs"]
     opt, opt_changes = _resumed_optimizer(ck.optimizer, net, kw, explicit, settings.steps)
-    changed += opt_changes
+    if stored:
+        changed += opt_changes
+    else:
+        note(
+            f"note: {src} has no training run of its own: a new one starts from its weights "
+            f"({opt.kind}, loss {settings.loss}{', as recorded' if ck.metadata.get('loss') else ''})"
+        )
     start = int(stored.get("batches", opt.step))
     crc = stored.get("data_crc")
     if crc is not None and not data_changed and settings.data.fingerprint() != crc:
@@ -461,7 +496,22 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
             f"(give a larger --steps or --epochs to train further)"
         )
         return None
-    return net, opt, loss, source, settings, out, start
+    return net, opt, loss, source, settings, out, start, _remembered(source, ck.metadata)
+
+
+def _new_run_settings(kw: Dict[str, Any], loss: Optional[str]) -> RunSettings:
+    """The settings of a first run on a model that has none (imported): the options' values (their defaults
+    unless given) and the loss the model records (else auto)."""
+    return RunSettings(
+        loss=loss or "auto",
+        batch=kw["batch"],
+        threads=kw["threads"],
+        seed=kw["seed"],
+        val=kw["val"],
+        init_scale=kw["init_scale"],
+        eval_every=kw["eval_every"],
+        log_every=kw["log_every"],
+    )
 
 
 def _apply_run_options(settings: RunSettings, kw: Dict[str, Any], explicit: Set[str]) -> Tuple[List[str], bool]:
@@ -561,4 +611,5 @@ def _summary(result: Any, settings: RunSettings, source: Source, opt: Optimizer,
     click.echo(": ".join(parts[:1]) + ": " + ", ".join(parts[1:]))
     click.echo(f"saved {out}")
     if isinstance(source, FileSource) and source.val is None:
-        note("note: no validation split (--val 0): the numbers above are training numbers")
+        why = "--val 0" if settings.val == 0 else f"{len(source.full)} samples are too few for a {settings.val:g} split"
+        note(f"note: no validation split ({why}): the numbers above are training numbers")

@@ -16,10 +16,28 @@ import numpy as np
 
 from .. import processes
 from ..errors import McuTrainError
-from .protocol import STATUS_TEXT, Cmd, ProtocolError, Status, encode, read_reply
+from .protocol import (
+    BLOB_VERSION,
+    PROTOCOL_VERSION,
+    STATUS_TEXT,
+    Cmd,
+    ProtocolError,
+    Status,
+    encode,
+    read_reply,
+    version_mismatch,
+)
 
 # the regions of READ and WRITE (docs/protocol.md)
 REGION_PARAMS, REGION_OPT_SLOTS, REGION_TRAIN_STATE = 0, 1, 2
+
+
+FRAME_OVERHEAD = 7  # bytes of a frame besides its payload: sync, version, command, length (2), CRC (2)
+
+
+def _sent_version(cmd: int, payload: bytes) -> int:
+    """The format version a request declared: the blob's for BLOB (its first byte), else the protocol's."""
+    return payload[0] if cmd == Cmd.BLOB and payload else PROTOCOL_VERSION
 
 
 PTY_LINE = re.compile(rb"PTY (/dev/\S+)")
@@ -129,6 +147,8 @@ class Device:
         r = read_reply(self.link.read)
         if r.cmd != cmd:
             raise ProtocolError(f"the device answered command {r.cmd} to command {cmd}")
+        if r.status == Status.VERSION and r.status not in ok and len(r.data) == 1:
+            raise version_mismatch("blob" if cmd == Cmd.BLOB else "protocol", r.data[0], _sent_version(cmd, payload))
         if r.status not in ok:
             text = (
                 STATUS_TEXT.get(Status(r.status), f"status {r.status}")
@@ -225,15 +245,31 @@ class Device:
             part = v[off : off + self._floats_per_frame()]
             self.request(Cmd.WRITE, struct.pack("<BI", region, offset + off) + part.tobytes())
 
+    def announce_blob(self, with_slots: bool, version: int = BLOB_VERSION) -> None:
+        """BLOB: tell the device the blob (RAM parameters, optimizer slots if with_slots, train state) a pull or
+        push moves next, in blob format `version`; a device of another blob version refuses it (VersionError)
+        before anything is read or written, so it keeps its state."""
+        info = self.cached_info
+        self.request(Cmd.BLOB, struct.pack("<BIB", version, info.n_params, info.slots if with_slots else 0))
+
     def pull(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(params, optimizer slots, train state as 12 raw bytes viewed as uint8)."""
+        self.announce_blob(True)
         p = self.read_region(REGION_PARAMS)
         s = self.read_region(REGION_OPT_SLOTS)
         ts = self.read_region(REGION_TRAIN_STATE).view(np.uint8)
         return p, s, ts
 
-    def push(self, params: Any, state: Optional[Any] = None, train_state: Optional[Any] = None) -> None:
-        """Write params (and optionally optimizer slots and the 12-byte train state)."""
+    def push(
+        self,
+        params: Any,
+        state: Optional[Any] = None,
+        train_state: Optional[Any] = None,
+        blob_version: int = BLOB_VERSION,
+    ) -> None:
+        """Write params (and optionally optimizer slots and the 12-byte train state) as a blob of format
+        blob_version (this mcutrain's): a device that reads another one refuses it first and keeps its state."""
+        self.announce_blob(state is not None and self.cached_info.slots > 0, blob_version)
         self.write_region(REGION_PARAMS, params)
         if state is not None and self.cached_info.slots:
             self.write_region(REGION_OPT_SLOTS, state)
@@ -277,7 +313,7 @@ class Device:
         most RESYNC_DRAIN seconds: a line that never goes quiet is left to the next request to refuse)."""
         i = self._info
         longest = max(i.max_payload, 4 * (i.n_in + i.n_out)) if i else 65535
-        self.link.write(bytes(longest + 6))
+        self.link.write(bytes(longest + FRAME_OVERHEAD))
         old = getattr(self.link, "timeout", None)
         deadline = time.monotonic() + RESYNC_DRAIN
         try:

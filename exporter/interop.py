@@ -1,5 +1,4 @@
-"""What the importers of other frameworks' models share: the optional packages they need (a missing one is a
-MissingExtraError naming the extra to install), the bounds every imported size must respect before anything
+"""What the importers of other frameworks' models share: the bounds every imported size must respect before anything
 is allocated, and turning (W, b) arrays into mcutrain layers. (model_import picks the importer for a file.)
 
 The importers share no state and may run in several threads at once, except that the first Keras import may
@@ -18,7 +17,7 @@ import numpy as np
 
 from mcutrain import layers as L
 from mcutrain.compose import Sequential
-from mcutrain.errors import ImportModelError, MissingExtraError, ShapeError
+from mcutrain.errors import ImportModelError, ShapeError
 from mcutrain.module import Module
 
 # A model file read into memory at once (ONNX, .keras, pickle) has at most this many bytes, and a network
@@ -30,17 +29,6 @@ MAX_LAYERS = 4096
 
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib")
 SUFFIXES = (".onnx", ".keras") + PICKLE_SUFFIXES
-
-
-def require(module: str, extra: str) -> Any:
-    """Import an optional dependency, or raise MissingExtraError saying which extra installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise MissingExtraError(
-            f"this needs the Python package {module.split('.')[0]!r}, which is not installed ({e}): "
-            f"pip install 'mcutrain[{extra}]'"
-        ) from None
 
 
 def check_width(n: Any, where: str) -> int:

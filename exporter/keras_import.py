@@ -20,11 +20,12 @@ import numpy as np
 
 from mcutrain import layers as L
 from mcutrain.errors import ImportModelError
+from mcutrain.extras import require
 from mcutrain.files import read_bounded
 from mcutrain.module import Module
 from mcutrain.plaindata import parse_json
 
-from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, check_width, dense, keras_backend, require, sequential
+from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, check_width, dense, keras_backend, sequential
 
 SUPPORTED = (
     "Dense (activation linear, relu, leaky_relu, sigmoid, tanh, softplus, silu/swish or softmax), Activation "

@@ -29,7 +29,8 @@ RUNTIME_RAM = {"avr": 190, "host": 0}
 RUNTIME_RAM_DEFAULT = 2048
 # Code an AVR firmware needs beyond the board's code_estimate (which covers the protocol, Dense/Linear,
 # Bias1d, the common activations, Softmax, SGD and momentum), per op and optimizer compiled in;
-# measured with avr-gcc 5.4 -Os. The 32-bit boards' estimates leave room for all of these.
+# measured with avr-gcc -Os. Other cores take these times their board file's op_code_scale (measured on
+# the stand-ins with a network of all of them: Cortex-M4F/M7/M33 0.75, M3 1.0, M0 1.1, rv32imc 1.15).
 AVR_OP_CODE = {
     Op.GLU: 5000,
     Op.RMSNORM: 2500,
@@ -102,7 +103,12 @@ class MemoryPlan:
             lines.append(f"  {'f32 export':{w}}  {self.baseline_ram:>10,}  {self.baseline_flash:>10,}")
             lines.append(f"  {self.quant + ' saves':{w}}  {self.ram_saved:>10,}  {self.flash_saved:>10,}")
         kept = "the parameters" if self.save == "params" else "the parameters and the optimizer state"
-        if self.board.storage >= self.save_bytes:
+        if self.board.storage == 0:
+            lines.append(
+                f"  {self.board.name} has no storage for saves: SAVE will answer 'not supported' (what the device "
+                f"learns lasts until it is reset; `mcutrain device pull` keeps it on the host)"
+            )
+        elif self.board.storage >= self.save_bytes:
             lines.append(
                 f"  device saves ({kept}) use {self.save_bytes:,} B of the board's {self.board.storage:,} B of storage"
             )
@@ -120,13 +126,13 @@ class MemoryPlan:
 
 
 def extra_code(m: DeviceModel, board: Board) -> int:
-    """Code beyond the board's estimate for the heavier ops and optimizers (AVR only, see AVR_OP_CODE)."""
-    if board.core != "avr":
-        return 0
+    """Code beyond the board's estimate for the heavier ops and optimizers (AVR_OP_CODE times the board's
+    op_code_scale)."""
     ops = {d.op for d in m.program.layers}
     kind = m.opt_kind
     i8 = any(d.storage == Storage.I8 for d in m.program.layers)
-    return sum(AVR_OP_CODE.get(op, 0) for op in ops) + AVR_OPT_CODE.get(kind, 0) + (AVR_I8_WEIGHTS_CODE if i8 else 0)
+    avr = sum(AVR_OP_CODE.get(op, 0) for op in ops) + AVR_OPT_CODE.get(kind, 0) + (AVR_I8_WEIGHTS_CODE if i8 else 0)
+    return round(avr * board.op_code_scale)
 
 
 def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
@@ -148,6 +154,8 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
         ("stack margin", board.stack_margin, 0),
         ("code (estimate)", 0, board.code_estimate + extra_code(m, board)),
     ]
+    if board.framework_code and not sim:  # the real board's Arduino build; its stand-in runs a bare-metal port
+        rows.append(("Arduino framework (estimate)", 0, board.framework_code))
     if q_bytes:  # full-integer int8: its constants and its int8 activations
         rows[6:6] = [("full-integer layers (flash)", 0, q_bytes)]
         rows[3:3] = [("int8 activations (arena)", 4 * i8_arena, 0)]

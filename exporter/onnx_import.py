@@ -26,10 +26,11 @@ import numpy as np
 from mcutrain import layers as L
 from mcutrain.compose import Residual, Sequential
 from mcutrain.errors import ImportModelError, ShapeError
+from mcutrain.extras import require
 from mcutrain.files import read_bounded
 from mcutrain.module import Module
 
-from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, require, sequential
+from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, sequential
 
 SUPPORTED = (
     "Gemm, MatMul (+ Add), Add/Sub/Mul/Div by a constant, Relu, LeakyRelu, Sigmoid, Tanh, Softplus, Sin, Cos, "
@@ -441,7 +442,7 @@ class _Importer:
         if not 1 <= k <= length:
             raise self.fail(n.where, f"its filter of {k} is longer than its {length} inputs")
         out = length - k + 1
-        conv = L.Conv1d(length, out, k)
+        conv = L.SingleChannelConv1d(length, out, k)
         conv.params = as_f32(w.ravel(), (k,), f"{n.where} filter")
         layers: List[Module] = [conv]
         if len(n.inputs) > 2 and n.inputs[2]:

@@ -1,44 +1,21 @@
-"""Framing of the device protocol (docs/protocol.md): encode requests, decode replies."""
+"""Framing of the device protocol (docs/protocol.md): encode requests, decode replies. Every frame carries the
+protocol's format version in its byte 1; a reply of another version is a VersionError in one line."""
 
 from __future__ import annotations
 
 import binascii
 import struct
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Callable
 
+from .. import corefacts
 from ..errors import McuTrainError
 
-
-class Cmd(IntEnum):
-    """Commands."""
-
-    INFO = 1
-    PREDICT = 2
-    TRAIN = 3
-    READ = 4
-    WRITE = 5
-    SAVE = 6
-    LOAD = 7
-    STATS = 8
-    RESET = 9
-    QUIT = 0x7F
-
-
-class Status(IntEnum):
-    """Reply status codes."""
-
-    OK = 0
-    BAD_CRC = 1
-    BAD_LENGTH = 2
-    UNKNOWN = 3
-    BAD_ARG = 4
-    NONFINITE = 5
-    STORE = 6
-    NO_SAVE = 7
-    UNSUPPORTED = 8
-
+# the commands, reply statuses and the protocol's version are the firmware's (mct_lists.h through corefacts)
+Cmd = corefacts.Cmd
+Status = corefacts.ReplyStatus
+PROTOCOL_VERSION = corefacts.PROTOCOL_VERSION
+BLOB_VERSION = corefacts.BLOB_VERSION
 
 STATUS_TEXT = {
     Status.BAD_CRC: "the device saw a bad CRC (a corrupted frame)",
@@ -49,6 +26,7 @@ STATUS_TEXT = {
     Status.STORE: "the device's storage failed",
     Status.NO_SAVE: "the device has no saved state",
     Status.UNSUPPORTED: "this build of the firmware cannot do that (no storage, or not with this optimizer)",
+    Status.VERSION: "the device reads another format version",
 }
 
 SYNC_REQUEST = 0xA5
@@ -60,14 +38,27 @@ def crc16(data: bytes) -> int:
     return binascii.crc_hqx(data, 0xFFFF)
 
 
-def encode(cmd: int, payload: bytes = b"") -> bytes:
-    """A request frame."""
-    body = struct.pack("<BH", cmd, len(payload)) + payload
+def encode(cmd: int, payload: bytes = b"", version: int = PROTOCOL_VERSION) -> bytes:
+    """A request frame (of this mcutrain's protocol version unless told otherwise)."""
+    body = struct.pack("<BBH", version, cmd, len(payload)) + payload
     return bytes([SYNC_REQUEST]) + body + struct.pack("<H", crc16(body))
 
 
 class ProtocolError(McuTrainError, RuntimeError):
     """The device's answer cannot be read (garbled, truncated, or nothing at all)."""
+
+
+class VersionError(ProtocolError):
+    """The device speaks another version of the protocol (or reads another blob version) than this mcutrain."""
+
+
+def version_mismatch(what: str, device: int, host: int) -> VersionError:
+    """The one-line error for a device whose `what` (protocol, blob) version differs from this mcutrain's."""
+    older = "an older" if device < host else "a newer"
+    return VersionError(
+        f"the device's firmware uses {what} format {device}, this mcutrain uses {host}: the firmware was built by "
+        f"{older} mcutrain; export and flash it again with this one (or use the mcutrain that built it)"
+    )
 
 
 @dataclass
@@ -91,8 +82,12 @@ def read_reply(read: Callable[[int], bytes], max_skip: int = 1 << 16) -> Reply:
         skipped += 1
         if skipped > max_skip:
             raise ProtocolError("the device sends data that is not this protocol")
-    head = _exact(read, 3)
-    cmd, n = head[0], struct.unpack_from("<H", head, 1)[0]
+    (version,) = _exact(read, 1)
+    if version != PROTOCOL_VERSION:
+        # byte 1 of a version 1 reply was the command with bit 7 set; later versions are below 0x80
+        raise version_mismatch("protocol", 1 if version & 0x80 else version, PROTOCOL_VERSION)
+    head = bytes([version]) + _exact(read, 3)
+    cmd, n = head[1], struct.unpack_from("<H", head, 2)[0]
     payload = _exact(read, n)
     (crc,) = struct.unpack("<H", _exact(read, 2))
     if crc16(head + payload) != crc:

@@ -19,10 +19,11 @@ import numpy as np
 
 from mcutrain import layers as L
 from mcutrain.errors import ImportModelError
+from mcutrain.extras import require
 from mcutrain.files import read_bounded
 from mcutrain.module import Module
 
-from .interop import MAX_IMPORT_BYTES, MAX_LAYERS, check_width, dense, require, sequential
+from .interop import MAX_IMPORT_BYTES, MAX_LAYERS, check_width, dense, sequential
 
 SUPPORTED = (
     "fitted sklearn.neural_network.MLPClassifier and MLPRegressor with activation relu, tanh, logistic or "

@@ -20,8 +20,8 @@ _WHERE = {
     "FleetConfig": "config",
     "DeviceSpec": "config",
     "load_config": "config",
-    "run_fleet": "server",
-    "Fleet": "server",
+    "run_fleet": "deploy",
+    "Fleet": "deploy",
     "simulate_fleet": "split",
     "non_iid_split": "split",
 }

@@ -4,7 +4,7 @@
 # that the device's predictions and a training step match the host's bit for bit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh   # the base install only: no PyTorch, Keras, JAX or Flower
 out=${1:-demo}
 mkdir -p "$out"
 set -x

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up mcutrain on Debian/Ubuntu: cross compilers and simulators (apt, when run as root or with
 # sudo), then mcutrain itself in the current Python environment (pip install -e, which builds the
-# C extension). Safe to run again.
+# C extension). Safe to run again. An argument names the extras to install with it (scripts/test.sh
+# passes "test"); without one only the base install (train, export, build, sim, flash) is set up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,5 +30,6 @@ PY=${PYTHON:-python3}
 "$PY" -m pip install -q --upgrade pip >/dev/null
 # the test extra pins torch==2.13.0 (it writes the ONNX files of the import tests): the CPU build this machine
 # class keeps on disk; an unpinned torch would download a CUDA build of several GB
-"$PY" -m pip install -q -e ".[test]"
+extras=${1:-}
+"$PY" -m pip install -q -e ".${extras:+[$extras]}"
 echo "mcutrain setup: done ($("$PY" -c 'import mcutrain; print("mcutrain", mcutrain.__version__)'))"

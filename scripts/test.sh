@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run every test. Extra arguments go to pytest.
+# Set up (scripts/setup.sh with the test extra) and run every test. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh test
 PY=${PYTHON:-python3}
 # each run gets its own PlatformIO core folder (tests set one per session too)
 export PLATFORMIO_CORE_DIR="${PLATFORMIO_CORE_DIR:-$PWD/.pio-core}"

@@ -11,6 +11,7 @@ platformio.ini); the round-trip project is built with PlatformIO offline (`pio r
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -27,13 +28,24 @@ import numpy as np
 import pytest
 
 from helpers import assert_same_bits, model_flags, onehot_samples, same_bits
-from mcutrain import Checkpoint, Sequential, TrainParams, losses, save_model, train_batch, train_step
+from mcutrain import Checkpoint, Sequential, TrainParams, corefacts, losses, save_model, train_batch, train_step
 from mcutrain import layers as L
 from mcutrain.exporter import pio, sim
 from mcutrain.exporter.boards import Board, all_boards, get_board
-from mcutrain.exporter.client import Device, DeviceError
+from mcutrain.exporter.client import FRAME_OVERHEAD, Device, DeviceError
 from mcutrain.exporter.export import ExportResult, export_project
-from mcutrain.exporter.protocol import Cmd, ProtocolError, Reply, Status, crc16, encode, read_reply
+from mcutrain.exporter.protocol import (
+    BLOB_VERSION,
+    PROTOCOL_VERSION,
+    Cmd,
+    ProtocolError,
+    Reply,
+    Status,
+    VersionError,
+    crc16,
+    encode,
+    read_reply,
+)
 from mcutrain.exporter.twin import DeviceTwin
 from mcutrain.losses import Loss
 from mcutrain.module import Module
@@ -57,7 +69,7 @@ STRICT_FLAGS = [
 ]
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
 TRAIN_STATE_BYTES = TRAIN_STATE_DTYPE.itemsize  # u32 step and the two Adam powers
-SAVE_HEADER = 24  # docs/protocol.md: magic, seq, size, CRC-32, hash
+SAVE_HEADER = corefacts.SAVE_HEADER  # docs/protocol.md: magic, seq, size, CRC-32, hash, blob version
 
 
 # ============================================================================ networks and optimizers
@@ -190,9 +202,9 @@ def exchange(dev: Device, frame: bytes) -> Reply:
     return read_reply(dev.link.read)
 
 
-def frame(cmd: int, payload: bytes = b"", bad_crc: bool = False) -> bytes:
+def frame(cmd: int, payload: bytes = b"", bad_crc: bool = False, version: int = PROTOCOL_VERSION) -> bytes:
     """A request frame; bad_crc flips two bits of its CRC."""
-    body = struct.pack("<BH", cmd & 0xFF, len(payload)) + payload
+    body = struct.pack("<BBH", version, cmd & 0xFF, len(payload)) + payload
     crc = crc16(body) ^ (0x8001 if bad_crc else 0)
     return b"\xa5" + body + struct.pack("<H", crc)
 
@@ -422,9 +434,9 @@ def sanitized(builds: Builds, store: Path) -> Iterator[Device]:
 
 
 def resync_then_info(dev: Device, timeout: float = 5.0) -> bool:
-    """The documented resync (max_payload + 6 zero bytes, what comes back discarded), then INFO: True when
+    """The documented resync (max_payload + 7 zero bytes, what comes back discarded), then INFO: True when
     the device answers that INFO (replies to the cut frame are skipped), False when nothing comes back."""
-    dev.link.write(bytes(dev.cached_info.max_payload + 6) + encode(Cmd.INFO))
+    dev.link.write(bytes(dev.cached_info.max_payload + FRAME_OVERHEAD) + encode(Cmd.INFO))
     old = dev.link.timeout
     dev.link.timeout = timeout
     try:
@@ -519,7 +531,7 @@ def test_malformed_frames_get_errors_and_change_nothing(builds: Builds, tmp_path
         for cmd in (Cmd.INFO, Cmd.READ, Cmd.WRITE, Cmd.SAVE, Cmd.LOAD, Cmd.STATS, Cmd.RESET, Cmd.QUIT):
             cases.append((f"{cmd.name} of {mp + 1} bytes", frame(cmd, bytes(mp + 1)), (Status.BAD_LENGTH,)))
         # unknown commands
-        for cmd in (0x00, 0x0A, 0x10, 0x5A, 0x7E, 0x80, 0x81, 0x83, 0xA5, 0xFF):
+        for cmd in (0x00, 0x0B, 0x10, 0x5A, 0x7E, 0x80, 0x81, 0x83, 0xA5, 0xFF):
             cases.append((f"unknown command {cmd:#x}", frame(cmd, b"\x01\x02"), (Status.UNKNOWN,)))
         # READ out of range
         for region, off, count in [
@@ -581,10 +593,10 @@ def test_malformed_frames_get_errors_and_change_nothing(builds: Builds, tmp_path
         longest = max(mp, 4 * (N_IN + N_OUT))
         for name, raw, allowed in cases:
             r = exchange(dev, raw)
-            assert r.cmd == raw[1] & 0x7F, name
+            assert r.cmd == raw[2] & 0x7F, name
             assert r.status in allowed, f"{name}: status {r.status}, expected one of {allowed}"
             assert r.data == b"", f"{name}: an error reply carries no data"
-            if len(raw) - 6 > longest:
+            if len(raw) - FRAME_OVERHEAD > longest:
                 # answered from the header alone: the rest of the frame reaches the device as noise, which
                 # the documented resync (zeros, replies dropped) clears
                 dev.resync()
@@ -619,7 +631,7 @@ def test_commands_without_payload_reject_a_payload(builds: Builds, tmp_path: Pat
 
 def test_truncated_frames_are_completed_by_the_resync_procedure(builds: Builds, tmp_path: Path) -> None:
     """A frame cut off anywhere (after the sync byte, inside the header, inside the payload, inside the CRC,
-    also the longest frame) is completed by the documented resync (max_payload + 6 zero bytes, replies
+    also the longest frame) is completed by the documented resync (max_payload + 7 zero bytes, replies
     discarded); the device then answers normally and nothing changed (the completed frames fail their CRC)."""
     p = builds.projects["adam"]
     x = samples(6, 2)[0]
@@ -635,12 +647,12 @@ def test_truncated_frames_are_completed_by_the_resync_procedure(builds: Builds, 
             frame(Cmd.RESET),
             frame(Cmd.READ, struct.pack("<BIH", 0, 0, 3)),
         ]
-        assert len(full[2]) == info.max_payload + 6  # the longest frame there is
+        assert len(full[2]) == info.max_payload + FRAME_OVERHEAD  # the longest frame there is
         for raw in full:
             assert raw[-1] != 0, "a zero CRC byte would make the completed frame valid: pick other values"
             for cut in sorted({1, 2, 3, 4, 5, len(raw) // 2, len(raw) - 2, len(raw) - 1}):
                 dev.link.write(raw[:cut])
-                assert resync_then_info(dev), f"command {raw[1]} cut after {cut} bytes"
+                assert resync_then_info(dev), f"command {raw[2]} cut after {cut} bytes"
         assert_unchanged(dev, before, x, p.result.hash)
 
 
@@ -668,7 +680,7 @@ def test_noise_between_frames_is_skipped(builds: Builds, tmp_path: Path) -> None
 
 
 def test_a_lost_byte_is_recovered_by_the_resync_procedure(builds: Builds, tmp_path: Path) -> None:
-    """docs/protocol.md: 'To resynchronise after a lost byte, a host sends max_payload + 6 zero bytes and
+    """docs/protocol.md: 'To resynchronise after a lost byte, a host sends max_payload + 7 zero bytes and
     discards what comes back.' Drop each single byte of a PREDICT frame and of a (rejected) WRITE frame in
     turn and resync as documented: the device must answer the next INFO, and nothing may change."""
     p = builds.projects["adam"]
@@ -693,7 +705,7 @@ def test_a_lost_byte_is_recovered_by_the_resync_procedure(builds: Builds, tmp_pa
                     assert resync_then_info(dev)
         assert_unchanged(dev, before, x, p.result.hash)
     assert not stuck, (
-        f"after these lost bytes the documented resync ({info.max_payload + 6} zero bytes) did "
+        f"after these lost bytes the documented resync ({info.max_payload + FRAME_OVERHEAD} zero bytes) did "
         f"not bring the device back (it waited for a longer payload): {stuck}"
     )
 
@@ -743,6 +755,12 @@ def fuzz_frames(
                 return (r.status, len(r.data)) == ((Status.OK, 4 * N_OUT) if k == 4 * N_IN else (Status.BAD_LENGTH, 0))
             if cmd == Cmd.TRAIN or k > max_payload:
                 return r.status == Status.BAD_LENGTH
+            if cmd == Cmd.BLOB:
+                if k != 6:
+                    return r.status == Status.BAD_LENGTH
+                if payload[0] != BLOB_VERSION:
+                    return (r.status, r.data) == (Status.VERSION, bytes([BLOB_VERSION]))
+                return r.status in (Status.OK, Status.BAD_ARG)
             if cmd == Cmd.READ:
                 if k != 7:
                     return r.status in (Status.BAD_ARG, Status.BAD_LENGTH)
@@ -753,6 +771,48 @@ def fuzz_frames(
             return r.status == (Status.OK if k == 0 else Status.BAD_LENGTH)
 
         yield raw, check
+
+
+def test_frames_blobs_and_saves_of_another_version_are_refused(builds: Builds, tmp_path: Path) -> None:
+    """A frame of another protocol version gets status VERSION with the device's version at once; a push of a
+    blob of another version is refused before any byte of it is written (one-line VersionError naming both
+    versions) and the device keeps its parameters, optimizer state and step; a save whose header says another
+    blob version is not loaded at boot (nor by LOAD); a reply of protocol version 1 (an older firmware) is a
+    VersionError on the host."""
+    p = builds.projects["adam"]
+    x = samples(6, 2)[0]
+    store = tmp_path / "store.bin"
+    with sanitized(builds, store) as dev:
+        info = dev.info()
+        trained_device(dev)
+        before = snapshot(dev, x)
+        for v in (1, PROTOCOL_VERSION + 1, 0x7F, 0xFF):
+            r = exchange(dev, frame(Cmd.RESET, version=v))
+            assert (r.cmd, r.status, r.data) == (0, Status.VERSION, bytes([PROTOCOL_VERSION])), v
+            dev.resync()
+        other = np.full(info.n_params, 7.0, np.float32)
+        for version in (BLOB_VERSION + 1, 0, 255):
+            with pytest.raises(VersionError) as e:
+                dev.push(other, np.zeros(info.n_params * info.slots, np.float32), None, blob_version=version)
+            msg = str(e.value)
+            assert "\n" not in msg and f"blob format {BLOB_VERSION}, this mcutrain uses {version}" in msg, msg
+        assert_unchanged(dev, before, x, p.result.hash)
+        assert dev.save() == 1
+    saved = store.read_bytes()
+    assert struct.unpack_from("<I", saved, 24)[0] == BLOB_VERSION  # the save header carries the blob version
+    with firmware(builds.asan.program, store) as dev:
+        assert dev.info().loaded_save
+        dev.quit()
+    store.write_bytes(saved[:24] + struct.pack("<I", BLOB_VERSION + 1) + saved[28:])
+    with firmware(builds.asan.program, store) as dev:
+        assert not dev.info().loaded_save and dev.info().step == 0, "a save of another blob version was loaded"
+        with pytest.raises(DeviceError, match="no saved state"):
+            dev.load()
+        dev.quit()
+    old_reply = b"\x5a" + bytes([Cmd.INFO | 0x80]) + struct.pack("<H", 1) + b"\x00"
+    old_reply += struct.pack("<H", crc16(old_reply[1:]))
+    with pytest.raises(VersionError, match=f"uses protocol format 1, this mcutrain uses {PROTOCOL_VERSION}"):
+        read_reply(io.BytesIO(old_reply).read)
 
 
 def test_fuzzed_frames_never_crash_or_change_the_model(builds: Builds, tmp_path: Path) -> None:
@@ -772,8 +832,8 @@ def test_fuzzed_frames_never_crash_or_change_the_model(builds: Builds, tmp_path:
         for i, (raw, check) in enumerate(fuzz_frames(rng, 3000, info.n_params, info.slots, info.max_payload)):
             r = exchange(dev, raw)
             if not check(r):
-                wrong.append((i, raw[:8].hex(), len(raw) - 6, r.status, len(r.data)))
-            if len(raw) - 6 > longest:  # answered from its header: resync past the rest of it
+                wrong.append((i, raw[:8].hex(), len(raw) - FRAME_OVERHEAD, r.status, len(r.data)))
+            if len(raw) - FRAME_OVERHEAD > longest:  # answered from its header: resync past the rest of it
                 dev.resync()
         assert not wrong, f"{len(wrong)} fuzz frames got an unexpected reply, e.g. {wrong[:5]}"
         assert_unchanged(dev, before, x, p.result.hash)

@@ -706,3 +706,4 @@ cdef class CoreNet:
                                 <mct_train_state *>&ts[0], <uint8_t>loss_kind, loss_param, &x[0, 0], &t[0, 0], nb,
                                 &a[0], &sc[0], sc.shape[0], &loss)
         return rc, loss
+include "_feat.pxi"

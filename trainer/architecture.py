@@ -4,9 +4,11 @@ what the command line reads (a TOML or JSON file, or an inline string like
 
 from __future__ import annotations
 
+import difflib
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import layers as L
 from .compose import LR, Residual, Sequential
@@ -15,10 +17,14 @@ from .files import read_bounded
 from .module import Module
 from .plaindata import parse_json, parse_toml
 
+_ALIASES = {"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarScale, "glu_leaky_relu": L.GLULeakyRelu}
 _LOWER = {name.lower(): cls for name, cls in L.LAYER_TYPES.items()}
-_LOWER.update(
-    {"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarScale, "glu_leaky_relu": L.GLULeakyRelu}
-)  # aliases besides the lower-case class names
+_LOWER.update(_ALIASES)  # aliases besides the lower-case class names
+COMPOSITIONS = {
+    "Sequential": "layers = [...]: the layers in order (a file's top level is one)",
+    "Residual": "inner = {...}: y = x + inner(x)",
+    "LR": "inner = {...}, divisor = D: inner learns at lr / D",
+}  # the compositions a network file may use besides the layers (from_architecture builds them)
 
 
 MAX_NESTING = 64  # compositions inside compositions, at most
@@ -52,11 +58,10 @@ def from_architecture(spec: Dict[str, Any], where: str = "network", _depth: int 
         if t.lower() == "lr":
             return LR(from_architecture(args["inner"], f"{where} (LR body)", _depth + 1), args["divisor"])
         cls = _LOWER.get(t.lower())
+        if cls is L.Conv1d and "filter_size" in args:  # model files from before Conv1d took channels
+            cls = L.SingleChannelConv1d
         if cls is None:
-            raise ArchitectureError(
-                f"{where}: unknown layer type {t!r}; known: {', '.join(sorted(L.LAYER_TYPES))}, "
-                f"Sequential, Residual, LR"
-            )
+            raise _unknown_layer(t, where)
         if args.get("n", 0) is None:  # a size left to the Sequential
             del args["n"]
         _check_arguments(cls, t, args, where)
@@ -91,9 +96,78 @@ def _short(v: Any) -> str:
     return r if len(r) <= 80 else r[:77] + "..."
 
 
+def _inline_sizes(cls: type) -> Optional[str]:
+    """The sizes an inline item of this layer class must give ('IxO', 'IxOxF'), or None when a size is
+    optional (left to the layer before)."""
+    if issubclass(cls, L._Sized):
+        return "IxOxF" if cls is L.SingleChannelConv1d else "IxO"
+    return None
+
+
+_INLINE_NUMBER = {L.LeakyRelu: "ALPHA", L.Softmax: "T"}  # layers whose inline number is not a size
+
+
+def inline_form(cls: type) -> str:
+    """How --net writes a layer class: 'linear:IxO', 'leakyrelu[:ALPHA]', 'relu[:N]' (what parse_inline reads)."""
+    name = cls.__name__.lower()
+    sizes = _inline_sizes(cls)
+    if sizes is not None:
+        return f"{name}:{sizes}"
+    return f"{name}[:{_INLINE_NUMBER.get(cls, 'N')}]"
+
+
+@dataclass
+class LayerDoc:
+    """One layer type as users write it: its name, aliases, inline form, file arguments and what it does."""
+
+    name: str
+    aliases: List[str]
+    inline: str
+    arguments: List[Tuple[str, Optional[str]]]  # (argument of a network file, its default or None if required)
+    summary: str
+
+
+def layer_catalogue() -> List[LayerDoc]:
+    """Every layer type of mcutrain.layers.LAYER_TYPES, as `mcutrain layers` lists it (generated from the
+    registry, the class signatures and docstrings)."""
+    out = []
+    for name, cls in L.LAYER_TYPES.items():
+        args: List[Tuple[str, Optional[str]]] = []
+        for pname, prm in inspect.signature(cls.__init__).parameters.items():
+            if pname == "self" or prm.kind in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD):
+                continue
+            default = None if prm.default is prm.empty else repr(prm.default)
+            if pname == "n" and default == "None":
+                default = "the size of the layer before"
+            if pname == "gate" and default == "None":
+                default = repr(cls.gate_default)  # type: ignore[attr-defined]
+            args.append((pname, default))
+        doc = inspect.getdoc(cls) or ""
+        out.append(
+            LayerDoc(
+                name=name,
+                aliases=sorted(a for a, c in _ALIASES.items() if c is cls),
+                inline=inline_form(cls),
+                arguments=args,
+                summary=doc.split("\n\n")[0].replace("\n", " ").split(". ")[0].rstrip(".") + ".",
+            )
+        )
+    return out
+
+
+def _unknown_layer(name: str, where: str) -> ArchitectureError:
+    """ArchitectureError for an unknown layer name, with the closest known names."""
+    close = difflib.get_close_matches(name.strip().lower(), list(_LOWER), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return ArchitectureError(
+        f"{where}: unknown layer {name!r}; {hint}`mcutrain layers` lists them: "
+        f"{', '.join(sorted(k.lower() for k in L.LAYER_TYPES))}"
+    )
+
+
 def parse_inline(text: str) -> Sequential:
     """'linear:20x35,sigmoid,linear:35x10,softmax' -> Sequential. Sizes: IxO for Dense/Linear/GLUs,
-    IxOxF for Conv1d, N for sized same-size layers; a number after leaky_relu/softmax is alpha/T."""
+    IxOxF for SingleChannelConv1d, N for sized same-size layers; a number after leaky_relu/softmax is alpha/T."""
     mods: List[Module] = []
     for i, item in enumerate(p.strip() for p in text.split(",")):
         if not item:
@@ -101,22 +175,19 @@ def parse_inline(text: str) -> Sequential:
         name, _, arg = item.partition(":")
         cls = _LOWER.get(name.strip().lower())
         if cls is None:
-            raise ArchitectureError(
-                f"--net item {i + 1}: unknown layer {name!r}; known: "
-                f"{', '.join(sorted(k.lower() for k in L.LAYER_TYPES))}"
-            )
+            raise _unknown_layer(name, f"--net item {i + 1}")
         try:
-            if issubclass(cls, (L._Sized,)):
+            shape = _inline_sizes(cls)
+            if shape is not None:
                 dims = [int(d) for d in arg.lower().split("x")] if arg else []
-                want = 3 if cls is L.Conv1d else 2
+                want = shape.count("x") + 1
                 if len(dims) != want:
-                    shape = "IxOxF" if cls is L.Conv1d else "IxO"
                     raise ArchitectureError(
                         f"--net item {i + 1}: {name} needs sizes as {name}:{shape}, e.g. "
                         f"{name}:{'16x14x3' if want == 3 else '20x35'}"
                     )
                 mods.append(cls(*dims))
-            elif cls in (L.LeakyRelu, L.Softmax):
+            elif cls in _INLINE_NUMBER:
                 mods.append(cls(float(arg)) if arg else cls())
             else:
                 mods.append(cls(int(arg)) if arg else cls())

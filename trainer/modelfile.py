@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import numpy as np
 
 from .architecture import MAX_NESTING, from_architecture
+from .corefacts import MODEL_VERSION
 from .errors import ArchitectureError, ConfigError, ModelFileError
 from .files import atomic_write, read_bounded
 from .modelschema import check_header
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 MAGIC = b"MCTRAIN\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = MODEL_VERSION  # MCT_FORMAT_LIST in firmware/core/mct_lists.h, with the device's formats
 
 
 @dataclass

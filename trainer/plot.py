@@ -9,17 +9,14 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from .extras import require
 from .module import Module
 
 
 def _pyplot() -> Any:
-    """matplotlib.pyplot on the Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    """matplotlib.pyplot on the Agg backend (MissingExtraError naming the `plot` extra without matplotlib)."""
+    require("matplotlib", "plot").use("Agg")
+    return require("matplotlib.pyplot", "plot")
 
 
 def _png(fig: Any) -> bytes:
@@ -139,7 +136,7 @@ def plot_weights(net: Module, title: str = "") -> bytes:
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
-    from matplotlib.ticker import MaxNLocator
+    MaxNLocator = require("matplotlib.ticker", "plot").MaxNLocator
 
     for ax, (name, w, bias_row) in zip(axes.flat, panels):
         lim = float(np.abs(w).max()) or 1.0

@@ -48,6 +48,7 @@ static uint32_t slot_seq(mct_app *a, uint8_t s) {
     if (port_store_read(base, h, SAVE_HEADER)) return 0;
     if (mct_get_u32(h) != SAVE_MAGIC || mct_get_u32(h + 8) != SAVE_BLOB) return 0;
     for (uint8_t k = 0; k < 8; k++) if (h[16 + k] != mct_model_hash[k]) return 0;
+    if (mct_get_u32(h + 24) != MCT_FORMAT_BLOB) return 0;   /* a save of another blob version is not read */
     uint32_t crc = 0;
     for (uint32_t off = 0; off < SAVE_BLOB;) {
         uint32_t n = SAVE_BLOB - off < MCT_MODEL_RX_MAX ? SAVE_BLOB - off : MCT_MODEL_RX_MAX;
@@ -76,6 +77,7 @@ int mct_app_save(mct_app *a, uint32_t *seq_out) {
     mct_put_u32(h + 8, SAVE_BLOB);
     mct_put_u32(h + 12, crc);
     for (uint8_t k = 0; k < 8; k++) h[16 + k] = mct_model_hash[k];
+    mct_put_u32(h + 24, MCT_FORMAT_BLOB);
     if (port_store_write(base, h, SAVE_HEADER)) return MCT_ST_STORE;   /* the header commits the save */
     *seq_out = seq;
     a->saves++;

@@ -6,18 +6,19 @@
 #include "mct.h"
 #include "model.h"
 
-#define MCT_PROTOCOL_VERSION 1
+#define MCT_PROTOCOL_VERSION MCT_FORMAT_PROTOCOL
 #define MCT_STATE_FLOATS (MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS > 0 ? MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS : 1)
 #ifndef MCT_MODEL_SAVE_SLOTS                 /* model.h of older exports: saves keep every optimizer slot */
 #define MCT_MODEL_SAVE_SLOTS MCT_MODEL_SLOTS
 #endif
 
-/* Commands and status codes of docs/protocol.md. */
-enum mct_cmd { MCT_CMD_INFO = 1, MCT_CMD_PREDICT = 2, MCT_CMD_TRAIN = 3, MCT_CMD_READ = 4, MCT_CMD_WRITE = 5,
-               MCT_CMD_SAVE = 6, MCT_CMD_LOAD = 7, MCT_CMD_STATS = 8, MCT_CMD_RESET = 9, MCT_CMD_QUIT = 0x7F };
-enum mct_status_code { MCT_ST_OK = 0, MCT_ST_BAD_CRC = 1, MCT_ST_BAD_LENGTH = 2, MCT_ST_UNKNOWN = 3,
-                       MCT_ST_BAD_ARG = 4, MCT_ST_NONFINITE = 5, MCT_ST_STORE = 6, MCT_ST_NO_SAVE = 7,
-                       MCT_ST_UNSUPPORTED = 8 };
+/* Commands and status codes of docs/protocol.md (MCT_CMD_LIST, MCT_REPLY_LIST in mct_lists.h). */
+#define MCT_CMD_ENUM(NAME, VALUE) MCT_CMD_##NAME = VALUE,
+enum mct_cmd { MCT_CMD_LIST(MCT_CMD_ENUM) MCT_CMD_END_ };
+#undef MCT_CMD_ENUM
+#define MCT_REPLY_ENUM(NAME, VALUE) MCT_ST_##NAME = VALUE,
+enum mct_status_code { MCT_REPLY_LIST(MCT_REPLY_ENUM) MCT_ST_END_ };
+#undef MCT_REPLY_ENUM
 
 /* Everything the firmware keeps in RAM. */
 typedef struct mct_app {

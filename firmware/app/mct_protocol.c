@@ -35,14 +35,15 @@ static void reply_bytes(reply_t *r, const void *p, uint16_t n) {
 }
 
 static void reply_begin(reply_t *r, uint8_t cmd, uint8_t status, uint16_t n_data) {
-    uint8_t h[5];
+    uint8_t h[6];
     h[0] = SYNC_OUT;
-    h[1] = (uint8_t)(cmd | 0x80u);
-    put_u16(h + 2, (uint16_t)(n_data + 1u));
-    h[4] = status;
+    h[1] = MCT_PROTOCOL_VERSION;
+    h[2] = (uint8_t)(cmd | 0x80u);
+    put_u16(h + 3, (uint16_t)(n_data + 1u));
+    h[5] = status;
     port_write(h, 1);
     r->crc = 0xFFFFu;
-    reply_bytes(r, h + 1, 4);
+    reply_bytes(r, h + 1, 5);
 }
 
 static void reply_end(reply_t *r) {
@@ -55,6 +56,14 @@ static void reply_end(reply_t *r) {
 static void reply_status(uint8_t cmd, uint8_t status) {
     reply_t r;
     reply_begin(&r, cmd, status, 0);
+    reply_end(&r);
+}
+
+/* Status VERSION: the frame or blob is of another format version than this firmware's `mine`, sent back. */
+static void reply_version(uint8_t cmd, uint8_t mine) {
+    reply_t r;
+    reply_begin(&r, cmd, MCT_ST_VERSION, 1);
+    reply_bytes(&r, &mine, 1);
     reply_end(&r);
 }
 
@@ -173,11 +182,22 @@ static void cmd_stats(mct_app *a) {
     reply_end(&r);
 }
 
+/* BLOB: the host announces the blob it pulls or pushes (u8 blob version, u32 RAM parameters, u8 optimizer slots
+ * it carries: 0 or the model's); a blob of another version or another model is refused before any READ or
+ * WRITE of it, so the device keeps its state. */
+static void cmd_blob(mct_app *a) {
+    if (a->rx[0] != MCT_FORMAT_BLOB) { reply_version(MCT_CMD_BLOB, MCT_FORMAT_BLOB); return; }
+    uint8_t slots = a->rx[5];
+    int ok = get_u32(a->rx + 1) == MCT_MODEL_N_PARAMS && (slots == 0 || slots == MCT_MODEL_SLOTS);
+    reply_status(MCT_CMD_BLOB, ok ? MCT_ST_OK : MCT_ST_BAD_ARG);
+}
+
 /* Is len the right payload length for a command buffered in rx? */
 static int length_ok(uint8_t cmd, uint16_t len) {
     switch (cmd) {
     case MCT_CMD_READ: return len == 7;
     case MCT_CMD_WRITE: return len >= 5 && (len - 5) % 4 == 0;
+    case MCT_CMD_BLOB: return len == 6;
     case MCT_CMD_INFO: case MCT_CMD_SAVE: case MCT_CMD_LOAD: case MCT_CMD_STATS: case MCT_CMD_RESET:
     case MCT_CMD_QUIT: return len == 0;
     default: return 1;          /* unknown commands are answered as such */
@@ -185,11 +205,16 @@ static int length_ok(uint8_t cmd, uint16_t len) {
 }
 
 void mct_app_poll(mct_app *a) {
-    uint8_t h[3];
+    uint8_t h[4];
     while (next_byte() != SYNC_IN) {}
-    for (uint8_t k = 0; k < 3; k++) h[k] = (uint8_t)next_byte();
-    uint8_t cmd = h[0];
-    uint16_t len = get_u16(h + 1), crc = mct_crc16(0xFFFFu, h, 3);
+    h[0] = (uint8_t)next_byte();
+    if (h[0] != MCT_PROTOCOL_VERSION) {  /* bytes 0 and 1 mean the same in every version: answer now, resync */
+        reply_version(0, MCT_PROTOCOL_VERSION);
+        return;
+    }
+    for (uint8_t k = 1; k < 4; k++) h[k] = (uint8_t)next_byte();
+    uint8_t cmd = h[1];
+    uint16_t len = get_u16(h + 2), crc = mct_crc16(0xFFFFu, h, 4);
     if (len > MAX_FRAME) {              /* longer than any frame this model takes: answer now, resync */
         reply_status(cmd, MCT_ST_BAD_LENGTH);
         return;
@@ -217,7 +242,7 @@ void mct_app_poll(mct_app *a) {
     uint8_t c0 = (uint8_t)next_byte(), c1 = (uint8_t)next_byte();
     if ((uint16_t)(c0 | (c1 << 8)) != crc) { reply_status(cmd, MCT_ST_BAD_CRC); return; }
     if (!dst) {
-        reply_status(cmd, (cmd >= MCT_CMD_INFO && cmd <= MCT_CMD_RESET) || cmd == MCT_CMD_QUIT ? MCT_ST_BAD_LENGTH
+        reply_status(cmd, (cmd >= MCT_CMD_INFO && cmd <= MCT_CMD_BLOB) || cmd == MCT_CMD_QUIT ? MCT_ST_BAD_LENGTH
                                                                                                  : MCT_ST_UNKNOWN);
         return;
     }
@@ -238,6 +263,7 @@ void mct_app_poll(mct_app *a) {
         break;
     case MCT_CMD_STATS: cmd_stats(a); break;
     case MCT_CMD_RESET: mct_app_reset(a); reply_status(cmd, MCT_ST_OK); break;
+    case MCT_CMD_BLOB: cmd_blob(a); break;
 #ifdef MCT_ALLOW_QUIT
     case MCT_CMD_QUIT: reply_status(cmd, MCT_ST_OK); port_exit(0); break;
 #endif

@@ -21,6 +21,11 @@ extern "C" {
 
 #define MCT_VERSION 1
 
+/* The format versions (MCT_FORMAT_LIST): MCT_FORMAT_PROTOCOL, MCT_FORMAT_BLOB, MCT_FORMAT_MODEL. */
+#define MCT_FORMAT_ENUM(NAME, VALUE) MCT_FORMAT_##NAME = VALUE,
+enum mct_format { MCT_FORMAT_LIST(MCT_FORMAT_ENUM) MCT_FORMAT_END_ };
+#undef MCT_FORMAT_ENUM
+
 /* Firmware for one model compiles only what it uses (the exporter sets these build flags):
  *   MCT_OPT_ONLY=k   the one optimizer kind (enum mct_opt_kind) the device trains with;
  *   MCT_LOSS_ONLY=k  the one loss (enum mct_loss_kind) it trains on;
@@ -150,6 +155,21 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
  *                   mult[o] / 2^shift[o] = sx * sw[o] / sy with mult in [2^30, 2^31).
  *   MCT_OP_QLUT     int8 -> int8 elementwise table: y = T[x + 128]; kind = the activation it stands for
  *                   (informational). Blob: int8 T[256] (256 bytes). */
+/* Spatial ops (MCT_OP_CONV2D ... MCT_OP_BATCHNORM) read and write channels-last tensors, as TFLite and CMSIS-NN do:
+ * a sample is [h][w][c] (a 1-D series [t][c] is h = 1), so n_in = h_in * w_in * c_in and n_out = h_out * w_out *
+ * c_out. A window of kh x kw taps starts at row oy * sh - pt and column ox * sw - pl of the input; taps outside the
+ * input (padding) are skipped, never read as zeros; the padding below and right follows from the output size and is
+ * less than the window. Every sum runs over the taps row by row, column by column, channel by channel, ascending.
+ *   MCT_OP_CONV2D    y[oy][ox][o] = sum_{ky,kx,c} x[iy][ix][c] W[ky][kx][c][o] (+ b[o]); parameters W [kh][kw][c_in]
+ *                    [c_out] (connection weights; a 1x1 convolution's W is a Dense layer's), then b [c_out] if kind 1.
+ *   MCT_OP_DWCONV2D  y[oy][ox][o] = sum_{ky,kx} x[iy][ix][o / m] W[ky][kx][o] (+ b[o]), m = c_out / c_in; W [kh][kw]
+ *                    [c_out] (TFLite's depthwise layout), then b [c_out] if kind 1.
+ *   MCT_OP_MAXPOOL2D y = the largest tap (the first of equal ones gets the gradient); c_out = c_in.
+ *   MCT_OP_AVGPOOL2D y = (sum of the taps inside the input) / their count; c_out = c_in.
+ *   MCT_OP_BATCHNORM y = g[c] (x - mean[c]) / sqrt(var[c] + alpha) + b[c] over the channels c of [..][c_in];
+ *                    parameters g, b, then the running mean and variance (c_in each; only g and b are learned).
+ *                    kind 0 uses the running statistics; kind 1 (host training) the batch's, over all samples and
+ *                    positions, and its backward pass moves the running ones by momentum beta (the variance unbiased). */
 
 /* Ops (bit op) whose input / output is an int8 tensor, and the full-integer ops, as bit masks. */
 #define MCT_OP_READS_I8_BIT(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8) MCT_BIT(IN_I8, VALUE)
@@ -249,10 +269,11 @@ typedef struct mct_train_state { MCT_TRAIN_STATE_FIELDS(MCT_FIELD_MEMBER) } mct_
 
 /* ---- saved state: the firmware's SAVE/LOAD (docs/protocol.md) ----
  * Two slots in the board's storage, each a header of MCT_SAVE_HEADER bytes (u32 MCT_SAVE_MAGIC, u32 sequence
- * number, u32 blob bytes, u32 CRC-32 of the blob, the 8-byte model hash) followed by the blob: the RAM
- * parameters, the optimizer slots (slots * n_params floats) and the train state. */
+ * number, u32 blob bytes, u32 CRC-32 of the blob, the 8-byte model hash, u32 blob format version
+ * MCT_FORMAT_BLOB) followed by the blob: the RAM parameters, the optimizer slots (slots * n_params floats)
+ * and the train state. A save of another blob version is not loaded. */
 #define MCT_SAVE_MAGIC 0x5354434Du /* "MCTS" */
-#define MCT_SAVE_HEADER 24u
+#define MCT_SAVE_HEADER 28u
 #define MCT_SAVE_BLOB_BYTES(n_params, slots) \
     ((uint32_t)(sizeof(float) * (n_params) * (1u + (slots)) + sizeof(mct_train_state)))
 #define MCT_SAVE_SLOT_BYTES(n_params, slots) (MCT_SAVE_HEADER + MCT_SAVE_BLOB_BYTES(n_params, slots))

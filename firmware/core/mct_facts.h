@@ -54,6 +54,9 @@ typedef struct mct_fact_struct {
 #define MCT_FACT_SCHEDULE(NAME, VALUE) {#NAME, "MCT_LR_" #NAME, VALUE, {0, 0, 0, 0}},
 #define MCT_FACT_STORAGE(NAME, VALUE) {#NAME, "MCT_STORE_" #NAME, VALUE, {0, 0, 0, 0}},
 #define MCT_FACT_STATUS(NAME, VALUE) {#NAME, "MCT_" #NAME, VALUE, {0, 0, 0, 0}},
+#define MCT_FACT_FORMAT(NAME, VALUE) {#NAME, "MCT_FORMAT_" #NAME, VALUE, {0, 0, 0, 0}},
+#define MCT_FACT_CMD(NAME, VALUE) {#NAME, "MCT_CMD_" #NAME, VALUE, {0, 0, 0, 0}},
+#define MCT_FACT_REPLY(NAME, VALUE) {#NAME, "MCT_ST_" #NAME, VALUE, {0, 0, 0, 0}},
 
 static const mct_fact_entry mct_fact_ops[] = {MCT_OP_LIST(MCT_FACT_OP)};
 static const mct_fact_entry mct_fact_acts[] = {MCT_ACT_LIST(MCT_FACT_ACT)};
@@ -62,6 +65,9 @@ static const mct_fact_entry mct_fact_opts[] = {MCT_OPT_LIST(MCT_FACT_OPT)};
 static const mct_fact_entry mct_fact_schedules[] = {MCT_SCHEDULE_LIST(MCT_FACT_SCHEDULE)};
 static const mct_fact_entry mct_fact_storages[] = {MCT_STORAGE_LIST(MCT_FACT_STORAGE)};
 static const mct_fact_entry mct_fact_statuses[] = {MCT_STATUS_LIST(MCT_FACT_STATUS)};
+static const mct_fact_entry mct_fact_formats[] = {MCT_FORMAT_LIST(MCT_FACT_FORMAT)};
+static const mct_fact_entry mct_fact_cmds[] = {MCT_CMD_LIST(MCT_FACT_CMD)};
+static const mct_fact_entry mct_fact_replies[] = {MCT_REPLY_LIST(MCT_FACT_REPLY)};
 
 #define MCT_FACT_N(a) ((uint32_t)(sizeof(a) / sizeof((a)[0])))
 /* Every list (the call attribute of ops: 0 PARAM, 1 CONST, 2 QOP, 3 NET, as in MCT_OP_LIST). */
@@ -73,6 +79,9 @@ static const mct_fact_list mct_fact_lists[] = {
     {"schedule", "", mct_fact_schedules, MCT_FACT_N(mct_fact_schedules)},
     {"storage", "", mct_fact_storages, MCT_FACT_N(mct_fact_storages)},
     {"status", "", mct_fact_statuses, MCT_FACT_N(mct_fact_statuses)},
+    {"format", "", mct_fact_formats, MCT_FACT_N(mct_fact_formats)},
+    {"cmd", "", mct_fact_cmds, MCT_FACT_N(mct_fact_cmds)},
+    {"reply", "", mct_fact_replies, MCT_FACT_N(mct_fact_replies)},
 };
 #define MCT_FACT_N_LISTS MCT_FACT_N(mct_fact_lists)
 

@@ -59,7 +59,17 @@
     /* int8 -> int8 dense with integer requantization */                                                      \
     X(QDENSE, 16, qdense, QOP, 1, 1)                                                                          \
     /* int8 -> int8 elementwise table */                                                                      \
-    X(QLUT, 17, qlut, QOP, 1, 1)
+    X(QLUT, 17, qlut, QOP, 1, 1)                                                                              \
+    /* 2-D convolution, channels last (see "Spatial ops" in mct.h); kind 1: with bias */                      \
+    X(CONV2D, 18, conv2d, PARAM, 0, 0)                                                                        \
+    /* depthwise 2-D convolution, c_out = c_in * multiplier; kind 1: with bias */                             \
+    X(DWCONV2D, 19, dwconv2d, PARAM, 0, 0)                                                                    \
+    /* max pooling over kh x kw windows (padding taps skipped) */                                             \
+    X(MAXPOOL2D, 20, maxpool2d, PARAM, 0, 0)                                                                  \
+    /* average pooling over kh x kw windows (the mean of the taps inside the input) */                        \
+    X(AVGPOOL2D, 21, avgpool2d, PARAM, 0, 0)                                                                  \
+    /* batch normalisation per channel (c_in channels, last): kind 0 running statistics, 1 batch statistics */ \
+    X(BATCHNORM, 22, batchnorm, PARAM, 0, 0)
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU): X(NAME, value, layer, gate);
  * layer = 1: usable as an ACT layer, gate = 1: usable as a GLU gate. Values stay below 16. */
@@ -72,7 +82,8 @@
     X(SOFTPLUS, 5, 1, 1)                                                                                      \
     X(SINE, 6, 1, 0)                                                                                          \
     X(COSINE, 7, 1, 0)                                                                                        \
-    X(SWISH, 8, 0, 1) /* learned beta per output */
+    X(SWISH, 8, 0, 1) /* learned beta per output */                                                           \
+    X(RELU6, 9, 1, 0) /* min(max(x, 0), 6) */
 
 /* Losses (loss.c): X(NAME, value). HUBER takes a parameter (beta). */
 #define MCT_LOSS_LIST(X)                                                                                      \
@@ -114,6 +125,45 @@
     X(E_NONFINITE_INPUT, 6)  /* an input or target is not finite */                                           \
     X(E_NONFINITE_STATE, 7)  /* host: the update left a parameter or optimizer state not finite (undone) */
 
+/* Format versions: X(NAME, value). Each format that crosses a boundary between a host and a device (or
+ * between two versions of mcutrain) carries its version, and a reader refuses another one:
+ *   PROTOCOL  the frames of docs/protocol.md (byte 1 of every frame; byte 0 and 1 keep their meaning in
+ *             every version, so a device answers a frame of another version with status VERSION);
+ *   BLOB      the device's state as one blob: RAM parameters, optimizer slots, train state (the saves in the
+ *             board's storage and the host's pull/push, whose BLOB frame announces it);
+ *   MODEL     the host's model file (.mct), written and read by mcutrain.modelfile. */
+#define MCT_FORMAT_LIST(X)                                                                                    \
+    X(PROTOCOL, 2)                                                                                            \
+    X(BLOB, 1)                                                                                                \
+    X(MODEL, 1)
+
+/* Commands of the device protocol (docs/protocol.md): X(NAME, value). */
+#define MCT_CMD_LIST(X)                                                                                       \
+    X(INFO, 1)                                                                                                \
+    X(PREDICT, 2)                                                                                             \
+    X(TRAIN, 3)                                                                                               \
+    X(READ, 4)                                                                                                \
+    X(WRITE, 5)                                                                                               \
+    X(SAVE, 6)                                                                                                \
+    X(LOAD, 7)                                                                                                \
+    X(STATS, 8)                                                                                               \
+    X(RESET, 9)                                                                                               \
+    X(BLOB, 10)              /* announce the blob a pull or push moves: its version and sizes */              \
+    X(QUIT, 0x7F)
+
+/* Reply statuses of the device protocol (the status byte of a reply): X(NAME, value). */
+#define MCT_REPLY_LIST(X)                                                                                     \
+    X(OK, 0)                                                                                                  \
+    X(BAD_CRC, 1)                                                                                             \
+    X(BAD_LENGTH, 2)                                                                                          \
+    X(UNKNOWN, 3)                                                                                             \
+    X(BAD_ARG, 4)                                                                                             \
+    X(NONFINITE, 5)                                                                                           \
+    X(STORE, 6)                                                                                               \
+    X(NO_SAVE, 7)                                                                                             \
+    X(UNSUPPORTED, 8)                                                                                         \
+    X(VERSION, 9)            /* a frame or blob of another format version; the data: the device's version */
+
 /* ---- structs the host writes as bytes: X(type, field, numpy kind), in declaration order ---- */
 /* One layer of a network (mct_layer). Offsets into the trace arena are per sample: a batch of nb samples
  * keeps the region at off * nb, laid out [nb][width]. */
@@ -133,7 +183,20 @@
     X(uint32_t, n_w, 'u')        /* the first n_w parameters are connection weights (get L1/L2) */            \
     X(uint32_t, in_off, 'u')     /* arena offset of the input */                                              \
     X(uint32_t, out_off, 'u')    /* arena offset of the output */                                             \
-    X(uint32_t, aux_off, 'u')    /* arena offset of op-specific trace (GLU pre-activations, RMSNorm rms) */
+    X(uint32_t, aux_off, 'u')    /* arena offset of op-specific trace (GLU pre-activations, RMSNorm rms) */  \
+    X(uint16_t, h_in, 'u')       /* spatial ops: input height (1 for 1-D), width, channels (last) */          \
+    X(uint16_t, w_in, 'u')                                                                                    \
+    X(uint16_t, c_in, 'u')                                                                                    \
+    X(uint16_t, h_out, 'u')      /* spatial ops: output height, width, channels */                            \
+    X(uint16_t, w_out, 'u')                                                                                   \
+    X(uint16_t, c_out, 'u')                                                                                   \
+    X(uint16_t, kh, 'u')         /* spatial ops: window (kernel) height and width */                          \
+    X(uint16_t, kw, 'u')                                                                                      \
+    X(uint8_t, sh, 'u')          /* spatial ops: stride down and across */                                    \
+    X(uint8_t, sw, 'u')                                                                                       \
+    X(uint8_t, pt, 'u')          /* spatial ops: padding rows above and columns left (below/right follow) */  \
+    X(uint8_t, pl, 'u')                                                                                       \
+    X(float, beta, 'f')          /* BatchNorm: momentum of the running statistics */
 
 /* Optimizer configuration (mct_opt): TrainParams plus the optimizer's coefficients. */
 #define MCT_OPT_FIELDS(X)                                                                                     \
