@@ -43,7 +43,9 @@ def start_process(
     start = processes.spawn if own_group else subprocess.Popen  # spawn: its own group, ends with mcutrain
     with open(log, "ab") as out:
         try:
-            return start(list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+            # a session of its own: Flower's SuperNode and SuperExec fail their task tokens in a shared session
+            kw = {"start_new_session": True} if own_group else {}
+            return start(list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, **kw)
         except OSError as e:
             raise FleetError(f"cannot start {cmd[0]}: {e}") from None
 

@@ -6,7 +6,10 @@ processes of a fleet) starts here, so that none outlives mcutrain however mcutra
   mcutrain then stops its children itself.
 - **Ended on every exit mcutrain can see.** Live children are listed; at exit (a normal end, an error,
   Ctrl-C, SIGTERM, SIGHUP) each group gets SIGTERM, then SIGKILL after a short grace.
-- **Ended on the exits it cannot see.** On Linux each child asks the kernel for SIGKILL when mcutrain dies
+- **Ended on the exits it cannot see.** On Linux a watchdog process, which holds the only other end of a pipe
+  from mcutrain and is told every child's process group, ends the groups still listed when the pipe closes:
+  whatever ended mcutrain, SIGKILL or a crash included, a child's own children end too. Each child also
+  asks the kernel for SIGKILL when mcutrain dies
   (`prctl(PR_SET_PDEATHSIG)`, set by util-linux's `setpriv --pdeathsig KILL` just before the program runs),
   so a SIGKILL of mcutrain, or a crash, ends its children too. The kernel sends it when the *thread* that
   started the child ends, so children are started from the main thread or from one spawner thread that lives
@@ -15,8 +18,8 @@ processes of a fleet) starts here, so that none outlives mcutrain however mcutra
   run whatever SIGINT runs at that moment (KeyboardInterrupt, or `train`'s stop-and-save), so the same
   cleanup happens.
 
-Descendants that a child starts inherit no death signal: after a SIGKILL of mcutrain itself, a child's own
-children (a compiler under PlatformIO) run on until they end by themselves, which for a compiler is seconds.
+A process that leaves its group (calls setsid or setpgid itself) is out of reach of the group signals; the
+programs mcutrain starts do not.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, List, Optional, Sequence, Set
 
 STOP_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when a child is stopped
@@ -87,14 +91,17 @@ def _check_program(args: Sequence[str], kw: Any) -> None:
 
 
 def _popen(args: Sequence[str], kw: Any) -> subprocess.Popen:
-    """Popen in a process group of its own with SIGKILL as the parent-death signal (where available)."""
-    kw.pop("start_new_session", None)
+    """Popen in a process group of its own (in a session of its own with start_new_session=True) with SIGKILL
+    as the parent-death signal (where available)."""
+    session = bool(kw.pop("start_new_session", False))
     kw.pop("process_group", None)
     args = [str(a) for a in args]
     prefix = _death_signal_prefix()
     if prefix:
         _check_program(args, kw)
-    if sys.version_info >= (3, 11):
+    if session:
+        kw["start_new_session"] = True
+    elif sys.version_info >= (3, 11):
         kw["process_group"] = 0
     else:  # pragma: no cover - Python 3.9/3.10: a new session is a new process group as well
         kw["start_new_session"] = True
@@ -134,6 +141,92 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
+# The watchdog: a small process that holds the read end of a pipe whose write end only mcutrain holds. mcutrain
+# tells it every child's process group as it starts and stops; when the pipe closes (mcutrain ended in any
+# way, SIGKILL included) it ends every group still listed: SIGTERM, then SIGKILL. A group whose leader's pid now
+# belongs to another process (started later) is left alone.
+_WATCHDOG_CODE = r"""
+import os, signal, sys, time
+groups = {}
+buf = b""
+while True:
+    try:
+        chunk = os.read(0, 4096)
+    except InterruptedError:
+        continue
+    if not chunk:
+        break
+    buf += chunk
+    *lines, buf = buf.split(b"\n")
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == b"+":
+            groups[int(parts[1])] = parts[2]
+        elif len(parts) == 2 and parts[0] == b"-":
+            groups.pop(int(parts[1]), None)
+def same(pid, start):
+    try:
+        stat = open(f"/proc/{pid}/stat", "rb").read()
+    except OSError:
+        return True  # the leader is gone; its pid stays reserved while its group has members
+    return stat[stat.rindex(b")") + 2:].split()[19] == start
+live = [g for g, s in groups.items() if same(g, s)]
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for g in live:
+        try:
+            os.killpg(g, sig)
+        except OSError:
+            pass
+    time.sleep(0.5)
+"""
+
+
+class _Watchdog:
+    """The watchdog process (Linux; started with the first child) and the pipe to it."""
+
+    def __init__(self) -> None:
+        self._proc: Optional[subprocess.Popen] = None
+        self._lock = threading.Lock()
+        self._failed = False
+
+    def _start(self) -> Optional[subprocess.Popen]:
+        if self._proc is None and not self._failed and sys.platform.startswith("linux"):
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-S", "-c", _WATCHDOG_CODE],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,  # out of reach of the terminal's Ctrl-C and of a kill of our group
+                )
+            except OSError:
+                self._failed = True
+        return self._proc
+
+    def tell(self, line: str) -> None:
+        with self._lock:
+            proc = self._start()
+            if proc is None or proc.stdin is None:
+                return
+            try:
+                proc.stdin.write(line.encode() + b"\n")
+                proc.stdin.flush()
+            except OSError:
+                self._failed = True
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _start_time(pid: int) -> str:
+    """The kernel's start time of a process (field 22 of /proc/PID/stat), '0' where there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2 :].split()[19]
+    except (OSError, ValueError, IndexError):
+        return "0"
+
+
 def spawn(args: Sequence[str], **kw: Any) -> subprocess.Popen:
     """subprocess.Popen(args, **kw) for a child that ends with mcutrain (see the module docstring); stop it
     with `stop`."""
@@ -143,7 +236,14 @@ def spawn(args: Sequence[str], **kw: Any) -> subprocess.Popen:
         proc = _SPAWNER.start(args, kw)
     with _live_lock:
         _live.add(proc)
+    _WATCHDOG.tell(f"+ {proc.pid} {_start_time(proc.pid)}")
     return proc
+
+
+def _forget(proc: subprocess.Popen) -> None:
+    with _live_lock:
+        _live.discard(proc)
+    _WATCHDOG.tell(f"- {proc.pid}")
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
@@ -178,8 +278,7 @@ def stop(proc: subprocess.Popen, grace: float = STOP_GRACE) -> Optional[int]:
     except subprocess.TimeoutExpired:
         return None
     finally:
-        with _live_lock:
-            _live.discard(proc)
+        _forget(proc)
     return proc.returncode
 
 
@@ -203,8 +302,7 @@ def run(
     except BaseException:
         stop(proc, EXIT_GRACE)
         raise
-    with _live_lock:
-        _live.discard(proc)
+    _forget(proc)
     return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
 
 
@@ -234,8 +332,8 @@ def stop_all(grace: float = EXIT_GRACE) -> None:
             p.wait(timeout=REAP_WAIT)
         except subprocess.TimeoutExpired:
             pass
-    with _live_lock:
-        _live.difference_update(procs)
+    for p in procs:
+        _forget(p)
 
 
 atexit.register(stop_all)
