@@ -34,6 +34,7 @@ def _register() -> None:
     """Add every command to the group."""
     from .device import device
     from .export import build, export, flash, sim
+    from .features import features
     from .fleet import fleet
     from .interop import export_onnx, import_cmd
     from .layers import layers
@@ -46,6 +47,7 @@ def _register() -> None:
     for cmd in (import_cmd, export_onnx):
         main.add_command(cmd)
     main.add_command(fleet)
+    main.add_command(features)
 
 
 _register()

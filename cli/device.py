@@ -23,23 +23,68 @@ from .data_options import data_options, pop_data_options
 OPT_KINDS = names(OptKind)  # the core's optimizer names, in enum mct_opt_kind order
 
 
+SIM_KEY = "mcutrain_device_sim"  # where --sim leaves its project in the click context
+
+
+def _remember_sim(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> None:
+    ctx.meta[SIM_KEY] = value
+
+
 def port_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--port, --baud and --timeout."""
+    """--port, --baud, --timeout and --sim."""
+    f = click.option(
+        "--sim",
+        type=click.Path(exists=True, file_okay=False),
+        default=None,
+        expose_value=False,
+        callback=_remember_sim,
+        help="Instead of --port: start the exported project's simulated board for this command and stop it after "
+        "(its saves are kept; `mcutrain serve` keeps one running).",
+    )(f)
     f = click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for replies.")(f)
     f = click.option("--baud", type=int, default=115200, show_default=True, help="Serial speed.")(f)
     return click.option(
         "--port",
-        required=True,
+        default=None,
         envvar="MCUTRAIN_PORT",
         help="Serial port of the device (or a pty), e.g. /dev/ttyACM0; or set MCUTRAIN_PORT.",
     )(f)
 
 
-def connect(port: str, baud: int, timeout: float) -> Any:
-    """An open Device."""
+def connect(port: Optional[str], baud: int, timeout: float) -> Any:
+    """An open Device: on --port, or on the simulated board of --sim PROJECT, started now and stopped when the
+    Device is closed."""
     from mcutrain.exporter.client import Device
 
+    project = click.get_current_context().meta.get(SIM_KEY)
+    if project:
+        return _simulated_device(project, baud, max(timeout, 30.0))
+    if not port:
+        raise CliError(
+            "give the device's port with --port (or set MCUTRAIN_PORT), or a simulated board with --sim PROJECT"
+        )
     return Device.open(port, baud, timeout)
+
+
+def _simulated_device(project: str, baud: int, timeout: float) -> Any:
+    """A Device on the project's simulated board, which ends when the Device closes."""
+    from mcutrain.exporter import serve as serve_mod
+    from mcutrain.exporter.client import Device
+
+    from .export import project_board, read_project, require_pio, require_simulator
+
+    meta = read_project(project)
+    board = project_board(meta, None, project)
+    require_simulator(board)
+    require_pio()
+    served = serve_mod.serve(Path(project), board)
+    try:
+        dev = Device.open(served.port, baud, timeout)
+    except BaseException:
+        served.stop()
+        raise
+    dev.process = served.process  # closing the Device ends the simulator
+    return dev
 
 
 def checked_project(dev: Any, project: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -100,6 +145,7 @@ def info_cmd(port: str, baud: int, timeout: float, project: Optional[str]) -> No
     with connect(port, baud, timeout) as dev:
         i = dev.info()
         checked_project(dev, project)
+        port = port or getattr(dev.link, "port", "the simulated board")
     rows = [
         ["model hash", i.hash + (f" (matches {project})" if project else "")],
         ["inputs", i.n_in],

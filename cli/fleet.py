@@ -111,7 +111,9 @@ def local(fleet_file: Optional[str], **kw: Any) -> None:
     that fails is dropped for the round and reconnected in the next."""
     from mcutrain.fleet.config import load_config
     from mcutrain.fleet.deploy import Fleet
+    from mcutrain.fleet.processes import interrupt_on_sigterm
 
+    interrupt_on_sigterm()  # SIGTERM ends the run as Ctrl-C does: everything started is stopped
     data = pop_data_options(kw)
     if kw["simulate"] is not None:
         if fleet_file:
@@ -243,22 +245,23 @@ def link(
     whose keys were registered (`mcutrain fleet register`)."""
     from mcutrain.fleet.deploy import LinkSecurity, superlink_command, write_connection
     from mcutrain.fleet.node import check_transport
-    from mcutrain.fleet.processes import start_process, stop_process
+    from mcutrain.fleet.processes import interrupt_on_sigterm, start_process, stop_process
 
     if insecure == (certs_dir is not None):
         raise CliError("give --certs FOLDER (TLS and node authentication) or --insecure")
     check_transport(f"{host}:{port}", insecure, allow_insecure)
     sec = LinkSecurity()
     if certs_dir:
-        c = Path(certs_dir)
+        c = Path(certs_dir).resolve()
         sec = LinkSecurity(c / "ca.crt", c / "server.pem", c / "server.key", auth=not no_auth)
         for f in (sec.ca, sec.cert, sec.key):
             if not Path(str(f)).is_file():
                 raise CliError(f"{f} does not exist: make it with `mcutrain fleet certs {certs_dir} --host ...`")
-    st = Path(state)
+    st = Path(state).resolve()
     env = _flower_env(st)
     local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     write_connection(st / "flwr-home", f"{local}:{port}", sec.ca)
+    interrupt_on_sigterm()
     p = start_process(superlink_command(host, port, sec, st / "superlink.db"), st / "superlink.log", env)
     click.echo(
         f"SuperLink on {host}:{port} ({'insecure' if insecure else 'TLS'}); log {st / 'superlink.log'}; Ctrl-C stops"
@@ -330,15 +333,17 @@ def node(**kw: Any) -> None:
     from mcutrain.fleet.config import DeviceSpec
     from mcutrain.fleet.deploy import build_simulated
     from mcutrain.fleet.node import NodeSpec, check_transport, run_node
+    from mcutrain.fleet.processes import interrupt_on_sigterm
     from mcutrain.modelfile import load_model
     from mcutrain.sources import DataSettings
 
+    interrupt_on_sigterm()  # a firmware build that SIGTERM interrupts is ended with it
     if (kw["port"] is None) == (kw["board"] is None):
         raise CliError("give the device: --device /dev/ttyACM0 (a board) or --board native --model M (simulated)")
     if not kw["insecure"] and not kw["root_certificates"]:
         raise CliError("give --root-certificates ca.crt (TLS; with --auth-key for node authentication) or --insecure")
     check_transport(kw["superlink"], kw["insecure"], kw["allow_insecure"])
-    workdir = Path(kw["workdir"])
+    workdir = Path(kw["workdir"]).resolve()
     project = None
     if kw["board"]:
         if not kw["model"]:
@@ -347,11 +352,11 @@ def node(**kw: Any) -> None:
     name = kw["name"] or Path(kw["port"] or kw["board"]).name
     dev = DeviceSpec(
         name=name,
-        data=Path(kw["data"]),
+        data=Path(kw["data"]).resolve(),
         port=kw["port"],
         baud=kw["baud"],
         board=kw["board"],
-        eval=Path(kw["eval_data"]) if kw["eval_data"] else None,
+        eval=Path(kw["eval_data"]).resolve() if kw["eval_data"] else None,
     )
     spec = NodeSpec(
         device=dev,
@@ -360,8 +365,8 @@ def node(**kw: Any) -> None:
         index=kw["index"],
         data=DataSettings(classify=kw["classify"]),
         project=project,
-        root_certificates=Path(kw["root_certificates"]) if kw["root_certificates"] else None,
-        auth_key=Path(kw["auth_key"]) if kw["auth_key"] else None,
+        root_certificates=Path(kw["root_certificates"]).resolve() if kw["root_certificates"] else None,
+        auth_key=Path(kw["auth_key"]).resolve() if kw["auth_key"] else None,
         insecure=kw["insecure"],
     )
     run_node(spec, say=click.echo)
@@ -402,5 +407,8 @@ def run(fleet_file: str, state: str, **kw: Any) -> None:
         if rec.get("event") == "step":
             click.echo(_round_line(RoundReport.from_record(rec), cfg.rounds, cfg.n_nodes))
 
+    from mcutrain.fleet.processes import interrupt_on_sigterm
+
+    interrupt_on_sigterm()
     run_app(cfg, _flower_env(st), st / f"run-{Path(fleet_file).stem}", kw["resume"], on_record)
     click.echo(f"rounds done; global model {cfg.output}" + (f", log {cfg.log}" if cfg.log else ""))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -11,9 +12,12 @@ import numpy as np
 
 from mcutrain import losses as losses_mod
 from mcutrain.datasets import DataError
+from mcutrain.featdata import FrontEnd
+from mcutrain.features import FeatureSpec
 from mcutrain.losses import Loss
 from mcutrain.modelfile import MAGIC, Checkpoint, load_model
 from mcutrain.modelmeta import class_names, device_export
+from mcutrain.optim import TrainParams
 from mcutrain.sources import (
     DataSettings,
     FileSource,
@@ -24,6 +28,8 @@ from mcutrain.sources import (
     metrics,
     open_source,
 )
+from mcutrain.tiny_models import ARCHITECTURES
+from mcutrain.tiny_models import build as build_architecture
 
 from .common import CliError, MissingTool, OutputPath, example, note, table, write_output
 from .data_options import data_options, pop_data_options
@@ -54,8 +60,19 @@ def eval_source(ck: Checkpoint, spec: DataSettings, samples: int) -> Tuple[Sourc
     """(source, x, y, what) to evaluate on: the given data (all of it), else the model's own data source
     (its held-out split, or fresh samples of its problem)."""
     stored = ck.metadata.get("train") or {}
+    frontend = model_frontend(ck)
+    if spec.given and frontend is not None and frontend.spec is not None:
+        # raw windows through the model's own pipeline and normalisation
+        if spec.features and FeatureSpec.parse(spec.features) != frontend.spec:
+            raise CliError("--features differs from the pipeline the model was trained with: leave it out")
+        spec = replace(spec, features=frontend.spec.text())
     if spec.given:
-        src = open_source(spec, int(stored.get("seed", 0)), classes=class_names(ck.metadata))
+        src = open_source(
+            spec,
+            int(stored.get("seed", 0)),
+            classes=class_names(ck.metadata),
+            frontend=frontend if spec.features else None,
+        )
         x, y = src.evaluation(samples)
         return src, x, y, f"{src.name} ({len(x)} samples)"
     own = stored_source(ck)
@@ -67,6 +84,12 @@ def eval_source(ck: Checkpoint, spec: DataSettings, samples: int) -> Tuple[Sourc
     x, y = own.evaluation(samples)
     what = "fresh samples" if isinstance(own, ProblemSource) else "all samples: no split was held out"
     return own, x, y, f"{own.name} ({len(x)} {what})"
+
+
+def model_frontend(ck: Checkpoint) -> Optional[FrontEnd]:
+    """The front end (feature pipeline and normalisation) a model file keeps, or None."""
+    d = ck.metadata.get("frontend")
+    return None if d is None else FrontEnd.from_dict(d, ck.net.n_in)
 
 
 def device_overlap(ck: Checkpoint, src: Source) -> Tuple[int, int]:
@@ -342,7 +365,13 @@ def describe_training(ck: Checkpoint) -> List[str]:
 
 
 @click.command()
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model", type=click.Path(exists=True, dir_okay=False), required=False)
+@click.option(
+    "--arch",
+    type=click.Choice(sorted(ARCHITECTURES)),
+    default=None,
+    help="Show a reference architecture (untrained, seeded) instead of a model file.",
+)
 @click.option("--board", default=None, help="Show the memory plan on this board (see `mcutrain boards`).")
 @click.option(
     "--quant",
@@ -358,9 +387,11 @@ def describe_training(ck: Checkpoint) -> List[str]:
 @example("""
 mcutrain info model.mct
 mcutrain info model.mct --board uno --trainable last:1
-mcutrain info model.mct --board uno --optimizer sgd --save params""")
+mcutrain info model.mct --board uno --optimizer sgd --save params
+mcutrain info --arch ds_cnn --board nucleo_f401re --trainable last:1""")
 def info(
-    model: str,
+    model: Optional[str],
+    arch: Optional[str],
     board: Optional[str],
     quant: Optional[str],
     trainable: Optional[str],
@@ -370,9 +401,19 @@ def info(
 ) -> None:
     """Layers (sizes, parameters, multiply-accumulates), what the file records about its training, and
     the memory plan on a board."""
-    ck = load_model(model)
+    if (model is None) == (arch is None):
+        raise CliError("give a model file or --arch NAME (one of them)")
+    if arch is not None:
+        net = build_architecture(arch).rand_params(seed=0)
+        ck = Checkpoint(net, net.new_sgd(TrainParams()))
+        model = f"--arch {arch}"
+    else:
+        ck = load_model(model)
     rows, params, macs = layer_rows(ck)
+    shape = "x".join(str(d) for d in ck.net.in_shape or ())
     click.echo(f"{model}: {ck.net.describe()}")
+    if ck.net.in_shape is not None and len(ck.net.in_shape) > 1:
+        click.echo(f"input shape {shape} (channels last)")
     click.echo(f"{ck.net.n_in} inputs, {ck.net.n_out} outputs, {params:,} parameters, {macs:,} MACs per sample")
     click.echo(
         table(
@@ -383,6 +424,14 @@ def info(
     )
     for line in describe_training(ck):
         click.echo(line)
+    fe = model_frontend(ck)
+    if fe is not None and fe.spec is not None:
+        z = fe.spec.sizes()
+        click.echo(
+            f"front end   {fe.spec.text()}: raw windows of {z.n_in} values -> {z.n_frames} x {z.n_per_frame} "
+            f"features{', normalised' if fe.mean is not None else ''}"
+            + (f"; labels {', '.join(fe.labels)}" if fe.labels else "")
+        )
     if board:
         from mcutrain.exporter.boards import get_board
         from mcutrain.exporter.export import board_device_model
@@ -515,5 +564,7 @@ def boards(as_json: bool) -> None:
             right=[False, False, False, True, True, True, False, False, False],
         )
     )
-    click.echo("storage: what device saves can use (none: SAVE answers 'not supported'); the simulated stand-ins")
-    click.echo("have the board's RAM and storage, except where the simulator column gives the stand-in's RAM")
+    note(
+        "storage: what device saves can use (none: SAVE answers 'not supported'); the simulated stand-ins have the "
+        "board's RAM and storage, except where the simulator column gives the stand-in's RAM"
+    )

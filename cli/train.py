@@ -11,7 +11,7 @@ from click.core import ParameterSource
 
 from mcutrain import layers as L
 from mcutrain import losses as losses_mod
-from mcutrain.architecture import load_architecture_file, parse_inline
+from mcutrain.architecture import load_architecture_file, parse_inline, parse_shape
 from mcutrain.losses import Loss
 from mcutrain.modelfile import load_model
 from mcutrain.modelmeta import class_names
@@ -20,6 +20,8 @@ from mcutrain.optim import KINDS, SCHEDULES, Optimizer, TrainParams
 from mcutrain.recorder import Recorder
 from mcutrain.run import RunSettings, TrainingRun
 from mcutrain.sources import FileSource, Source, check_widths, open_source
+from mcutrain.tiny_models import ARCHITECTURES
+from mcutrain.tiny_models import build as build_architecture
 
 from .common import CliError, Interrupted, OutputPath, Progress, check_output, example, note
 from .data_options import DATA_KEYS, data_options, pop_data_options
@@ -51,6 +53,7 @@ DATA_FIELDS = {
     "x_key": "x_key",
     "y_key": "y_key",
     "classify": "classify",
+    "features": "features",
 }  # option -> DataSettings
 # how a resumed run names a change of its data source's settings, and the DataSettings fields behind each
 DATA_CHANGES = [
@@ -61,6 +64,7 @@ DATA_CHANGES = [
     ("--x-key", ("x_key",)),
     ("--y-key", ("y_key",)),
     ("--classify", ("classify",)),
+    ("--features", ("features",)),
 ]
 
 
@@ -73,6 +77,22 @@ def _options(f: Any) -> Any:
             default=None,
             help=f"Inline network, e.g. '{DEFAULT_NET}' (the default with the default problem); "
             "`mcutrain layers` lists the layer names and their sizes.",
+        ),
+        click.option(
+            "--arch",
+            "arch",
+            type=click.Choice(sorted(ARCHITECTURES)),
+            default=None,
+            help="A reference architecture instead of --net: the MLPerf Tiny models (ds_cnn, fc_autoencoder, "
+            "mobilenet_v1_025) or the digits CNN (`mcutrain info --arch NAME` shows its layers).",
+        ),
+        click.option(
+            "--input-shape",
+            "input_shape",
+            default=None,
+            metavar="HxWxC",
+            help="Shape of one input sample for networks that start with a spatial layer: HxWxC for images "
+            "(e.g. 8x8x1), TxC for series; data files give flat rows in that order (channels last).",
         ),
         click.option(
             "--net-file",
@@ -338,12 +358,12 @@ def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
     if kw["log_path"]:
         check_output(Path(kw["log_path"]), kw["force"], "log")
     data = pop_data_options(kw)
-    default_example = not (kw["net_text"] or kw["net_file"] or data.given)
+    default_example = not (kw["net_text"] or kw["net_file"] or kw["arch"] or data.given)
     if default_example:
         data.problem = DEFAULT_PROBLEM
-    net = _network(kw["net_text"], kw["net_file"])
+    net = _network(kw["net_text"], kw["net_file"], kw["input_shape"], kw["arch"])
     source = open_source(data, kw["seed"], kw["val"])
-    given = kw["net_text"] or kw["net_file"]
+    given = kw["net_text"] or kw["net_file"] or kw["arch"]
     check_widths(net.n_in, net.n_out, source, "the network" if given else f"the default network ({DEFAULT_NET})")
     loss = _loss(kw["loss_name"], net)
     settings = RunSettings(
@@ -379,13 +399,20 @@ def _remembered(source: Source, base: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _network(net_text: Optional[str], net_file: Optional[str]) -> Module:
-    """The network from --net or --net-file (the README's example without either)."""
-    if net_text and net_file:
-        raise CliError("give the network either inline (--net) or as a file (--net-file), not both")
+def _network(
+    net_text: Optional[str], net_file: Optional[str], input_shape: Optional[str] = None, arch: Optional[str] = None
+) -> Module:
+    """The network from --net, --net-file or --arch (the README's example without any), sized by --input-shape."""
+    if sum(bool(v) for v in (net_text, net_file, arch)) > 1:
+        raise CliError("give the network one way: inline (--net), as a file (--net-file) or by name (--arch)")
+    if arch:
+        if input_shape:
+            raise CliError(f"--arch {arch} fixes its input shape; leave out --input-shape")
+        return build_architecture(arch)
+    shape = parse_shape(input_shape) if input_shape else None
     if net_file:
-        return load_architecture_file(net_file)
-    return parse_inline(net_text or DEFAULT_NET)
+        return load_architecture_file(net_file, shape)
+    return parse_inline(net_text or DEFAULT_NET, shape)
 
 
 def _loss(name: str, net: Module) -> Loss:
@@ -446,7 +473,7 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     """Everything a resumed run needs: the model file's state, its stored settings, and what the
     command line changes (with a note when that makes the result differ from an uninterrupted run)."""
     src = Path(kw["resume"])
-    for fixed in ("net_text", "net_file", "init_scale"):
+    for fixed in ("net_text", "net_file", "arch", "input_shape", "init_scale"):
         if fixed in explicit:
             raise CliError(
                 f"--{fixed.replace('_text', '').replace('_file', '').replace('_', '-')} cannot be used "

@@ -33,7 +33,8 @@ class Board:
     platformio: Dict[str, Any]
     sim: Optional[Dict[str, Any]] = None
     framework_code: int = 0  # flash the real board's Arduino framework adds (its stand-in runs a bare-metal port)
-    op_code_scale: float = 1.0  # the heavier ops' and optimizers' code as a multiple of their AVR size
+    op_code_scale: float = 1.0  # the heavier ops' code as a multiple of their AVR size
+    opt_code_scale: float = 1.0  # the optimizers' code as a multiple of their AVR size
     path: Optional[Path] = field(default=None, repr=False)
 
     @property
@@ -95,9 +96,10 @@ def _check_values(d: Dict[str, Any], path: Path) -> None:
     ):
         if key in d:
             whole(key, d[key], lo)
-    scale = d.get("op_code_scale", 1.0)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale <= 10:
-        bad("op_code_scale", "a number from 0 to 10", scale)
+    for key in ("op_code_scale", "opt_code_scale"):
+        scale = d.get(key, 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale <= 10:
+            bad(key, "a number from 0 to 10", scale)
     pio = d.get("platformio", {})
     if not isinstance(pio, dict):
         bad("platformio", "a table ([platformio])", pio)
@@ -141,6 +143,7 @@ def load_board_file(path: Path) -> Board:
             code_estimate=int(d.get("code_estimate", 0)),
             framework_code=int(d.get("framework_code", 0)),
             op_code_scale=float(d.get("op_code_scale", 1.0)),
+            opt_code_scale=float(d.get("opt_code_scale", d.get("op_code_scale", 1.0))),
             stack_margin=int(d.get("stack_margin", 0)),
             platformio=dict(d.get("platformio", {})),
             sim=d.get("sim"),

@@ -21,6 +21,9 @@ the fleet simulates) with the data shard each one learns from, and how the Flowe
     board = "native"             # simulated: exported, built and started by the fleet
     data = "shard-1.npz"
 
+A coordinator whose devices sit on other machines (`mcutrain fleet run`) lists no devices and says how
+many nodes it waits for instead: nodes = 4.
+
 Relative paths are relative to the fleet file's folder. Every mistake is a FleetError that names the key.
 """
 

@@ -73,7 +73,7 @@ def write_connection(flwr_home: Path, address: str, ca: Optional[Path]) -> None:
         f"[superlink.{CONNECTION}]",
         f"address = {json.dumps(address)}",
     ]
-    lines.append(f"root-certificates = {json.dumps(str(ca))}" if ca is not None else "insecure = true")
+    lines.append(f"root-certificates = {json.dumps(str(ca.resolve()))}" if ca is not None else "insecure = true")
     (flwr_home / "config.toml").write_text("\n".join(lines) + "\n")
 
 

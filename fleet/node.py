@@ -9,8 +9,10 @@ train and evaluate requests on a Unix socket that only it and the ClientApps of 
 coordinator's messages to the keeper. The SuperNode learns where the keeper is through its node config.
 
 A SuperNode that ends (it was killed, or lost the SuperLink for good) is started again: the node rejoins
-the fleet, with the same node ID when it authenticates with a key. One that the SuperLink refuses (a key
-it has not registered) ends the node with a FleetError.
+the fleet, with the same node ID when it authenticates with a key. The SuperLink lets a node with that key
+in again only once the killed one missed its heartbeats (about a minute): until then the node keeps
+trying. A node whose first SuperNode the SuperLink refuses (a key it has not registered) ends with a
+FleetError.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from .config import DeviceSpec
 from .processes import flower_env, free_port, start_process, stop_process
 from .worker import DeviceFault, DeviceWorker, Task
 
-EXIT_NOT_REGISTERED = 305  # flower-supernode's exit code when the SuperLink refuses to activate it
-RESTART_DELAY = 1.0  # seconds before a SuperNode that ended is started again
+REFUSED = "Failed to activate SuperNode"  # what flower-supernode logs when the SuperLink refuses it
+ACTIVATED = "SuperNode ID:"  # what it logs when the SuperLink let it in
+RESTART_DELAY = 2.0  # seconds before a SuperNode that ended is started again
+CONNECT_RETRIES = 2  # a SuperNode gives up connecting after this many retries (the node starts it again)
 SOCKET = "keeper.sock"
 KEY = "keeper.key"
 
@@ -80,8 +84,8 @@ def check_transport(superlink: str, insecure: bool, allow_insecure: bool) -> Non
     if insecure and not allow_insecure and host not in ("127.0.0.1", "localhost", "::1"):
         raise FleetError(
             f"the SuperLink {superlink} is not on this machine: without TLS anyone on the network can read and "
-            "change the models and join the fleet. Give --root-certificates (and --auth-key), or pass "
-            "--allow-insecure to give that up knowingly"
+            "change the models and join the fleet. Use TLS and node keys (make them with `mcutrain fleet certs`), "
+            "or pass --allow-insecure to give that up knowingly"
         )
 
 
@@ -166,6 +170,7 @@ class Keeper:
 def supernode_command(spec: NodeSpec, runtime_port: int, keeper: Path) -> List[str]:
     """The flower-supernode command line of a node."""
     cmd = ["flower-supernode", "--superlink", spec.superlink, "--port", str(runtime_port)]
+    cmd += ["--max-retries", str(CONNECT_RETRIES)]
     if spec.insecure:
         cmd.append("--insecure")
     elif spec.root_certificates is not None:
@@ -194,15 +199,20 @@ def run_node(spec: NodeSpec, stop: Optional[threading.Event] = None, say: Any = 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     keeper.start()
+    activated = False
+    mark = 0
     try:
         while not stop.is_set():
             if proc is None:
                 port = spec.runtime_port or free_port()
+                mark = log.stat().st_size if log.is_file() else 0
                 proc = start_process(supernode_command(spec, port, keeper.folder), log, env, own_group=False)
                 say(f"{spec.device.name}: SuperNode started (pid {proc.pid}), SuperLink {spec.superlink}")
             code = proc.poll()
+            if not activated and ACTIVATED in _since(log, mark):
+                activated = True
             if code is not None:
-                if code == EXIT_NOT_REGISTERED:
+                if REFUSED in _since(log, mark) and not activated:
                     raise FleetError(
                         f"the SuperLink {spec.superlink} refused {spec.device.name}: its key is not registered "
                         f"(register {spec.auth_key}.pub with `mcutrain fleet register`); see {log}"
@@ -217,6 +227,16 @@ def run_node(spec: NodeSpec, stop: Optional[threading.Event] = None, say: Any = 
         if proc is not None:
             stop_process(proc, own_group=False)
         keeper.close()
+
+
+def _since(log: Path, mark: int) -> str:
+    """What log says after byte mark."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(mark)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from mcutrain import processes
 from mcutrain.errors import FleetError
@@ -62,7 +62,52 @@ def stop_process(p: subprocess.Popen, grace: float = STOP_GRACE, own_group: bool
                 p.kill()
         p.wait()
         return
-    processes.stop(p, grace)
+    # Flower starts some helpers in a session of their own (the SuperLink's SuperExec, and the ServerApp it
+    # starts): they are ended as the group's descendants
+    family = descendants(p.pid)
+    _signal_all(family, signal.SIGTERM)
+    processes.stop(p, grace)  # the group: SIGTERM, SIGKILL after grace, reaped
+    _signal_all(family, signal.SIGKILL)
+
+
+def descendants(pid: int) -> set:
+    """The ids of pid's descendant processes, and of the processes in their process groups (Linux /proc;
+    empty elsewhere)."""
+    parent: Dict[int, int] = {}
+    group: Dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parent[int(e)], group[int(e)] = int(fields[1]), int(fields[2])
+    out: set = set()
+    todo = [pid]
+    while todo:
+        cur = todo.pop()
+        for child, ppid in parent.items():
+            if ppid == cur and child not in out:
+                out.add(child)
+                todo.append(child)
+    groups = {group[c] for c in out if c in group}
+    out |= {q for q, g in group.items() if g in groups and g != os.getpgrp()}
+    out.discard(os.getpid())
+    return out
+
+
+def _signal_all(pids: set, sig: int) -> None:
+    for q in pids:
+        try:
+            os.kill(q, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def kill_process(p: subprocess.Popen) -> None:
@@ -86,6 +131,7 @@ def flower_env(folder: Path, flwr_home: Path) -> Dict[str, str]:
     and launchers (in folder/bin) that run Flower's commands with this Python first on PATH."""
     from importlib.metadata import entry_points
 
+    folder, flwr_home = folder.resolve(), flwr_home.resolve()
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.name in FLOWER_COMMANDS}
@@ -142,3 +188,16 @@ def http_ready(url: str, cafile: Optional[Path] = None) -> bool:
 
 
 __all__ = ["start_process", "stop_process", "kill_process", "free_port", "flower_env", "wait_until", "http_ready"]
+
+
+def interrupt_on_sigterm() -> None:
+    """From now on SIGTERM (and SIGINT, also when it was ignored) raise KeyboardInterrupt in the main thread,
+    so that the `finally` blocks that stop what a command started run."""
+    import threading
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, processes.as_interrupt)  # what SIGINT does, noted as a SIGTERM (exit 143)

@@ -290,8 +290,10 @@ class Coordinator:
         """The usable replies; the others are noted in rep.dropped."""
         good = []
         answered = set()
+        to = {m.metadata.message_id: m.metadata.dst_node_id for m in sent}
         for msg in replies:
-            nid = msg.metadata.src_node_id
+            # an error Flower made for a node that is gone comes from the SuperLink: name it by the request
+            nid = to.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
             answered.add(nid)
             if msg.has_error():
                 rep.dropped[self._name(nid)] = f"Flower: {msg.error.reason}"

@@ -37,7 +37,7 @@ DEVICE_FAULTS = (McuTrainError, OSError, ValueError, subprocess.SubprocessError)
 StepHook = Callable[[str, int, int], None]
 
 
-class DeviceFault(Exception):
+class DeviceFault(McuTrainError, RuntimeError):
     """A device failed its part of a round; the message names the device and says why."""
 
 

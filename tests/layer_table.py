@@ -63,14 +63,16 @@ ROWS: List[Row] = [
     ("Flatten", lambda: Sequential(L.Conv2d(1, 2, 2, input_shape=(3, 3, 1)), L.Flatten())),
     ("BatchNorm", lambda: L.BatchNorm(2, input_shape=(3, 2))),
     ("Relu6", lambda: L.Relu6(5)),
+    ("Dropout", lambda: L.Dropout(0.25, 4, seed=3)),
     ("Residual", lambda: Residual(L.Linear(4, 4))),
     ("LR", lambda: LR(L.Linear(4, 3), 10.0)),
 ]
 
 
 # rows whose training on the host differs from the device's by design: BatchNorm trains on batch statistics on the
-# host and runs on its running statistics elsewhere (its gradients are checked in test_gradients all the same)
-HOST_TRAINING_ONLY = {"BatchNorm"}
+# host and runs on its running statistics elsewhere, Dropout drops values only while the host trains (their
+# gradients are checked in test_gradients all the same)
+HOST_TRAINING_ONLY = {"BatchNorm", "Dropout"}
 
 
 def every_layer_net(n_in: int = 6, n_out: int = 4, seed: int = 11) -> Sequential:

@@ -116,7 +116,7 @@ def forward(m: Module, p: Array, x: Array, kinks: Optional[List[Array]] = None) 
         g, b, mean, var = p[:c], p[c : 2 * c], p[2 * c : 3 * c], p[3 * c :]
         xs = x.reshape(x.shape[0], -1, c)
         return (g * (xs - mean) / np.sqrt(var + m.eps) + b).reshape(x.shape)
-    if isinstance(m, layers.Flatten):
+    if isinstance(m, (layers.Flatten, layers.Dropout)):  # Dropout: the inference form
         return x
     # ---- parameter-free layers
     if isinstance(m, layers.Relu6):

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import List
 
+import numpy as np
 import pytest
 from test_features import check_device_output, write_case_header
 
@@ -97,3 +98,93 @@ def test_features_on_avr_match_the_host_bit_for_bit(case: int, tmp_path: Path) -
     proc = run(args, stdin=subprocess.DEVNULL)
     assert proc.stdout.rstrip().endswith("done"), proc.stdout[-500:]
     check_device_output(proc.stdout, [spec], seed=20 + case, where="simavr atmega2560")
+
+
+# ---- an exported model computes its own features: raw windows in, over the protocol ----
+SMALL_AUDIO = "mfcc:rate=8000,length=2000,frame=128,step=128,fft=128,mels=12,fmin=50,fmax=4000,coef=8"
+
+
+@pytest.mark.parametrize("board", ["nucleo_f401re", "pico"])
+def test_exported_model_takes_raw_windows_like_the_host(board: str, tmp_path: Path, pio_core: Path) -> None:
+    """A model trained with --features on raw audio, exported for a board's QEMU stand-in (the M4F; the M0 with
+    soft float and a smaller pipeline, as its stand-in has 16 KB): FEATURES, PREDICT_RAW and TRAIN_RAW on int16
+    windows give the host twin's bits (the features, the outputs, the losses, and the parameters after
+    training), and the memory plan counts the front end."""
+    from click.testing import CliRunner
+    from test_features_cli import AUDIO, word_folder
+
+    from helpers import assert_device_equals_twin, assert_same_bits
+    from mcutrain.cli.commands import main
+    from mcutrain.exporter import sim
+    from mcutrain.exporter.export import export_project
+    from mcutrain.exporter.memplan import plan
+    from mcutrain.exporter.twin import DeviceTwin
+    from mcutrain.modelfile import load_model
+    from mcutrain.wav import load_window
+
+    small = board == "pico"
+    data = word_folder(tmp_path / "words", per_label=8, longest=2000 if small else 4000)
+    model = tmp_path / "m.mct"
+    net = "linear:120x8,relu,linear:8x3,softmax" if small else "linear:300x8,relu,linear:8x3,softmax"
+    r = CliRunner().invoke(main, ["train", "--data", str(data), "--features", SMALL_AUDIO if small else AUDIO,
+                                  "--net", net, "--loss", "xent", "--opt", "sgd",
+                                  "--lr", "0.05", "--steps", "60", "-o", str(model)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    ck = load_model(model)
+    ex = export_project(ck, board, tmp_path / "fw", sim=True)
+    assert ex.model.feat is not None
+    rows = dict((name, ram) for name, ram, _ in plan(ex.model, ex.board, sim=True).rows)
+    spec = ex.model.feat.spec
+    z = spec.sizes()
+    assert rows["front end: raw window + tables + scratch"] == 2 * z.n_in + 4 * (z.tables + z.scratch)
+    twin = DeviceTwin(ex.model)
+    spec = ex.model.feat.spec
+    windows = [load_window(data / lab / f"{i}.wav", spec) for lab in ("up", "down", "beep") for i in range(3)]
+    targets = np.eye(3, dtype=np.float32)[[2, 2, 2, 1, 1, 1, 0, 0, 0]]
+    with sim.start(ex.path, ex.board) as s:
+        assert s.device.info().hash == ex.hash
+        for w in windows[:3]:
+            assert_same_bits(s.device.features(w), twin.features(w), "FEATURES")
+        assert_same_bits(np.stack([s.device.predict_raw(w) for w in windows]), twin.predict_raw(np.stack(windows)),
+                         "PREDICT_RAW")  # fmt: skip
+        for w, t in zip(windows, targets):
+            loss, _ = s.device.train_raw(w, t)
+            assert_same_bits(np.float32(loss), np.float32(twin.train_raw(w, t)), "TRAIN_RAW loss")
+        assert_device_equals_twin(s.device, twin)
+        assert_same_bits(s.device.predict_raw(windows[0]), twin.predict_raw(windows[0]), "PREDICT_RAW after training")
+        with pytest.raises(Exception, match="BAD_LENGTH|frame length"):
+            s.device.predict_raw(windows[0][:100])
+
+
+def test_exported_motion_model_takes_float_windows_like_the_host(tmp_path: Path, pio_core: Path) -> None:
+    """The IMU path: a gesture model trained with --features motion on NPZ windows, exported for the Cortex-M3
+    stand-in (soft float): PREDICT_RAW and TRAIN_RAW on float windows give the twin's bits, and the device
+    classifies held-out windows as well as the host."""
+    from click.testing import CliRunner
+    from test_features_cli import MOTION, gestures
+
+    from helpers import assert_device_equals_twin, assert_same_bits
+    from mcutrain.cli.commands import main
+    from mcutrain.exporter import sim
+    from mcutrain.exporter.export import export_project
+    from mcutrain.exporter.twin import DeviceTwin
+    from mcutrain.modelfile import load_model
+
+    x, y = gestures(120, seed=3)
+    np.savez(tmp_path / "imu.npz", x=x, y=y)
+    model = tmp_path / "g.mct"
+    r = CliRunner().invoke(main, ["train", "--data", str(tmp_path / "imu.npz"), "--features", MOTION, "--net",
+                                  "linear:27x12,tanh,linear:12x3,softmax", "--loss", "xent", "--steps", "300",
+                                  "-o", str(model)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    ex = export_project(load_model(model), "bluepill", tmp_path / "fw", sim=True)
+    twin = DeviceTwin(ex.model)
+    xt, yt = gestures(12, seed=9)
+    with sim.start(ex.path, ex.board) as s:
+        got = np.stack([s.device.predict_raw(w) for w in xt])
+        assert_same_bits(got, twin.predict_raw(xt), "PREDICT_RAW (motion)")
+        assert np.mean(np.argmax(got, 1) == yt) >= 0.9
+        for w, c in zip(xt[:4], yt[:4]):
+            loss, _ = s.device.train_raw(w, np.eye(3, dtype=np.float32)[c])
+            assert_same_bits(np.float32(loss), np.float32(twin.train_raw(w, np.eye(3, dtype=np.float32)[c])), "loss")
+        assert_device_equals_twin(s.device, twin)

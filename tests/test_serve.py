@@ -162,3 +162,32 @@ def test_the_readme_walkthrough_runs_on_a_served_simulated_board(in_tmp: Path, b
 def test_serve_refuses_a_folder_that_is_not_an_exported_project(in_tmp: Path) -> None:
     r = CliRunner().invoke(main, ["serve", str(in_tmp)])
     assert r.exit_code == 1 and "not an exported project" in r.output and "mcutrain export" in r.output
+
+
+def running_firmware(project: Path) -> List[str]:
+    """Command lines of processes that run a firmware of the project (its build folder)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(str(project / ".pio").encode() in a for a in args):
+            found.append(" ".join(a.decode(errors="replace") for a in args))
+    return found
+
+
+def test_device_sim_starts_a_board_for_one_command_and_stops_it(in_tmp: Path) -> None:
+    """`mcutrain device ... --sim PROJECT`: no port needed; each command has a board of its own, which ends with
+    the command; what a command saved is there at the next one's boot."""
+    run(["train", "--net", "linear:4x8,tanh,linear:8x2,softmax", "--problem", "parity4", "--steps", "50"], {})
+    run(["export", "model.mct", "--board", "native", "-o", "fw"], {})
+    r = run(["device", "train", "--sim", "fw", "--problem", "parity4", "--samples", "20", "--save"], {})
+    assert "device step 20" in r.output and "saved (#1)" in r.output
+    assert running_firmware(in_tmp / "fw") == []
+    info = run(["device", "info", "--sim", "fw", "--project", "fw"], {}).output
+    rows = {ln[:22].strip(): ln[22:].strip() for ln in info.splitlines()[2:]}
+    assert rows["loaded a save at boot"] == "yes" and rows["training step"] == "20", info
+    assert running_firmware(in_tmp / "fw") == []
+    r = CliRunner().invoke(main, ["device", "info"], env={"MCUTRAIN_PORT": ""})
+    assert r.exit_code == 1 and "--port" in r.output and "--sim PROJECT" in r.output

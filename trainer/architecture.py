@@ -17,7 +17,13 @@ from .files import read_bounded
 from .module import Module
 from .plaindata import parse_json, parse_toml
 
-_ALIASES = {"leaky_relu": L.LeakyRelu, "bias": L.Bias1d, "scale": L.ScalarScale, "glu_leaky_relu": L.GLULeakyRelu}
+_ALIASES = {
+    "leaky_relu": L.LeakyRelu,
+    "bias": L.Bias1d,
+    "scale": L.ScalarScale,
+    "glu_leaky_relu": L.GLULeakyRelu,
+    "dwconv2d": L.DepthwiseConv2d,
+}
 _LOWER = {name.lower(): cls for name, cls in L.LAYER_TYPES.items()}
 _LOWER.update(_ALIASES)  # aliases besides the lower-case class names
 COMPOSITIONS = {
@@ -50,8 +56,14 @@ def from_architecture(spec: Dict[str, Any], where: str = "network", _depth: int 
                 raise ArchitectureError(f"{where}: Sequential needs a non-empty 'layers' list")
             if len(items) > MAX_LAYERS:
                 raise ArchitectureError(f"{where}: {len(items)} layers; a network has at most {MAX_LAYERS}")
+            shape = args.get("input_shape")
+            if shape is not None and (
+                not isinstance(shape, list) or not all(isinstance(d, int) and 1 <= d <= 65535 for d in shape)
+            ):
+                raise ArchitectureError(f"{where}: input_shape must be a list of sizes such as [49, 10, 1]")
             return Sequential(
-                *[from_architecture(s, f"{where} layer {i + 1}", _depth + 1) for i, s in enumerate(items)]
+                *[from_architecture(s, f"{where} layer {i + 1}", _depth + 1) for i, s in enumerate(items)],
+                input_shape=shape,
             )
         if t.lower() == "residual":
             return Residual(from_architecture(args["inner"], f"{where} (residual body)", _depth + 1))
@@ -105,11 +117,65 @@ def _inline_sizes(cls: type) -> Optional[str]:
 
 
 _INLINE_NUMBER = {L.LeakyRelu: "ALPHA", L.Softmax: "T"}  # layers whose inline number is not a size
+# spatial layers inline: name[:part/part/...] with the parts below, in any order (their channels in come from
+# the input shape): a plain number C (Conv2d/Conv1d output channels, depthwise multiplier 'xM'), the window
+# KxK (K for 1-D and pooling), sS the stride, 'same' / 'valid' / pP the padding, 'nobias'
+_SPATIAL_INLINE = {
+    L.Conv2d: "C/KxK[/sS][/same|pP][/nobias]",
+    L.Conv1d: "C/K[/sS][/same|pP][/nobias]",
+    L.DepthwiseConv2d: "KxK[/xM][/sS][/same|pP][/nobias]",
+    L.MaxPool2d: "K[xK][/sS][/same|pP]",
+    L.AvgPool2d: "K[xK][/sS][/same|pP]",
+    L.MaxPool1d: "K[/sS][/same|pP]",
+    L.AvgPool1d: "K[/sS][/same|pP]",
+    L.GlobalAvgPool2d: "",
+    L.GlobalAvgPool1d: "",
+    L.Flatten: "",
+    L.BatchNorm: "",
+}
+
+
+def _parse_spatial(cls: type, arg: str, where: str) -> Module:
+    """One spatial layer from its inline parts (see _SPATIAL_INLINE)."""
+    kw: Dict[str, Any] = {}
+    channels: Optional[int] = None
+    for part in (q.strip().lower() for q in arg.split("/") if q.strip()):
+        if part in ("same", "valid"):
+            kw["padding"] = part
+        elif part == "nobias":
+            kw["bias"] = False
+        elif part[0] == "s" and part[1:].isdigit():
+            kw["stride"] = int(part[1:])
+        elif part[0] == "p" and part[1:].isdigit():
+            kw["padding"] = int(part[1:])
+        elif part[0] == "x" and part[1:].isdigit():
+            kw["depth_multiplier"] = int(part[1:])
+        elif "x" in part and all(d.isdigit() for d in part.split("x")) and part.count("x") == 1:
+            kw["kernel_size"] = tuple(int(d) for d in part.split("x"))
+        elif part.isdigit():
+            if cls in (L.Conv2d, L.Conv1d) and channels is None:
+                channels = int(part)
+            else:
+                kw["kernel_size"] = int(part)
+        else:
+            raise ArchitectureError(f"{where}: {part!r} is not a part of {cls.__name__.lower()}:{_SPATIAL_INLINE[cls]}")
+    if cls in (L.Conv2d, L.Conv1d):
+        if channels is None or "kernel_size" not in kw:
+            raise ArchitectureError(
+                f"{where}: {cls.__name__.lower()} needs its output channels and window, e.g. "
+                f"{cls.__name__.lower()}:{'16/3x3/same' if cls is L.Conv2d else '16/5/same'}"
+            )
+        return cls(None, channels, **kw)
+    if cls is L.Conv1d and isinstance(kw.get("kernel_size"), tuple):
+        raise ArchitectureError(f"{where}: a 1-D window is one number")
+    return cls(**kw)
 
 
 def inline_form(cls: type) -> str:
     """How --net writes a layer class: 'linear:IxO', 'leakyrelu[:ALPHA]', 'relu[:N]' (what parse_inline reads)."""
     name = cls.__name__.lower()
+    if cls in _SPATIAL_INLINE:
+        return f"{name}:{_SPATIAL_INLINE[cls]}" if _SPATIAL_INLINE[cls] else name
     sizes = _inline_sizes(cls)
     if sizes is not None:
         return f"{name}:{sizes}"
@@ -165,9 +231,11 @@ def _unknown_layer(name: str, where: str) -> ArchitectureError:
     )
 
 
-def parse_inline(text: str) -> Sequential:
+def parse_inline(text: str, input_shape: Optional[Tuple[int, ...]] = None) -> Sequential:
     """'linear:20x35,sigmoid,linear:35x10,softmax' -> Sequential. Sizes: IxO for Dense/Linear/GLUs,
-    IxOxF for SingleChannelConv1d, N for sized same-size layers; a number after leaky_relu/softmax is alpha/T."""
+    IxOxF for SingleChannelConv1d, N for sized same-size layers; a number after leaky_relu/softmax is alpha/T.
+    Spatial layers take their input channels from input_shape (e.g. (8, 8, 1)) and the layers before:
+    'conv2d:8/3x3/same,relu,maxpool2d:2,flatten,linear:128x10' (the parts: _SPATIAL_INLINE)."""
     mods: List[Module] = []
     for i, item in enumerate(p.strip() for p in text.split(",")):
         if not item:
@@ -178,7 +246,9 @@ def parse_inline(text: str) -> Sequential:
             raise _unknown_layer(name, f"--net item {i + 1}")
         try:
             shape = _inline_sizes(cls)
-            if shape is not None:
+            if cls in _SPATIAL_INLINE:
+                mods.append(_parse_spatial(cls, arg, f"--net item {i + 1}"))
+            elif shape is not None:
                 dims = [int(d) for d in arg.lower().split("x")] if arg else []
                 want = shape.count("x") + 1
                 if len(dims) != want:
@@ -196,13 +266,30 @@ def parse_inline(text: str) -> Sequential:
                 raise
             raise ArchitectureError(f"--net item {i + 1} ({item}): {e}") from None
     try:
-        return Sequential(*mods)
+        net = Sequential(*mods, input_shape=input_shape)
     except ShapeError as e:
         raise ArchitectureError(str(e)) from None
+    if net.n_in is None:
+        raise ArchitectureError(
+            "the network starts with a spatial layer: give its input shape, e.g. --input-shape 8x8x1"
+        )
+    return net
 
 
-def load_architecture_file(path: Union[str, Path]) -> Module:
-    """Read a TOML or JSON architecture file: {type = "Sequential", layers = [...]} or just a 'layers' list."""
+def parse_shape(text: str) -> Tuple[int, ...]:
+    """'49x10x1' -> (49, 10, 1): an input shape (H x W x C, T x C, or N)."""
+    try:
+        dims = tuple(int(d) for d in text.lower().replace(" ", "").split("x"))
+    except ValueError:
+        raise ArchitectureError(f"input shape {text!r}: write it as HxWxC, e.g. 49x10x1 (or TxC, or N)") from None
+    if not 1 <= len(dims) <= 3 or any(not 1 <= d <= 65535 for d in dims):
+        raise ArchitectureError(f"input shape {text!r}: one to three sizes from 1 to 65535, e.g. 49x10x1")
+    return dims
+
+
+def load_architecture_file(path: Union[str, Path], input_shape: Optional[Tuple[int, ...]] = None) -> Module:
+    """Read a TOML or JSON architecture file: {type = "Sequential", layers = [...]} or just a 'layers' list; an
+    `input_shape = [49, 10, 1]` beside the layers (or input_shape here) sizes networks that start spatial."""
     p = Path(path)
     raw = read_bounded(p, MAX_ARCHITECTURE_BYTES, "architecture file", ArchitectureError)
     parse = parse_json if p.suffix.lower() == ".json" else parse_toml
@@ -212,5 +299,13 @@ def load_architecture_file(path: Union[str, Path]) -> Module:
     if isinstance(data, list):
         data = {"type": "Sequential", "layers": data}
     if isinstance(data, dict) and "type" not in data and "layers" in data:
-        data = {"type": "Sequential", "layers": data["layers"]}
-    return from_architecture(data, str(p))
+        data = {k: v for k, v in data.items() if k in ("layers", "input_shape")}
+        data["type"] = "Sequential"
+    if input_shape is not None and isinstance(data, dict):
+        data = {**data, "input_shape": list(input_shape)}
+    net = from_architecture(data, str(p))
+    if net.n_in is None:
+        raise ArchitectureError(
+            f"{p}: the network starts with a spatial layer: add input_shape = [H, W, C] to the file"
+        )
+    return net

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from .checks import number
-from .conv_layers import _Spatial
+from .conv_layers import BatchNorm, _Spatial
 from .errors import ShapeError
 from .module import Module
 from .program import Op, ProgramBuilder
@@ -86,7 +86,8 @@ class Sequential(_Composite):
                     raise ShapeError(f"Sequential: {where} but layer {i + 1}: {e}") from None
             if m.n_in != n:
                 where = "the input has" if prev is None else f"layer {i} {prev.describe()} outputs"
-                raise ShapeError(f"Sequential: {where} {n} values but layer {i + 1} {m.describe()} takes {m.n_in}")
+                what = f"{n} values" if len(shape) == 1 else f"{_text(shape)} ({n} values)"
+                raise ShapeError(f"Sequential: {where} {what} but layer {i + 1} {m.describe()} takes {m.n_in}")
             assert m.n_out is not None and m.out_shape is not None
             shape = m.out_shape
             n = m.n_out
@@ -118,7 +119,10 @@ class Sequential(_Composite):
         return "Sequential(" + ", ".join(m.describe() for m in self.modules) + ")"
 
     def architecture(self) -> Dict[str, Any]:
-        return {"type": "Sequential", "layers": [m.architecture() for m in self.modules]}
+        a: Dict[str, Any] = {"type": "Sequential", "layers": [m.architecture() for m in self.modules]}
+        if self._shape is not None:
+            a["input_shape"] = list(self._shape)
+        return a
 
     def __len__(self) -> int:
         return len(self.modules)
@@ -215,8 +219,9 @@ class LR(_Composite):
 
 
 def _takes_shape(m: Module) -> bool:
-    """Does m take its size from an input shape (spatial layers, and compositions that start with one)?"""
-    if isinstance(m, _Spatial):
+    """Does m take its size from an input shape (spatial layers and BatchNorm, and compositions that start with
+    one)?"""
+    if isinstance(m, (_Spatial, BatchNorm)):
         return True
     kids = m.children()
     return bool(kids) and _takes_shape(kids[0])

@@ -220,7 +220,7 @@ class Conv2d(_Window):
 
     def __init__(
         self,
-        in_channels: int,
+        in_channels: Optional[int],
         out_channels: int,
         kernel_size: Any = 3,
         stride: Any = 1,
@@ -228,7 +228,9 @@ class Conv2d(_Window):
         bias: bool = True,
         input_shape: Optional[Sequence[int]] = None,
     ) -> None:
-        self.in_channels = _check_size(f"{type(self).__name__} in_channels", in_channels)
+        self.in_channels: Optional[int] = (  # None: the input's channels
+            None if in_channels is None else _check_size(f"{type(self).__name__} in_channels", in_channels)
+        )
         self.out_channels = _check_size(f"{type(self).__name__} out_channels", out_channels)
         if not isinstance(bias, bool):
             raise ShapeError(f"{type(self).__name__} bias must be True or False, got {bias!r}")
@@ -236,9 +238,11 @@ class Conv2d(_Window):
         super().__init__(kernel_size, stride, padding, input_shape)
 
     def _plan(self, h: int, w: int, c: int) -> Dict[str, int]:
-        if c != self.in_channels:
+        if self.in_channels is not None and c != self.in_channels:
             raise ShapeError(f"{self.describe()} takes {self.in_channels} input channels, not {c}")
-        return {**self._window(h, w), "c_out": self.out_channels}
+        g = {**self._window(h, w), "c_out": self.out_channels}
+        self.in_channels = c
+        return g
 
     def _settings(self) -> Dict[str, Any]:
         return {
@@ -249,9 +253,8 @@ class Conv2d(_Window):
         }
 
     def _describe_parts(self) -> List[str]:
-        return [f"{self.in_channels}->{self.out_channels}", *self._window_parts((1, 1))] + (
-            [] if self.bias else ["no bias"]
-        )
+        c_in = "?" if self.in_channels is None else self.in_channels
+        return [f"{c_in}->{self.out_channels}", *self._window_parts((1, 1))] + ([] if self.bias else ["no bias"])
 
     def _op_fields(self) -> Dict[str, Any]:
         return {"kind": 1 if self.bias else 0}
@@ -285,7 +288,7 @@ class DepthwiseConv2d(_Window):
 
     def __init__(
         self,
-        channels: int,
+        channels: Optional[int] = None,
         kernel_size: Any = 3,
         stride: Any = 1,
         padding: Padding = "valid",
@@ -293,7 +296,9 @@ class DepthwiseConv2d(_Window):
         bias: bool = True,
         input_shape: Optional[Sequence[int]] = None,
     ) -> None:
-        self.channels = _check_size("DepthwiseConv2d channels", channels)
+        self.channels: Optional[int] = (  # None: the input's channels
+            None if channels is None else _check_size("DepthwiseConv2d channels", channels)
+        )
         self.depth_multiplier = _check_size("DepthwiseConv2d depth_multiplier", depth_multiplier)
         if not isinstance(bias, bool):
             raise ShapeError(f"DepthwiseConv2d bias must be True or False, got {bias!r}")
@@ -301,9 +306,11 @@ class DepthwiseConv2d(_Window):
         super().__init__(kernel_size, stride, padding, input_shape)
 
     def _plan(self, h: int, w: int, c: int) -> Dict[str, int]:
-        if c != self.channels:
+        if self.channels is not None and c != self.channels:
             raise ShapeError(f"{self.describe()} takes {self.channels} input channels, not {c}")
-        return {**self._window(h, w), "c_out": self.channels * self.depth_multiplier}
+        g = {**self._window(h, w), "c_out": c * self.depth_multiplier}
+        self.channels = c
+        return g
 
     def _settings(self) -> Dict[str, Any]:
         s: Dict[str, Any] = {"channels": self.channels, **self._window_settings()}
@@ -314,7 +321,8 @@ class DepthwiseConv2d(_Window):
 
     def _describe_parts(self) -> List[str]:
         m = [f"x{self.depth_multiplier}"] if self.depth_multiplier != 1 else []
-        return [str(self.channels), *m, *self._window_parts((1, 1))] + ([] if self.bias else ["no bias"])
+        c = "?" if self.channels is None else str(self.channels)
+        return [c, *m, *self._window_parts((1, 1))] + ([] if self.bias else ["no bias"])
 
     def _op_fields(self) -> Dict[str, Any]:
         return {"kind": 1 if self.bias else 0}
@@ -446,13 +454,15 @@ class BatchNorm(_CoreLayer):
 
     def __init__(
         self,
-        channels: int,
+        channels: Optional[int] = None,
         eps: float = 1e-5,
         momentum: float = 0.1,
         input_shape: Optional[Sequence[int]] = None,
     ) -> None:
         super().__init__()
-        self.channels = _check_size("BatchNorm channels", channels)
+        self.channels: Optional[int] = (  # None: the input's channels (last axis)
+            None if channels is None else _check_size("BatchNorm channels", channels)
+        )
         self.eps = number("BatchNorm eps", eps, 0.0, 1.0, lo_open=True, error=ShapeError)
         self.momentum = number("BatchNorm momentum", momentum, 0.0, 1.0, error=ShapeError)
         if input_shape is not None:
@@ -462,6 +472,8 @@ class BatchNorm(_CoreLayer):
         shape = tuple(int(d) for d in shape)
         if len(shape) == 1 and self._shape is not None and shape[0] == self.n_in:
             return  # a flat input of the right size is read as this layer's shape
+        if self.channels is None:
+            self.channels = shape[-1]
         if shape[-1] != self.channels:
             raise ShapeError(f"{self.describe()} normalises {self.channels} channels, its input has {shape[-1]}")
         n = int(np.prod(shape))
@@ -471,7 +483,7 @@ class BatchNorm(_CoreLayer):
         self._shape = shape if len(shape) > 1 else None
 
     def _resolve(self, n: int) -> None:
-        if self.n_in is None and n != self.channels:
+        if self.n_in is None and self.channels is not None and n != self.channels:
             raise ShapeError(f"{self.describe()} on a flat input needs {self.channels} values, not {n}")
         self._resolve_shape(self.in_shape if self.n_in is not None else (n,))  # type: ignore[arg-type]
         if n != self.n_in:
@@ -504,9 +516,9 @@ class BatchNorm(_CoreLayer):
 
     def architecture(self) -> Dict[str, Any]:
         a: Dict[str, Any] = {"type": "BatchNorm", "channels": self.channels, "eps": self.eps, "momentum": self.momentum}
-        if self._shape is not None:
-            a["input_shape"] = list(self._shape)
+        if self.in_shape is not None:
+            a["input_shape"] = list(self.in_shape)
         return a
 
     def describe(self) -> str:
-        return f"BatchNorm({self.channels})"
+        return f"BatchNorm({'' if self.channels is None else self.channels})"

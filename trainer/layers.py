@@ -27,7 +27,7 @@ from .conv_layers import (
 from .corefacts import GLU_GATES
 from .errors import ShapeError
 from .layer_base import _bias_init, _check_size, _glorot, _SameSize, _Sized, _swish_beta_init
-from .program import Act, Op
+from .program import Act, Op, ProgramBuilder
 
 # ---------------------------------------------------------------- parameterized layers
 
@@ -333,6 +333,31 @@ class Relu6(_Activation):
     act = Act.RELU6
 
 
+class Dropout(_SameSize):
+    """Dropout(rate, seed=0): while training on the host each value is zeroed with probability `rate` and the rest
+    scaled by 1 / (1 - rate), new masks every step (drawn from the seed and a step counter, the layer's one
+    parameter, so a resumed run draws the same ones); elsewhere (forward, the device) the identity. Export and
+    import leave it out. A network with Dropout trains on one host thread."""
+
+    op = Op.DROPOUT
+
+    def __init__(self, rate: float = 0.5, n: Optional[int] = None, seed: int = 0) -> None:
+        super().__init__(n)
+        self.rate = number("Dropout rate", rate, 0.0, 1.0, hi_open=True, error=ShapeError)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 65535:
+            raise ShapeError(f"Dropout seed must be a whole number from 0 to 65535, got {seed!r}")
+        self.seed = seed
+
+    def _op_fields(self) -> Dict[str, Any]:
+        return {"alpha": self.rate, "k": self.seed}
+
+    def _emit(self, b: ProgramBuilder) -> None:
+        b.add(self.op, self.n_in, self.n_out, kind=1 if b.training else 0, name=self.describe(), **self._op_fields())  # type: ignore[arg-type]
+
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "rate": self.rate, "seed": self.seed}
+
+
 class Softmax(_SameSize):
     """exp(x / T) / sum(exp(x / T)) with temperature T (1.0 by default)."""
 
@@ -388,6 +413,7 @@ LAYER_TYPES = {
         Sine,
         Cosine,
         Relu6,
+        Dropout,
         Softmax,
     )
 }

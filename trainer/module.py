@@ -29,7 +29,7 @@ from .fitloop import DEFAULT_CALLBACK_EVERY, FitProgress, FitResult, run_fit
 from .locking import OwnLock
 from .losses import Loss
 from .optim import Optimizer, TrainParams
-from .program import Program, ProgramBuilder, core_net
+from .program import Op, Program, ProgramBuilder, core_net
 
 __all__ = ["Module", "Trace", "Gradients", "as_optimizer", "core_net", "as_batch", "ShapeError"]
 
@@ -148,6 +148,11 @@ class Module(OwnLock):
 
     def _require_sizes(self) -> None:
         if self.n_in is None:
+            if self.children():
+                raise ShapeError(
+                    f"{self.describe()} does not know its input's size yet: give its first layer "
+                    f"input_shape=(...), e.g. (8, 8, 1) for 8x8 images with one channel"
+                )
             raise ShapeError(
                 f"{self.describe()} does not know its size yet: give it one, "
                 f"e.g. {type(self).__name__}(20), or put it after a sized layer"
@@ -234,6 +239,16 @@ class Module(OwnLock):
         b = ProgramBuilder(self.n_in, training=training)
         self._emit(b)
         return b.build()
+
+    def _check_threads(self, threads: int) -> None:
+        """BatchNorm's batch statistics and Dropout's step counter need the whole batch on one thread."""
+        if threads > 1:
+            for d in self.train_program.layers:
+                if d.op in (Op.BATCHNORM, Op.DROPOUT):
+                    raise ConfigError(
+                        f"{d.name} needs the whole batch on one thread (its statistics or its masks): train with "
+                        f"threads=1 (--threads 1)"
+                    )
 
     def _corenet(self, training: bool = False) -> Any:
         """The C core running `program` (training: `train_program`)."""
@@ -338,6 +353,8 @@ class Module(OwnLock):
         callback. Returns a FitResult: steps done (counting start), each step's mean loss, stopped or not."""
         opt = as_optimizer(optimizer, self)
         xb, tb = samples(self, x, y)
+        if isinstance(threads, int):
+            self._check_threads(threads)
         return run_fit(
             self._corenet(training=True),
             self._lock,

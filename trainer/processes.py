@@ -339,7 +339,7 @@ def stop_all(grace: float = EXIT_GRACE) -> None:
 atexit.register(stop_all)
 
 
-def _as_interrupt(signum: int, frame: Any) -> None:
+def as_interrupt(signum: int, frame: Any) -> None:
     """SIGTERM/SIGHUP: whatever SIGINT does now (KeyboardInterrupt, or a handler such as train's)."""
     _terminated.set()
     handler = signal.getsignal(signal.SIGINT)
@@ -354,7 +354,7 @@ def terminate_like_interrupt() -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
             if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
-                signal.signal(sig, _as_interrupt)
+                signal.signal(sig, as_interrupt)
 
 
 def was_terminated() -> bool:

@@ -152,7 +152,11 @@ class TrainingRun:
 
     def save(self) -> None:
         """Write the model file (atomically) with the run's state."""
-        save_model(self.out, self.net, self.opt, run_metadata(self.s, self.batches, self.fingerprint, self.metadata))
+        meta = run_metadata(self.s, self.batches, self.fingerprint, self.metadata)
+        frontend = getattr(self.source, "frontend", None)
+        if frontend is not None:  # raw data through a feature pipeline: the model keeps the pipeline
+            meta["frontend"] = frontend.to_dict()
+        save_model(self.out, self.net, self.opt, meta)
 
     def validate(self) -> Dict[str, float]:
         """Loss (and accuracy) on the held-out samples; {} without them."""

@@ -41,6 +41,7 @@ class DataSettings:
     x_key: str = "x"
     y_key: str = "y"
     classify: bool = False
+    features: Optional[str] = None  # a feature pipeline (mcutrain.features spec text): the data are raw windows
 
     def to_dict(self) -> Dict[str, Any]:
         """Plain data for the model file's metadata."""
@@ -88,6 +89,13 @@ def load_dataset(spec: DataSettings, classes: Optional[List[str]] = None) -> Dat
     """Read the file a DataSettings names, with the options that fit its format. classes: the class names text
     labels map to (a model's; default: the labels' own, sorted)."""
     assert spec.path is not None
+    if spec.features:
+        return load_feature_data(spec)[0]
+    if Path(spec.path).is_dir():
+        raise DataError(
+            f"{spec.path} is a folder: a folder of WAV label folders is raw audio, give its --features "
+            "(e.g. --features kws)"
+        )
     fmt = file_format(spec.path)
     wrong = {
         "csv": [("--labels", spec.labels), ("--x-key", spec.x_key != "x"), ("--y-key", spec.y_key != "y")],
@@ -113,6 +121,19 @@ def load_dataset(spec: DataSettings, classes: Optional[List[str]] = None) -> Dat
     if not spec.labels:
         raise DataError(f"{spec.path} holds IDX images: give the labels file with --labels")
     return datasets.load_idx(spec.path, spec.labels)
+
+
+def load_feature_data(spec: DataSettings, frontend: Any = None) -> Tuple[Dataset, Any]:
+    """(normalised features dataset, its mcutrain.featdata.FrontEnd) of raw windows and a --features spec; with a
+    model's frontend, its normalisation instead of one fitted to these data."""
+    from .featdata import load_feature_dataset
+    from .features import FeatureSpec
+
+    for opt, used in (("--inputs", spec.inputs), ("--targets", spec.targets), ("--labels", spec.labels)):
+        if used:
+            raise DataError(f"{opt} does not apply to raw windows with --features")
+    assert spec.path is not None and spec.features is not None
+    return load_feature_dataset(spec.path, FeatureSpec.parse(spec.features), frontend)
 
 
 class Source:
@@ -179,8 +200,15 @@ class FileSource(Source):
     """A data file, split into training and validation parts, shuffled every epoch."""
 
     def __init__(
-        self, data: Dataset, val: float, seed: int, classify: bool = False, spec: Optional[DataSettings] = None
+        self,
+        data: Dataset,
+        val: float,
+        seed: int,
+        classify: bool = False,
+        spec: Optional[DataSettings] = None,
+        frontend: Any = None,
     ) -> None:
+        self.frontend = frontend  # mcutrain.featdata.FrontEnd of raw data with --features, else None
         self.full = data
         self.classify = classify  # the targets were class labels made one-hot
         self.classes = data.classes  # their names, for text labels
@@ -223,12 +251,18 @@ class FileSource(Source):
         return self.full.x, self.full.y
 
 
-def open_source(spec: DataSettings, seed: int, val: float = 0.0, classes: Optional[List[str]] = None) -> Source:
-    """The Source a DataSettings names (classes: the names text labels map to, a model's)."""
+def open_source(
+    spec: DataSettings, seed: int, val: float = 0.0, classes: Optional[List[str]] = None, frontend: Any = None
+) -> Source:
+    """The Source a DataSettings names (classes: the names text labels map to, a model's; frontend: a model's
+    mcutrain.featdata.FrontEnd for raw windows)."""
     if spec.problem and spec.path:
         raise DataError("give either --data or --problem, not both")
     if spec.problem:
         return ProblemSource(spec.problem, seed)
+    if spec.path and spec.features:
+        data, frontend = load_feature_data(spec, frontend)
+        return FileSource(data, val, seed, True, spec, frontend)
     if spec.path:
         return FileSource(load_dataset(spec, classes), val, seed, spec.classify, spec)
     raise DataError("say where the samples come from: --data FILE or --problem NAME (e.g. --problem modadd10)")

@@ -44,6 +44,7 @@ def train_batch(
     opt = as_optimizer(optimizer, net)
     check_loss(loss)
     xb, tb = samples(net, x, y)
+    net._check_threads(threads)
     with net._lock, opt._lock:
         status, value = net._corenet(training=True).train_batch(
             opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, loss.kind, loss.param, xb, tb, threads

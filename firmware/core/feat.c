@@ -210,6 +210,7 @@ void mct_feat_frame(const mct_feat_cfg *c, const float *tab, const float *x, con
     const float *win = tab + a.win;
     float pe = c->pre_emph;
     /* frame, pre-emphasis, window, zero padding */
+    int windowed = c->window != MCT_FEAT_WIN_NONE;
     if (pe != 0.0f) {
         float prev = start ? sample(c, x, xi, start - 1u) : sample(c, x, xi, 0);
         for (uint32_t i = 0; i < L; i++) {
@@ -217,13 +218,19 @@ void mct_feat_frame(const mct_feat_cfg *c, const float *tab, const float *x, con
             buf[i] = (start + i) ? v - pe * prev : v;
             prev = v;
         }
+        if (windowed)
+            for (uint32_t i = 0; i < L; i++) buf[i] = buf[i] * win[i];
     } else if (xi) {
-        for (uint32_t i = 0; i < L; i++) buf[i] = (float)xi[start + i] * c->in_scale;
+        float sc = c->in_scale;
+        if (windowed)
+            for (uint32_t i = 0; i < L; i++) buf[i] = ((float)xi[start + i] * sc) * win[i];
+        else
+            for (uint32_t i = 0; i < L; i++) buf[i] = (float)xi[start + i] * sc;
+    } else if (windowed) {
+        for (uint32_t i = 0; i < L; i++) buf[i] = x[start + i] * win[i];
     } else {
         for (uint32_t i = 0; i < L; i++) buf[i] = x[start + i];
     }
-    if (c->window != MCT_FEAT_WIN_NONE)
-        for (uint32_t i = 0; i < L; i++) buf[i] = buf[i] * win[i];
     for (uint32_t i = L; i < n; i++) buf[i] = 0.0f;
     mct_feat_rfft(buf, n, tab + a.tw);
     /* spectrum and mel bands */

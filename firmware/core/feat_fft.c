@@ -1,5 +1,5 @@
 /* feat_fft.c - the real FFT of the feature pipelines: n real values are taken as n/2 complex ones
- * z_j = x_2j + i x_2j+1, transformed by an in-place radix-2 decimation-in-time FFT of m = n/2 points, then split:
+ * z_j = x_2j + i x_2j+1, transformed by an in-place decimation-in-time FFT of m = n/2 points, then split:
  * with Z the FFT of z, E_k = (Z_k + conj Z_m-k) / 2, O_k = -i (Z_k - conj Z_m-k) / 2, W = e^(-2 pi i / n):
  * X_k = E_k + W^k O_k and X_m-k = conj(E_k - W^k O_k). Every sum in a fixed order, no contraction: the same
  * bits on every target. Twiddles cs: cos(2 pi k / n) for k < n/2, then sin(2 pi k / n) for k < n/2. */
@@ -27,40 +27,61 @@ static void bit_reverse(float *z, uint32_t m) {
     }
 }
 
-/* Forward complex FFT of m points in place (z interleaved re, im); twiddles of the n = 2m table. */
+/* Forward complex FFT of m points in place (z interleaved re, im); twiddles of the n = 2m table. The radix-2
+ * stages run two at a time (spans L and 2L fused: four points per butterfly, half the loads and stores), the
+ * first two with their trivial twiddles 1 and -i; a last single stage when the count is odd. */
 static void cfft(float *z, uint32_t m, const float *cs) {
     const float *cosv = cs, *sinv = cs + m;   /* table of n = 2m: cos and sin of 2 pi k / n, k < m */
+    uint32_t len;
     bit_reverse(z, m);
-    /* stage of span 2: twiddle 1 */
-    for (uint32_t i = 0; i < m; i += 2) {
-        float *a = z + 2 * i, *b = a + 2;
-        float ur = a[0], ui = a[1], vr = b[0], vi = b[1];
-        a[0] = ur + vr;
-        a[1] = ui + vi;
-        b[0] = ur - vr;
-        b[1] = ui - vi;
-    }
-    /* stage of span 4: twiddles 1 and -i */
-    if (m >= 4) {
+    if (m >= 4) {   /* spans 2 and 4: twiddles 1, and 1 and -i */
         for (uint32_t i = 0; i < m; i += 4) {
             float *a = z + 2 * i;
-            float ur = a[0], ui = a[1], vr = a[4], vi = a[5];
-            a[0] = ur + vr;
-            a[1] = ui + vi;
-            a[4] = ur - vr;
-            a[5] = ui - vi;
-            ur = a[2];
-            ui = a[3];
-            vr = a[7];     /* (vr + i vi) * (-i) = vi - i vr */
-            vi = -a[6];
-            a[2] = ur + vr;
-            a[3] = ui + vi;
-            a[6] = ur - vr;
-            a[7] = ui - vi;
+            float b0r = a[0] + a[2], b0i = a[1] + a[3], b1r = a[0] - a[2], b1i = a[1] - a[3];
+            float b2r = a[4] + a[6], b2i = a[5] + a[7], b3r = a[4] - a[6], b3i = a[5] - a[7];
+            a[0] = b0r + b2r;
+            a[1] = b0i + b2i;
+            a[4] = b0r - b2r;
+            a[5] = b0i - b2i;
+            a[2] = b1r + b3i;     /* b1 + (-i) b3 */
+            a[3] = b1i - b3r;
+            a[6] = b1r - b3i;
+            a[7] = b1i + b3r;
+        }
+        len = 8;
+    } else {        /* m = 2: span 2 only */
+        float ur = z[0], ui = z[1], vr = z[2], vi = z[3];
+        z[0] = ur + vr;
+        z[1] = ui + vi;
+        z[2] = ur - vr;
+        z[3] = ui - vi;
+        len = 4;
+    }
+    for (; 2u * len <= m; len <<= 2) {   /* spans len (twiddle W_len^j) and 2 len (W_2len^j, W_2len^(j + len/2)) */
+        uint32_t half = len >> 1, step1 = (2u * m) / len, step2 = m / len;
+        for (uint32_t j = 0; j < half; j++) {
+            float c1 = cosv[j * step1], s1 = sinv[j * step1], c2 = cosv[j * step2], s2 = sinv[j * step2];
+            for (uint32_t g = j; g < m; g += 2u * len) {
+                float *p0 = z + 2 * g, *p1 = p0 + len, *p2 = p0 + 2u * len, *p3 = p0 + 3u * len;
+                float tr = p1[0] * c1 + p1[1] * s1, ti = p1[1] * c1 - p1[0] * s1;
+                float ur = p3[0] * c1 + p3[1] * s1, ui = p3[1] * c1 - p3[0] * s1;
+                float b0r = p0[0] + tr, b0i = p0[1] + ti, b1r = p0[0] - tr, b1i = p0[1] - ti;
+                float b2r = p2[0] + ur, b2i = p2[1] + ui, b3r = p2[0] - ur, b3i = p2[1] - ui;
+                float vr = b2r * c2 + b2i * s2, vi = b2i * c2 - b2r * s2;
+                float wr = b3r * c2 + b3i * s2, wi = b3i * c2 - b3r * s2;
+                p0[0] = b0r + vr;
+                p0[1] = b0i + vi;
+                p2[0] = b0r - vr;
+                p2[1] = b0i - vi;
+                p1[0] = b1r + wi;    /* b1 + (-i) w */
+                p1[1] = b1i - wr;
+                p3[0] = b1r - wi;
+                p3[1] = b1i + wr;
+            }
         }
     }
-    for (uint32_t len = 8; len <= m; len <<= 1) {
-        uint32_t half = len >> 1, step = (2u * m) / len;   /* W_len^j = W_n^(j n / len) */
+    if (len <= m) {   /* an odd number of stages: the last one alone */
+        uint32_t half = len >> 1, step = (2u * m) / len;
         for (uint32_t j = 0; j < half; j++) {
             float c = cosv[j * step], s = sinv[j * step];   /* W = c - i s */
             for (uint32_t i = j; i < m; i += len) {

@@ -29,8 +29,12 @@ void mct_batchnorm_forward(const mct_layer *L, const float *p, const float *x, f
                 bv[c] = bv[c] + d * d;
             }
         for (uint32_t c = 0; c < C; c++) bv[c] = mct_div(bv[c], (float)M);
-        mean = bm;
-        var = bv;
+        /* kind 1 keeps r per channel in aux too, so that these loops run along the contiguous channels */
+        float *br = aux + 2 * C;
+        for (uint32_t c = 0; c < C; c++) br[c] = inv_std(bv[c], L->alpha);
+        for (size_t j = 0; j < M; j++)
+            for (uint32_t c = 0; c < C; c++) y[j * C + c] = g[c] * ((x[j * C + c] - bm[c]) * br[c]) + bb[c];
+        return;
     }
     for (uint32_t c = 0; c < C; c++) {
         const float r = inv_std(var[c], L->alpha);
@@ -46,32 +50,38 @@ void mct_batchnorm_backward(const mct_layer *L, float *p, const mct_bwd *b) {
     const float *um = L->kind == 1 ? b->aux : mean, *uv = L->kind == 1 ? b->aux + C : var;
     float *sg = b->tmp, *sb = b->tmp + C, *smean = b->tmp + 2 * C, *svar = b->tmp + 3 * C;
     for (uint32_t j = 0; j < 4 * C; j++) b->tmp[j] = 0.0f;
-    for (uint32_t c = 0; c < C; c++) {
-        const float r = inv_std(uv[c], L->alpha);
-        for (size_t j = 0; j < M; j++) {
-            const float d = x[j * C + c] - um[c], gv = gy[j * C + c];
-            sb[c] = sb[c] + gv;
-            sg[c] = sg[c] + gv * (d * r);
-            if (L->kind == 0) svar[c] = svar[c] + gv * d;
+    if (L->kind == 1) { /* along the contiguous channels, with r from aux (the same sums in the same order) */
+        const float *br = b->aux + 2 * C;
+        for (size_t j = 0; j < M; j++)
+            for (uint32_t c = 0; c < C; c++) {
+                const float gv = gy[j * C + c];
+                sb[c] = sb[c] + gv;
+                sg[c] = sg[c] + gv * ((x[j * C + c] - um[c]) * br[c]);
+            }
+        if (b->gx) {
+            float *k = b->tmp + 4 * C;
+            for (uint32_t c = 0; c < C; c++) k[c] = mct_div(g[c] * br[c], (float)M);
+            for (size_t j = 0; j < M; j++)
+                for (uint32_t c = 0; c < C; c++) {
+                    const float xh = (x[j * C + c] - um[c]) * br[c];
+                    b->gx[j * C + c] = k[c] * ((float)M * gy[j * C + c] - sb[c] - xh * sg[c]);
+                }
         }
-        if (L->kind == 0) {
-            smean[c] = -(sb[c] * g[c] * r);
-            svar[c] = -0.5f * (svar[c] * g[c] * (r * r * r));
-        }
-    }
-    if (b->gx)
+    } else { /* kind 0: the running statistics; every parameter gets its gradient */
         for (uint32_t c = 0; c < C; c++) {
             const float r = inv_std(uv[c], L->alpha);
-            if (L->kind == 0) {
-                for (size_t j = 0; j < M; j++) b->gx[j * C + c] = gy[j * C + c] * (g[c] * r);
-            } else {
-                const float k = mct_div(g[c] * r, (float)M);
-                for (size_t j = 0; j < M; j++) {
-                    const float xh = (x[j * C + c] - um[c]) * r;
-                    b->gx[j * C + c] = k * ((float)M * gy[j * C + c] - sb[c] - xh * sg[c]);
-                }
+            for (size_t j = 0; j < M; j++) {
+                const float d = x[j * C + c] - um[c], gv = gy[j * C + c];
+                sb[c] = sb[c] + gv;
+                sg[c] = sg[c] + gv * (d * r);
+                svar[c] = svar[c] + gv * d;
             }
+            smean[c] = -(sb[c] * g[c] * r);
+            svar[c] = -0.5f * (svar[c] * g[c] * (r * r * r));
+            if (b->gx)
+                for (size_t j = 0; j < M; j++) b->gx[j * C + c] = gy[j * C + c] * (g[c] * r);
         }
+    }
     if (!b->sink) return;
     if (L->kind == 1) {
         const float mom = L->beta, keep = 1.0f - L->beta;
@@ -92,7 +102,8 @@ int mct_batchnorm_check(const mct_layer *L) {
 void mct_batchnorm_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
     (void)nb; (void)host;
     s->params = 4u * L->c_in;
-    s->scratch = 4u * L->c_in;
-    /* kind 1 keeps the batch mean and variance: 2 C floats of aux per sample (only the first sample's are used) */
-    s->aux = L->kind == 1 ? 2u * L->c_in : 0u;
+    s->scratch = 5u * L->c_in;
+    /* kind 1 keeps the batch mean, variance and 1 / sqrt(var + eps): 3 C floats of aux per sample (only the first
+     * sample's are used) */
+    s->aux = L->kind == 1 ? 3u * L->c_in : 0u;
 }

@@ -18,11 +18,14 @@ int mct_spatial_check(const mct_layer *L) {
     return 1;
 }
 
-void mct_conv2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb) {
-    (void)aux;
+/* Weight j of a layer whose parameters are p in RAM, or c in the const blob (f32, the same layout) when c is set. */
+static MCT_INLINE float wget(const float *p, const uint8_t *c, size_t j) { return c ? mct_cload_f32(c + 4 * j) : p[j]; }
+
+/* The forward pass with the parameters in RAM (p) or in the const blob (c). */
+static MCT_INLINE void conv2d_fwd(const mct_layer *L, const float *p, const uint8_t *c, const float *x, float *y,
+                                  uint32_t nb) {
     const uint32_t Hi = L->h_in, Wi = L->w_in, Ci = L->c_in, Ho = L->h_out, Wo = L->w_out, Co = L->c_out;
     const uint32_t KW = L->kw, nw = (uint32_t)L->kh * KW * Ci * Co;
-    const float *bias = L->kind ? p + nw : NULL;
     for (uint32_t s = 0; s < nb; s++) {
         const float *xs = x + (size_t)s * L->n_in;
         for (uint32_t oy = 0; oy < Ho; oy++) {
@@ -37,25 +40,37 @@ void mct_conv2d_forward(const mct_layer *L, const float *p, const float *x, floa
                     uint32_t iy = oy * L->sh + ky - L->pt;
                     for (uint32_t kx = kx0; kx < kx1; kx++) {
                         const float *xp = xs + ((size_t)iy * Wi + (ox * L->sw + kx - L->pl)) * Ci;
-                        const float *wp = p + ((size_t)ky * KW + kx) * Ci * Co;
-                        for (uint32_t c = 0; c < Ci; c++) {
-                            const float xv = xp[c];
-                            const float *restrict wr = wp + (size_t)c * Co;
-                            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xv * wr[o];
+                        const size_t wp = ((size_t)ky * KW + kx) * Ci * Co;
+                        for (uint32_t ci = 0; ci < Ci; ci++) {
+                            const float xv = xp[ci];
+                            const size_t wr = wp + (size_t)ci * Co;
+                            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xv * wget(p, c, wr + o);
                         }
                     }
                 }
-                if (bias)
-                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + bias[o];
+                if (L->kind)
+                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + wget(p, c, nw + o);
             }
         }
     }
 }
 
-void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
+void mct_conv2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb) {
+    (void)aux;
+    conv2d_fwd(L, p, NULL, x, y, nb);
+}
+
+void mct_conv2d_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    conv2d_fwd(L, NULL, c, x, y, nb);
+}
+
+/* dL/dx into b->gx (parameters in RAM or in the const blob; wt: on the host, W transposed per tap to [o][c_in],
+ * which gives the same sums in the same order with the inner loop over contiguous values). */
+static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8_t *c, const float *wt,
+                                 const mct_bwd *b) {
     const uint32_t Hi = L->h_in, Wi = L->w_in, Ci = L->c_in, Ho = L->h_out, Wo = L->w_out, Co = L->c_out;
-    const uint32_t KW = L->kw, nw = (uint32_t)L->kh * KW * Ci * Co, nb = b->nb;
-    if (b->gx) {
+    const uint32_t KW = L->kw, nb = b->nb;
+    {
         /* dx[c] gets, per output position and tap, gy[o] W[c][o] for o ascending */
         for (size_t j = 0; j < (size_t)L->n_in * nb; j++) b->gx[j] = 0.0f;
         for (uint32_t s = 0; s < nb; s++)
@@ -71,15 +86,40 @@ void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
                         for (uint32_t kx = kx0; kx < kx1; kx++) {
                             float *restrict gxp =
                                 b->gx + (size_t)s * L->n_in + ((size_t)iy * Wi + (ox * L->sw + kx - L->pl)) * Ci;
-                            const float *wp = p + ((size_t)ky * KW + kx) * Ci * Co;
-                            for (uint32_t o = 0; o < Co; o++) {
-                                const float g = gyo[o];
-                                for (uint32_t c = 0; c < Ci; c++) gxp[c] = gxp[c] + g * wp[(size_t)c * Co + o];
-                            }
+                            const size_t wp = ((size_t)ky * KW + kx) * Ci * Co;
+                            if (wt)
+                                for (uint32_t o = 0; o < Co; o++) {
+                                    const float g = gyo[o];
+                                    const float *restrict wr = wt + wp + (size_t)o * Ci;
+                                    for (uint32_t ci = 0; ci < Ci; ci++) gxp[ci] = gxp[ci] + g * wr[ci];
+                                }
+                            else
+                                for (uint32_t o = 0; o < Co; o++) {
+                                    const float g = gyo[o];
+                                    for (uint32_t ci = 0; ci < Ci; ci++)
+                                        gxp[ci] = gxp[ci] + g * wget(p, c, wp + (size_t)ci * Co + o);
+                                }
                         }
                     }
                 }
             }
+    }
+}
+
+void mct_conv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b) {
+    if (b->gx) conv2d_gx(L, NULL, c, NULL, b);
+}
+
+void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
+    const uint32_t Hi = L->h_in, Wi = L->w_in, Ci = L->c_in, Ho = L->h_out, Wo = L->w_out, Co = L->c_out;
+    const uint32_t KW = L->kw, nw = (uint32_t)L->kh * KW * Ci * Co, nb = b->nb;
+    if (b->gx) {
+        float *wt = NULL;
+        if (MCT_HOST && b->host) { /* the host: W per tap transposed into scratch after the gradient sums */
+            wt = b->tmp + nw + Co;
+            for (uint32_t t = 0; t < (uint32_t)L->kh * KW; t++) mct_transpose(p + (size_t)t * Ci * Co, wt + (size_t)t * Ci * Co, Ci, Co);
+        }
+        conv2d_gx(L, p, NULL, wt, b);
     }
     if (!b->sink) return;
     /* parameter gradients summed in tmp (nw + c_out floats), then handed to the sink */
@@ -117,8 +157,10 @@ void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
 int mct_conv2d_check(const mct_layer *L) { return L->kind <= 1 && mct_spatial_check(L); }
 
 void mct_conv2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
-    (void)nb; (void)host;
+    (void)nb;
     uint32_t nw = (uint32_t)L->kh * L->kw * L->c_in * L->c_out;
     s->params = L->kind ? nw + L->c_out : nw;
-    s->scratch = nw + L->c_out;
+    /* gradient sums, and on the host W transposed for dL/dx; a frozen const layer sums no gradients */
+    s->scratch = L->storage == MCT_STORE_RAM ? nw + L->c_out + (host ? nw : 0u) : 0u;
+    if (L->storage == MCT_STORE_F32) s->consts = 4u * s->params;
 }

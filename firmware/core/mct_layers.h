@@ -289,10 +289,18 @@ void mct_conv1d_backward(const mct_layer *L, float *p, const mct_bwd *b);
 void mct_conv2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Conv2d backward. */
 void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Forward of a frozen Conv2d kept in the const blob at c (f32, the RAM layout). */
+void mct_conv2d_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* Input gradient of a frozen Conv2d kept in the const blob. */
+void mct_conv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b);
 /* Depthwise Conv2d forward (layer_dwconv2d.c). */
 void mct_dwconv2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Depthwise Conv2d backward. */
 void mct_dwconv2d_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Forward of a frozen depthwise Conv2d kept in the const blob at c (f32, the RAM layout). */
+void mct_dwconv2d_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* Input gradient of a frozen depthwise Conv2d kept in the const blob. */
+void mct_dwconv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b);
 /* Max pooling forward (layer_pool2d.c). */
 void mct_maxpool2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Max pooling backward. */
@@ -305,6 +313,10 @@ void mct_avgpool2d_backward(const mct_layer *L, float *p, const mct_bwd *b);
 void mct_batchnorm_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* BatchNorm backward (kind 1 also moves the running statistics). */
 void mct_batchnorm_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Dropout forward (layer_dropout.c). */
+void mct_dropout_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Dropout backward (kind 1 also advances its step counter). */
+void mct_dropout_backward(const mct_layer *L, float *p, const mct_bwd *b);
 /* Residual blocks (layer_residual.c): RES_BEGIN forward (nothing: its output is its input). */
 void mct_res_begin_forward(const mct_net *net, const mct_layer *L, const float *x, float *y, float *arena,
                            uint32_t nb);

@@ -61,15 +61,17 @@
     /* int8 -> int8 elementwise table */                                                                      \
     X(QLUT, 17, qlut, QOP, 1, 1)                                                                              \
     /* 2-D convolution, channels last (see "Spatial ops" in mct.h); kind 1: with bias */                      \
-    X(CONV2D, 18, conv2d, PARAM, 0, 0)                                                                        \
+    X(CONV2D, 18, conv2d, CONST, 0, 0)                                                                        \
     /* depthwise 2-D convolution, c_out = c_in * multiplier; kind 1: with bias */                             \
-    X(DWCONV2D, 19, dwconv2d, PARAM, 0, 0)                                                                    \
+    X(DWCONV2D, 19, dwconv2d, CONST, 0, 0)                                                                    \
     /* max pooling over kh x kw windows (padding taps skipped) */                                             \
     X(MAXPOOL2D, 20, maxpool2d, PARAM, 0, 0)                                                                  \
     /* average pooling over kh x kw windows (the mean of the taps inside the input) */                        \
     X(AVGPOOL2D, 21, avgpool2d, PARAM, 0, 0)                                                                  \
     /* batch normalisation per channel (c_in channels, last): kind 0 running statistics, 1 batch statistics */ \
-    X(BATCHNORM, 22, batchnorm, PARAM, 0, 0)
+    X(BATCHNORM, 22, batchnorm, PARAM, 0, 0)                                                                  \
+    /* dropout at rate alpha (seed k): kind 0 the identity, kind 1 (host training) zeroes and rescales */    \
+    X(DROPOUT, 23, dropout, PARAM, 0, 0)
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU): X(NAME, value, layer, gate);
  * layer = 1: usable as an ACT layer, gate = 1: usable as a GLU gate. Values stay below 16. */
@@ -149,6 +151,9 @@
     X(STATS, 8)                                                                                               \
     X(RESET, 9)                                                                                               \
     X(BLOB, 10)              /* announce the blob a pull or push moves: its version and sizes */              \
+    X(PREDICT_RAW, 11)       /* a model with a feature pipeline (MCT_MODEL_FEAT): predict from a raw window */ \
+    X(TRAIN_RAW, 12)         /* ... one training step on a raw window and its target */                       \
+    X(FEATURES, 13)          /* ... the network input a raw window gives */                                   \
     X(QUIT, 0x7F)
 
 /* Reply statuses of the device protocol (the status byte of a reply): X(NAME, value). */

@@ -1416,7 +1416,7 @@ static void test_op_list_dispatch(void) {
     CHECK(mct_net_check(qnet) == MCT_OK);
     check_dispatch(qnet, NULL, seen);
     /* the spatial ops, on a 4x3x2 input */
-    static const mct_layer S[5] = {
+    static const mct_layer S[6] = {
         {.op = MCT_OP_CONV2D, .kind = 1, .trainable = 1, .n_in = 24, .n_out = 18, .lr_div = 1.0f, .n_p = 57, .n_w = 54,
          .out_off = 24, .h_in = 4, .w_in = 3, .c_in = 2, .h_out = 2, .w_out = 3, .c_out = 3, .kh = 3, .kw = 3, .sh = 2,
          .sw = 1, .pt = 1, .pl = 1},
@@ -1429,20 +1429,23 @@ static void test_op_list_dispatch(void) {
          .w_in = 3, .c_in = 6, .h_out = 1, .w_out = 2, .c_out = 6, .kh = 2, .kw = 2, .sh = 2, .sw = 2},
         {.op = MCT_OP_AVGPOOL2D, .n_in = 12, .n_out = 6, .lr_div = 1.0f, .in_off = 114, .out_off = 126, .h_in = 1,
          .w_in = 2, .c_in = 6, .h_out = 1, .w_out = 1, .c_out = 6, .kh = 1, .kw = 2, .sh = 1, .sw = 1},
+        {.op = MCT_OP_DROPOUT, .kind = 1, .trainable = 1, .n_in = 6, .n_out = 6, .k = 7, .alpha = 0.25f,
+         .lr_div = 1.0f, .p_off = 123, .n_p = 1, .in_off = 126, .out_off = 132},
     };
     mct_net snet;
     memset(&snet, 0, sizeof snet);
     snet.layers = S;
-    snet.n_layers = 5;
+    snet.n_layers = 6;
     snet.n_in = 24;
     snet.n_out = 6;
     snet.max_width = 36;
-    snet.n_params = 123;
-    snet.arena = 132;
-    snet.out_off = 126;
+    snet.n_params = 124;
+    snet.arena = 138;
+    snet.out_off = 132;
     CHECK(mct_net_check(&snet) == MCT_OK);
-    float *sp = falloc(123);
-    for (uint32_t j = 0; j < 123; j++) sp[j] = rng_uniform(0.5f, 1.0f); /* BatchNorm's variances stay positive */
+    float *sp = falloc(124);
+    for (uint32_t j = 0; j < 124; j++) sp[j] = rng_uniform(0.5f, 1.0f); /* BatchNorm's variances stay positive */
+    sp[123] = 3.0f;                                                         /* Dropout's step counter */
     check_dispatch(&snet, sp, seen);
     free(sp);
     /* every op of the list was covered, and every value fits the 32-bit op masks */
