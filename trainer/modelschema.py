@@ -149,6 +149,7 @@ RUN_DATA: Mapping[str, Field] = {
     "x_key": text("NPZ inputs array"),
     "y_key": text("NPZ targets array"),
     "classify": Field("bool", doc="targets are class labels made one-hot"),
+    "features": text("feature pipeline of raw windows (mcutrain.features spec text)", null=True),
 }
 
 # metadata.train: how the run trains (mcutrain.run.RunSettings) and how far it got
