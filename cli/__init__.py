@@ -9,18 +9,23 @@ from __future__ import annotations
 import sys
 from typing import Any, List, Optional
 
-from .exit_codes import EXIT_INTERRUPTED
+from .exit_codes import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 
 def run(argv: Optional[List[str]] = None) -> None:
     """The `mcutrain` console script: the click group with mcutrain's exit codes (see `mcutrain --help`)."""
     try:
+        from mcutrain.processes import terminate_like_interrupt
+
+        terminate_like_interrupt()  # SIGTERM and SIGHUP clean up as Ctrl-C does
         from .commands import main
 
         main.main(args=argv, prog_name="mcutrain")
     except KeyboardInterrupt:  # before the commands' own error policy took over
+        from mcutrain.processes import was_terminated
+
         print("error: interrupted", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(EXIT_TERMINATED if was_terminated() else EXIT_INTERRUPTED)
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import click
 
-from .exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_MISSING_TOOL, EXIT_NO_FIT, EXIT_USAGE
+from .exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_MISSING_TOOL, EXIT_NO_FIT, EXIT_TERMINATED, EXIT_USAGE
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
@@ -24,7 +24,9 @@ Exit codes:
   {EXIT_NO_FIT}    the model does not fit the board's RAM or flash
   {EXIT_MISSING_TOOL}    a tool is missing: PlatformIO, a simulator or a toolchain
   {EXIT_INTERRUPTED}  interrupted with Ctrl-C (a first Ctrl-C lets train save a checkpoint and
-       device train stop between samples; a second one stops at once)"""
+       device train stop between samples; a second one stops at once)
+  {EXIT_TERMINATED}  ended by SIGTERM or SIGHUP, handled as Ctrl-C; every program mcutrain started
+       (simulators, firmware, builds) is ended with it"""
 
 
 class CliError(click.ClickException):
@@ -54,10 +56,13 @@ class NoFit(CliError):
 
 
 class Interrupted(CliError):
-    """Ctrl-C; the message says what was kept."""
+    """Ctrl-C (or SIGTERM/SIGHUP, handled the same way, exit code EXIT_TERMINATED); the message says what was
+    kept."""
 
     def __init__(self, message: str = "interrupted") -> None:
-        super().__init__(message, EXIT_INTERRUPTED)
+        from mcutrain.processes import was_terminated
+
+        super().__init__(message, EXIT_TERMINATED if was_terminated() else EXIT_INTERRUPTED)
 
 
 def _user_error_types() -> tuple:
@@ -110,6 +115,16 @@ class ErrorPolicyGroup(click.Group):
 
 
 # ---- output files ----
+
+
+class OutputPath(click.Path):
+    """click.Path for a file or folder mcutrain writes: an empty name is a usage error (it would otherwise mean
+    the default name, or no file at all, without a word)."""
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty: give a name, or leave the option out for the default", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def check_output(path: Path, force: bool, what: str = "output") -> Path:

@@ -18,7 +18,7 @@ from mcutrain.modelfile import Checkpoint, encode_model
 from mcutrain.run import StopRequest
 from mcutrain.sources import check_widths, load_inputs, open_source
 
-from .common import CliError, Interrupted, Progress, check_output, example, note, table, write_output
+from .common import CliError, Interrupted, OutputPath, Progress, check_output, example, note, table, write_output
 from .data_options import data_options, pop_data_options
 
 OPT_KINDS = names(OptKind)  # the core's optimizer names, in enum mct_opt_kind order
@@ -184,7 +184,7 @@ def info_cmd(port: str, baud: int, timeout: float, project: Optional[str]) -> No
     default=None,
     help="The exported project the device runs: checks it, and names the classes of a model trained on text labels.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write a CSV [default: stdout].")
+@click.option("-o", "--output", type=OutputPath(dir_okay=False), default=None, help="Write a CSV [default: stdout].")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @example("""
 mcutrain device predict --port /dev/ttyACM0 --data samples.csv -o predictions.csv
@@ -288,6 +288,8 @@ def train_cmd(
     (its validation split, on which `mcutrain eval` reports), and the project keeps a record of what was
     sent, so that the model `device pull` writes knows it.
     """
+    from mcutrain.budget import check_size
+
     spec = pop_data_options(kw)
     ck = _project_model(project)
     src = open_source(spec, seed, classes=_classes(ck))
@@ -296,6 +298,8 @@ def train_cmd(
             "the labels are names (text): give the exported project with --project, so that they map to the "
             "outputs of the model as it was trained"
         )
+    if n_samples is not None:  # the samples (and a file's row order) are made before they are sent
+        check_size("--samples", n_samples, lambda n: n * (8 * (src.n_in + src.n_out) + 16))
     with connect(port, baud, timeout) as dev:
         i = dev.info()
         meta = checked_project(dev, project)
@@ -441,7 +445,7 @@ def _train_stream(dev: Any, x: np.ndarray, y: np.ndarray, quiet: bool) -> Tuple[
 @port_options
 @project_option("The exported project the device runs (says which parameters live in RAM).")
 @base_model_option("Host model to fill in: the exported one [default: the project's model.mct].")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Model file to write.")
+@click.option("-o", "--output", type=OutputPath(dir_okay=False), required=True, help="Model file to write.")
 @click.option("--force", is_flag=True, help="Replace an existing model file.")
 @example("mcutrain device pull --port /dev/ttyACM0 --project fw -o learned.mct")
 def pull_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[str], output: str, force: bool) -> None:

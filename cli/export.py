@@ -11,12 +11,15 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 import numpy as np
 
+from mcutrain.errors import McuTrainError
+from mcutrain.exporter.folders import MAX_MARKER_BYTES
 from mcutrain.exporter.project import CALIBRATION, HOST_MODEL
 from mcutrain.inputsteps import host_forward
 from mcutrain.modelfile import Checkpoint, load_model
 from mcutrain.optim import KINDS
+from mcutrain.plaindata import read_json
 
-from .common import CliError, MissingTool, check_output, example, note, table, write_output
+from .common import CliError, MissingTool, OutputPath, check_output, example, note, table, write_output
 from .model import (
     calibration_inputs,
     device_model,
@@ -39,9 +42,11 @@ def read_project(project: str) -> Dict[str, Any]:
     if not p.is_file():
         raise CliError(f"{project} is not an exported project (no mcutrain.json): run `mcutrain export` first")
     try:
-        meta = json.loads(p.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise CliError(f"{p} is damaged ({e}): export the project again") from None
+        meta = read_json(p, MAX_MARKER_BYTES, "project marker", McuTrainError)
+    except McuTrainError as e:
+        raise CliError(f"{e}: export the project again") from None
+    if not isinstance(meta, dict):
+        raise CliError(f"{p} is damaged (not a JSON object): export the project again")
     if isinstance(meta, dict) and meta.get("kind") == "library":
         raise CliError(
             f"{project} is a library for your own firmware (mcutrain export --library): add it to your sketch or "
@@ -505,7 +510,7 @@ def _report_rows(report: Dict[str, Any]) -> List[List[Any]]:
 @click.option(
     "--report",
     "report_path",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(dir_okay=False),
     default=None,
     help="Write the measurements and the checks as JSON.",
 )

@@ -13,7 +13,7 @@ import click
 
 from mcutrain.fleet.config import STRATEGIES
 
-from .common import CliError, check_output, example
+from .common import CliError, OutputPath, check_output, example
 from .data_options import data_options, pop_data_options
 
 
@@ -78,13 +78,13 @@ def fleet() -> None:
 @click.option(
     "--classes-per-device", type=click.IntRange(1), default=2, show_default=True, help="Non-IID split: classes each."
 )
-@click.option("--workdir", type=click.Path(file_okay=False), default=None, help="Folder of a simulated fleet.")
+@click.option("--workdir", type=OutputPath(file_okay=False), default=None, help="Folder of a simulated fleet.")
 @click.option("--rounds", type=click.IntRange(1), default=None, help="Rounds [default: the fleet file's].")
 @click.option("--strategy", type=click.Choice(list(STRATEGIES)), default=None, help="Flower strategy.")
 @click.option("--local-steps", type=click.IntRange(1), default=None, help="TRAIN steps per device and round.")
 @click.option("--seed", type=int, default=None, help="Seed of the split and the sample order.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Global model file (.mct).")
-@click.option("--log", type=click.Path(dir_okay=False), default=None, help="JSON-lines log (mcutrain plot draws it).")
+@click.option("-o", "--output", type=OutputPath(dir_okay=False), default=None, help="Global model file (.mct).")
+@click.option("--log", type=OutputPath(dir_okay=False), default=None, help="JSON-lines log (mcutrain plot draws it).")
 @click.option("--force", is_flag=True, help="Replace an existing global model, log or simulated fleet.")
 @click.option(
     "--tls", is_flag=True, help="TLS and node authentication on localhost too (certificates made for the run)."

@@ -7,7 +7,7 @@ from typing import Optional
 
 import click
 
-from .common import check_output, example, note, write_output
+from .common import OutputPath, check_output, example, note, write_output
 
 
 @click.command("import")
@@ -15,7 +15,7 @@ from .common import check_output, example, note, write_output
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(dir_okay=False),
     default="model.mct",
     show_default=True,
     help="Model file to write.",
@@ -78,7 +78,7 @@ def import_cmd(model: str, output: str, trust_pickle: bool, loss_name: Optional[
 @click.command("export-onnx")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), default=None, help="ONNX file [default: MODEL with .onnx]."
+    "-o", "--output", type=OutputPath(dir_okay=False), default=None, help="ONNX file [default: MODEL with .onnx]."
 )
 @click.option("--force", is_flag=True, help="Replace an existing ONNX file.")
 @example("""

@@ -32,7 +32,7 @@ from mcutrain.sources import (
 from mcutrain.tiny_models import ARCHITECTURES
 from mcutrain.tiny_models import build as build_architecture
 
-from .common import CliError, MissingTool, example, note, table, write_output
+from .common import CliError, MissingTool, OutputPath, example, note, table, write_output
 from .data_options import data_options, pop_data_options
 
 QUANT_CHOICES = ["f32", "int8", "int8-full"]
@@ -273,9 +273,13 @@ def eval_cmd(
     With --quant, the model the device would run (int8 weights, or full-integer int8) is evaluated
     on this computer through the firmware's own C kernels and compared with the f32 network.
     """
+    from mcutrain.budget import check_size, samples_bytes
+
     ck = load_model(model)
     quant, trainable, taken = export_choices(ck, quant, trainable)
     spec = pop_data_options(kw)
+    if not spec.path:  # samples drawn from a problem (a file's are all there are)
+        check_size("--samples", samples, lambda n: samples_bytes(ck.net, n))
     src, x, y, what = eval_source(ck, spec, samples)
     check_widths(ck.net.n_in, ck.net.n_out, src, f"the network in {model}")
     loss = model_loss(ck, loss_name)
@@ -464,7 +468,7 @@ def is_model_file(path: str) -> bool:
 @click.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), default=None, help="PNG to write [default: SOURCE with .png]."
+    "-o", "--output", type=OutputPath(dir_okay=False), default=None, help="PNG to write [default: SOURCE with .png]."
 )
 @click.option("--weights", is_flag=True, help="Weight heat maps of a model file (the default for model files).")
 @click.option("--force", is_flag=True, help="Replace an existing PNG.")

@@ -23,7 +23,7 @@ from mcutrain.sources import FileSource, Source, check_widths, open_source
 from mcutrain.tiny_models import ARCHITECTURES
 from mcutrain.tiny_models import build as build_architecture
 
-from .common import CliError, Interrupted, Progress, check_output, example, note
+from .common import CliError, Interrupted, OutputPath, Progress, check_output, example, note
 from .data_options import DATA_KEYS, data_options, pop_data_options
 
 DEFAULT_NET = "linear:20x35,sigmoid,linear:35x10,softmax"
@@ -235,7 +235,7 @@ def _options(f: Any) -> Any:
         click.option(
             "--log",
             "log_path",
-            type=click.Path(dir_okay=False),
+            type=OutputPath(dir_okay=False),
             default=None,
             help="JSON-lines training log (appended to when resuming).",
         ),
@@ -297,6 +297,7 @@ def train(ctx: click.Context, **kw: Any) -> None:
     if setup is None:
         return
     net, opt, loss, source, settings, out, start, metadata = setup
+    check_batch(net, source, settings)
     log = _open_log(kw["log_path"], kw["force"], resuming=bool(kw["resume"]), every=settings.log_every)
     if log is not None:
         log.start(
@@ -340,6 +341,18 @@ def train(ctx: click.Context, **kw: Any) -> None:
             f"{out}: continue with `mcutrain train --resume {out}`"
         )
     _summary(result, settings, source, opt, out)
+
+
+def check_batch(net: Module, source: Any, settings: RunSettings) -> None:
+    """ConfigError, before anything is allocated, when a step of settings.batch samples does not fit the memory
+    this process can take (with the largest batch that does)."""
+    from mcutrain.budget import check_size, step_bytes
+
+    if isinstance(source, FileSource):  # a batch holds at most the samples the file has, which are loaded
+        n = len(source.train)
+        check_size("--batch", settings.batch, lambda b: step_bytes(net, min(b, n), settings.threads, drawn=False))
+    else:
+        check_size("--batch", settings.batch, lambda b: step_bytes(net, b, settings.threads))
 
 
 # ---- fresh runs ----

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..errors import McuTrainError
+from ..plaindata import read_toml
 from .paths import boards_dir
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+MAX_BOARD_FILE_BYTES = 1 << 20
 
 
 class BoardError(McuTrainError, ValueError):
@@ -126,12 +123,14 @@ def _check_values(d: Dict[str, Any], path: Path) -> None:
 
 def load_board_file(path: Path) -> Board:
     """Read and check one board file: BoardError naming the file and what is wrong (unreadable TOML, a
-    missing key, a value of the wrong type or range)."""
-    try:
-        d = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise BoardError(f"board file {path} cannot be read: {e}") from None
+    missing key, a value of the wrong type or range, a name that is not the file's)."""
+    d = read_toml(path, MAX_BOARD_FILE_BYTES, "board file", BoardError)
     _check_values(d, path)
+    if "name" in d and d["name"] != path.stem:
+        raise BoardError(
+            f"board file {path} says name = {d['name']!r} but is named {path.name}: a board's name is its file's "
+            f"name, so rename the file or set name = {path.stem!r}"
+        )
     try:
         return Board(
             name=d["name"],

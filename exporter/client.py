@@ -14,6 +14,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import processes
 from ..errors import McuTrainError
 from .protocol import (
     BLOB_VERSION,
@@ -114,15 +115,15 @@ class Device:
         cls, argv: Sequence[str], timeout: float = 10.0, env: Optional[dict] = None, cwd: Optional[str] = None
     ) -> Device:
         """Start a program that prints 'PTY /dev/pts/N' (the native firmware with --pty) and connect to it."""
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
+        proc = processes.spawn(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
         assert proc.stdout is not None
         port = read_pty_line(proc.stdout.fileno(), timeout)
         if port:
             dev = cls.open(port, timeout=timeout)
             dev.process = proc
             return dev
-        proc.kill()
-        _, err = proc.communicate()
+        processes.stop(proc, 0)
+        err = proc.stderr.read() if proc.stderr is not None else b""
         raise DeviceError(f"{argv[0]} did not offer a pty within {timeout:g} s: {err.decode(errors='replace').strip()}")
 
     def close(self) -> None:
@@ -130,13 +131,8 @@ class Device:
         try:
             self.link.close()
         finally:
-            if self.process is not None and self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
+            if self.process is not None:
+                processes.stop(self.process)
 
     def __enter__(self) -> Device:
         return self

@@ -17,7 +17,6 @@ a backend: KERAS_BACKEND if set, else TensorFlow if installed, else jax or torch
 
 from __future__ import annotations
 
-import json
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -29,6 +28,7 @@ from mcutrain.errors import ImportModelError, ShapeError
 from mcutrain.extras import require
 from mcutrain.files import read_bounded
 from mcutrain.module import Module
+from mcutrain.plaindata import parse_json
 
 from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, keras_backend, sequential
 
@@ -81,7 +81,7 @@ def _check_archive(p: Path) -> None:
             total = sum(i.file_size for i in zf.infolist())
             if total > MAX_IMPORT_BYTES:
                 raise ImportModelError(f"{p}: unpacks to {total:,} bytes; mcutrain reads at most {MAX_IMPORT_BYTES:,}")
-            config = json.loads(zf.read("config.json"))
+            config = parse_json(zf.read("config.json"), f"{p}: config.json", ImportModelError)
     except ImportModelError:
         raise
     except (zipfile.BadZipFile, KeyError, ValueError, RecursionError, OSError) as e:

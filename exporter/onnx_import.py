@@ -27,6 +27,7 @@ in the model's folder and within that file's bounds, and every weight must be a 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
@@ -148,6 +149,12 @@ def _external(
             "file next to the model, named without a folder"
         )
     path = folder / name
+    real, home = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    if real != home and home not in real.parents:
+        raise ImportModelError(
+            f"{where}: tensor {t.name!r} keeps its data in {name!r}, a link to {real}, outside the model's folder "
+            f"{home}; mcutrain reads external data only from the model's own folder: copy the file there"
+        )
     if path not in files:
         files[path] = read_bounded(path, MAX_IMPORT_BYTES, "ONNX external data file", ImportModelError)
     data = files[path]

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from .. import processes
 from ..errors import McuTrainError
 
 
@@ -64,7 +65,7 @@ def ensure_scons(core: Optional[Path] = None) -> Path:
     tmp = dest.with_name("tool-scons.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    r = subprocess.run(
+    r = processes.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(tmp), f"scons=={version}"],
         capture_output=True,
         text=True,
@@ -112,7 +113,7 @@ def run(
     )
     env.update(extra_env or {})
     ensure_scons()
-    return subprocess.run(cmd, cwd=str(project), capture_output=True, text=True, timeout=timeout, env=env)
+    return processes.run(cmd, cwd=str(project), capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def build(project: Path, env_name: str, verbose: bool = False) -> subprocess.CompletedProcess:

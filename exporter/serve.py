@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from .. import processes
 from . import pio
 from .boards import Board
 from .sim import EXIT_TIMEOUT, ProcessSpec, SimError, require_tools, simulator_for, start_served
@@ -58,8 +59,7 @@ class ServedBoard:
         try:
             return self.process.wait(timeout=EXIT_TIMEOUT)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
+            return processes.stop(self.process, 0)
 
     def __enter__(self) -> ServedBoard:
         return self

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
+from .. import processes
 from ..errors import McuTrainError
 from . import pio
 from .boards import Board
@@ -327,8 +328,7 @@ def launch_process(
     try:
         return Device(make_link(_wait_for_pty(proc, log, what, start_timeout), proc), proc)
     except BaseException:
-        proc.kill()
-        proc.wait()
+        processes.stop(proc, 0)
         raise
 
 
@@ -343,7 +343,7 @@ def _start_logged(
     Ctrl-C on the terminal reaches only the caller, which stops it in order)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
-        return subprocess.Popen(
+        return processes.spawn(
             list(cmd),
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -361,8 +361,7 @@ def start_served(spec: ProcessSpec) -> Tuple[subprocess.Popen, str]:
     try:
         return proc, _wait_for_pty(proc, spec.log, spec.what, spec.start_timeout)
     except BaseException:
-        proc.kill()
-        proc.wait()
+        processes.stop(proc, 0)
         raise
 
 
@@ -398,8 +397,7 @@ def quit_process(session: SimSession, what: str, timeout: float) -> Tuple[Option
     try:
         return stats, proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        processes.stop(proc, 0)
         raise SimError(f"{what} did not end after QUIT (killed); log: {session.extra.get('log')}") from None
 
 
@@ -446,7 +444,7 @@ def section_sizes(size_tool: str, elf: Path) -> Dict[str, int]:
 
 def run_checked(cmd: List[str], **kw: Any) -> subprocess.CompletedProcess:
     """subprocess.run that turns a failure into SimError with the command's output."""
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    r = processes.run(cmd, capture_output=True, text=True, **kw)
     if r.returncode != 0:
         raise SimError(f"{' '.join(cmd[:3])} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}")
     return r

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from .. import processes
 from ..errors import McuTrainError
 from . import arduino_avr, pio
 from .boards import Board, get_board
@@ -135,7 +136,7 @@ def run_user_project(up: UserProject, seconds: float, timeout: float = 600.0) ->
     cmd = SimavrSimulator().command(
         str(build_harness()), str(elf), board, "stdio", str(report), str(up.path / STORE), max(1, int(seconds * freq))
     )
-    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    r = processes.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
     out = r.stdout.decode(errors="replace").replace("\r", "")
     if r.returncode not in (0, 124):  # 124: the time was up, the sketch runs for ever
         rep = read_report(report) or {}

@@ -30,19 +30,14 @@ Relative paths are relative to the fleet file's folder. Every mistake is a Fleet
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 from mcutrain.errors import FleetError
 from mcutrain.files import read_bounded
+from mcutrain.plaindata import parse_toml
 from mcutrain.sources import DataSettings
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.9/3.10
-    import tomli as tomllib
 
 MAX_FLEET_FILE = 1 << 20
 MAX_DEVICES = 4096
@@ -281,8 +276,5 @@ def load_config(path: Union[str, Path]) -> FleetConfig:
     """Read and check a fleet file (FleetError for a missing, oversized or malformed file)."""
     p = Path(path)
     raw = read_bounded(p, MAX_FLEET_FILE, "fleet file", FleetError)
-    try:
-        doc = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise FleetError(f"{p} is not a valid TOML file: {e}") from None
+    doc = parse_toml(raw, f"fleet file {p}", FleetError)
     return parse_config(doc, p.resolve().parent, str(p))

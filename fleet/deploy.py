@@ -323,7 +323,11 @@ class Fleet:
                     self.on_round(rep)
 
         restore = None
-        if threading.current_thread() is threading.main_thread():
+        # SIGTERM as Ctrl-C, unless a handler is set already (the command line's: mcutrain.processes)
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+            signal.SIG_DFL,
+            None,
+        ):
             restore = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
             self.start()

@@ -1,6 +1,7 @@
 """The processes a fleet starts (Flower's SuperLink and SuperNodes, `flwr run`, a node's device keeper): one
-helper starts them all (start_process), each in its own session so that stop_process() ends the whole
-group, Flower's SuperExec and the app processes it started included.
+helper starts them all (start_process, through mcutrain.processes.spawn), each in its own process group so
+that stop_process() ends the whole group, Flower's SuperExec and the app processes it started included, and
+each ends with mcutrain however mcutrain ends.
 
 Flower's commands are found on PATH, and Flower starts its own helpers (flower-superexec, flwr-serverapp,
 flwr-clientapp) by name. flower_env() makes a folder of launchers for them that run this Python (the one
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from mcutrain import processes
 from mcutrain.errors import FleetError
 
 # Flower's commands a fleet runs (and those Flower starts by name), as their console-script names
@@ -35,19 +37,15 @@ STOP_GRACE = 10.0  # seconds a process group has to end after SIGTERM before it 
 def start_process(
     cmd: Sequence[str], log: Path, env: Optional[Dict[str, str]] = None, own_group: bool = True
 ) -> subprocess.Popen:
-    """Start cmd, stdout and stderr to `log`, in its own session (its own process group; with own_group
-    False, in the caller's group: it ends with the caller's group)."""
+    """Start cmd, stdout and stderr to `log`, in its own process group (mcutrain.processes.spawn; with
+    own_group False, in the caller's group: it ends with the caller's group)."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    start = processes.spawn if own_group else subprocess.Popen  # spawn: its own group, ends with mcutrain
     with open(log, "ab") as out:
         try:
-            return subprocess.Popen(
-                list(cmd),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=own_group,
-            )
+            # a session of its own: Flower's SuperNode and SuperExec fail their task tokens in a shared session
+            kw = {"start_new_session": True} if own_group else {}
+            return start(list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, **kw)
         except OSError as e:
             raise FleetError(f"cannot start {cmd[0]}: {e}") from None
 
@@ -67,23 +65,9 @@ def stop_process(p: subprocess.Popen, grace: float = STOP_GRACE, own_group: bool
     # Flower starts some helpers in a session of their own (the SuperLink's SuperExec, and the ServerApp it
     # starts): they are ended as the group's descendants
     family = descendants(p.pid)
-    if p.poll() is None:
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        _signal_all(family, signal.SIGTERM)
-        try:
-            p.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
-    family |= descendants(p.pid)
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    _signal_all(family, signal.SIGTERM)
+    processes.stop(p, grace)  # the group: SIGTERM, SIGKILL after grace, reaped
     _signal_all(family, signal.SIGKILL)
-    p.wait()
 
 
 def descendants(pid: int) -> set:
@@ -215,5 +199,5 @@ def interrupt_on_sigterm() -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
         signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, processes.as_interrupt)  # what SIGINT does, noted as a SIGTERM (exit 143)

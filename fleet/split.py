@@ -28,6 +28,12 @@ def non_iid_split(labels: np.ndarray, n_devices: int, classes_per_device: int = 
         raise FleetError(f"a fleet needs at least one device, not {n_devices}")
     if classes_per_device < 1:
         raise FleetError(f"classes per device must be at least 1, not {classes_per_device}")
+    n_classes = int(np.unique(labels).size)
+    if classes_per_device > n_classes:
+        raise FleetError(
+            f"classes per device is {classes_per_device} but the data has {n_classes} classes: give "
+            f"--classes-per-device {n_classes} or less"
+        )
     n_shards = n_devices * classes_per_device
     if labels.size < n_shards:
         raise FleetError(

@@ -53,5 +53,5 @@ def test_bad_values_name_the_file_key_and_value(tmp_path: Path, board: str, old:
 def test_missing_keys_and_broken_toml(tmp_path: Path) -> None:
     with pytest.raises(BoardError, match="lacks the key 'ram'"):
         load_board_file(edited(tmp_path, "uno", "ram = 2048", ""))
-    with pytest.raises(BoardError, match="cannot be read"):
+    with pytest.raises(BoardError, match="is not a valid TOML file"):
         load_board_file(edited(tmp_path, "uno", "ram = 2048", "ram = = 2048"))

@@ -63,7 +63,7 @@ def full_model_bytes() -> bytes:
         },
         "classes": ["odd", "even"],
         "input_steps": [{"kind": "standardize", "mean": [0.5] * 4, "scale": [2.0] * 4, "source": "training data"}],
-        "fleet": {"round": 2, "strategy": "fedavg", "devices": 4, "answered": 3, "test_accuracy": 0.5},
+        "fleet": {"round": 2, "strategy": "fedavg", "devices": 4, "answered": ["a", "b"], "test_accuracy": 0.5},
     }
     return encode_model(net, opt, meta)
 
@@ -170,6 +170,7 @@ def test_mutated_model_files_through_every_command(tmp_path_factory: pytest.Temp
         ("metadata.imported", "onnx", "metadata.imported must be an object"),
         ("metadata.device.step", -1, "metadata.device.step must be a whole number"),
         ("metadata.fleet.test_accuracy", "high", "metadata.fleet.test_accuracy must be a finite number"),
+        ("metadata.fleet.answered", [1], "metadata.fleet.answered[0] must be a string"),
         ("arrays.train_state.shape", [2], "arrays.train_state.shape must be [1] (one record), got [2]"),
         ("arrays.extra", {"offset": 0, "bytes": 0, "shape": [0], "dtype": "<f4"}, "arrays.extra is not one"),
         ("arrays.params.shape", "26", "arrays.params.shape must be a list"),

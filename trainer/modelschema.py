@@ -149,6 +149,7 @@ RUN_DATA: Mapping[str, Field] = {
     "x_key": text("NPZ inputs array"),
     "y_key": text("NPZ targets array"),
     "classify": Field("bool", doc="targets are class labels made one-hot"),
+    "features": text("feature pipeline of raw windows (mcutrain.features spec text)", null=True),
 }
 
 # metadata.train: how the run trains (mcutrain.run.RunSettings) and how far it got
@@ -224,7 +225,7 @@ METADATA: Mapping[str, Field] = {
             "round": count(0, INT63_MAX, "last round"),
             "strategy": text("aggregation strategy"),
             "devices": count(0, INT63_MAX, "devices in the fleet"),
-            "answered": count(0, INT63_MAX, "devices that answered the round"),
+            "answered": Field("list", item=text(), max_len=1 << 20, doc="names of the devices that answered"),
             "test_accuracy": Field("number", null=True, lo=0.0, hi=1.0, doc="accuracy on the test set"),
         },
         "`mcutrain fleet`",

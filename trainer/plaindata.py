@@ -76,7 +76,7 @@ def parse_toml(raw: Union[bytes, str], what: str, error: Type[Exception], max_de
     except RecursionError:
         raise _deep(what, error, max_depth) from None
     except ValueError as e:  # tomllib.TOMLDecodeError
-        raise error(f"{what} is not valid TOML: {e}") from None
+        raise error(f"{what} is not a valid TOML file: {e}") from None
     if nesting(value, max_depth) > max_depth:
         raise _deep(what, error, max_depth)
     return value

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import IO, Any, Dict, Optional, Union
+from typing import IO, Any, Dict, List, Optional, Union
+
+from .errors import DataError
+from .files import read_bounded
+from .plaindata import json_lines
 
 
 class Recorder:
@@ -64,16 +68,29 @@ class Recorder:
         self.close()
 
 
-def read_log(path: Union[str, Path]) -> list:
-    """The records of a JSON-lines log (a torn last line is skipped)."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
+MAX_LOG_BYTES = 1 << 30  # a log of a long run (a step record is about 120 bytes)
+STEP_NUMBERS = ("step", "loss", "lr", "elapsed")  # the numbers of a step record (and every val_* metric)
+
+
+def read_log(path: Union[str, Path]) -> List[Dict[str, Any]]:
+    """The records of a JSON-lines log (a torn last line is skipped). DataError, naming the line, for a file
+    that is not UTF-8 JSON lines, a line that is not a JSON object, or a step record whose step, loss,
+    learning rate or metric is not a number."""
+    raw = read_bounded(path, MAX_LOG_BYTES, "log", DataError)
+    out: List[Dict[str, Any]] = []
+    for line, rec in json_lines(raw, f"log {path}", DataError):
+        if not isinstance(rec, dict):
+            raise DataError(f"log {path} line {line} is not a record (a JSON object): is it from `mcutrain train`?")
+        if rec.get("event") == "step":
+            for key in [k for k in rec if k in STEP_NUMBERS or str(k).startswith("val_")]:
+                v = rec[key]
+                if key == "step" and v is None or not (v is None or _is_number(v)):
+                    raise DataError(f"log {path} line {line}: {key} must be a number, got {v!r:.40}")
+            if "step" not in rec:
+                raise DataError(f"log {path} line {line}: a step record without its step number")
+        out.append(rec)
     return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
