@@ -9,14 +9,19 @@ from __future__ import annotations
 import sys
 from typing import Any, List, Optional
 
-from .exit_codes import EXIT_INTERRUPTED
+from mcutrain.errors import McuTrainError
+
+from .exit_codes import EXIT_ERROR, EXIT_INTERRUPTED
 
 
 def run(argv: Optional[List[str]] = None) -> None:
     """The `mcutrain` console script: the click group with mcutrain's exit codes (see `mcutrain --help`)."""
     try:
-        from .commands import main
-
+        try:
+            from .commands import main
+        except McuTrainError as e:  # a setting read while loading (MCUTRAIN_ISA): one line, as every error
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(EXIT_ERROR)
         main.main(args=argv, prog_name="mcutrain")
     except KeyboardInterrupt:  # before the commands' own error policy took over
         print("error: interrupted", file=sys.stderr)
