@@ -22,6 +22,8 @@ one (host_build.ISA_VARIANTS), chosen at run time (trainer/isa_dispatch.c). MCUT
 import glob
 import os
 import platform
+import shutil
+import subprocess
 import sys
 from runpy import run_path
 
@@ -78,6 +80,32 @@ class BuildExt(build_ext):
             )
         ext.extra_objects = [*(ext.extra_objects or []), *objects]
         super().build_extension(ext)
+
+    def run(self) -> None:
+        super().run()
+        self.build_host_tools()
+
+    def build_host_tools(self) -> None:
+        """The simulators' host tools (host_build.HOST_TOOLS) into firmware/host_tools/bin of the package, named
+        as exporter/sim.py looks for them; one that cannot be built here (Linux only; avr_run needs libsimavr)
+        is left to the simulators, which compile it with the host gcc on first use."""
+        cc = os.environ.get("CC", "gcc").split()[0]
+        if not sys.platform.startswith("linux") or shutil.which(cc) is None:
+            return
+        if self.inplace:
+            firmware = self.get_finalized_command("build_py").get_package_dir("mcutrain.firmware")
+        else:
+            firmware = os.path.join(self.build_lib, "mcutrain", "firmware")
+        out = os.path.join(firmware, "host_tools", "bin")
+        os.makedirs(out, exist_ok=True)
+        for name, (source, flags, libs, suffix) in HOST_BUILD["HOST_TOOLS"].items():
+            with open(source, "rb") as f:
+                target = os.path.join(out, HOST_BUILD["host_tool_file"](name, f.read(), flags, libs, suffix))
+            r = subprocess.run([cc, *flags, source, "-o", target + ".tmp", *libs], capture_output=True, text=True)
+            if r.returncode == 0:
+                os.replace(target + ".tmp", target)
+            else:
+                print(f"note: {name} not built into the package ({r.stderr.strip().splitlines()[-1:]})")
 
 
 PACKAGE_DIRS = {

@@ -42,4 +42,22 @@ def isa_variants(machine: str) -> dict:
     return {"baseline": [], **ISA_VARIANTS.get(machine, {})}
 
 
-__all__ = ["HOST_CORE_FLAGS", "DISPATCHED_SOURCES", "ISA_VARIANTS", "isa_variants"]
+# The host tools the simulators run (firmware/host_tools): name -> (source, gcc flags, libraries, file suffix).
+# setup.py builds them into the package (firmware/host_tools/bin) where it can, so `mcutrain sim` needs no host
+# compiler; elsewhere the simulators compile them with the host gcc on first use (exporter/sim.py).
+HOST_TOOLS = {
+    "insn_plugin": ("firmware/host_tools/insn_plugin.c", ["-shared", "-fPIC", "-O2", "-Wall"], [], ".so"),
+    "avr_run": ("firmware/host_tools/avr_run.c", ["-O2", "-Wall", "-I/usr/include/simavr"], ["-lsimavr", "-lutil"], ""),
+}
+
+
+def host_tool_file(name: str, source: bytes, cflags: list, libs: list, suffix: str) -> str:
+    """The file name of a built host tool: NAME-DIGEST+SUFFIX, the digest over its source and flags, so a
+    changed source or flag never runs an old build."""
+    import hashlib
+
+    digest = hashlib.sha256(source + "\0".join([*cflags, *libs]).encode()).hexdigest()[:12]
+    return f"{name}-{digest}{suffix}"
+
+
+__all__ = ["HOST_CORE_FLAGS", "DISPATCHED_SOURCES", "ISA_VARIANTS", "isa_variants", "HOST_TOOLS", "host_tool_file"]
