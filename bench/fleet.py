@@ -1,6 +1,8 @@
-"""Fleet rounds at scale (issue 12): 4, 16 and 64 native firmware processes, each a Flower client over its
-own pty, Flower's server running FedAvg on 127.0.0.1, on scikit-learn's digits split non-IID (two classes
-per device). Reported per fleet size:
+"""Fleet rounds at scale (issues 12 and 23): 4, 16 and 64 native firmware processes, each held by its own
+node (a device keeper and a Flower SuperNode, processes on 127.0.0.1), a Flower SuperLink and the fleet's
+ServerApp running FedAvg, on scikit-learn's digits split non-IID (two classes per device). Beside each
+figure: the old in-process fleet's (Flower's legacy transport, every client a thread of one process),
+measured on this machine before issue 23 (REFERENCE). Reported per fleet size:
 
 - seconds per round (mean over the rounds after the first, which also starts the processes) and rounds/s;
 - growth: time per round against the 4-device fleet's, beside N/4 (what a fleet that runs its devices
@@ -31,8 +33,12 @@ from mcutrain import Sequential, TrainParams, save_model  # noqa: E402
 from mcutrain import layers as L  # noqa: E402
 from mcutrain.datasets import Dataset  # noqa: E402
 from mcutrain.fleet.config import load_config  # noqa: E402
-from mcutrain.fleet.server import Fleet  # noqa: E402
+from mcutrain.fleet.deploy import Fleet  # noqa: E402
 from mcutrain.fleet.split import simulate_fleet  # noqa: E402
+from mcutrain.sources import load_dataset  # noqa: E402
+
+# the in-process fleet (before issue 23) on this machine: devices -> rounds/s
+REFERENCE = {4: 4.13, 16: 1.35, 64: 0.39}
 
 
 def expected_bytes(n_in: int, n_out: int, blocks: List[int], max_payload: int, steps: int, n_eval: int) -> int:
@@ -58,10 +64,12 @@ def run_size(n: int, ds: Dataset, model: Path, work: Path, rounds: int, steps: i
     res = fleet.run()
     later = res.rounds[2:]
     assert all(not r.failed and len(r.answered) == n for r in res.rounds[1:]), [r.dropped for r in res.rounds]
-    blocks = [c for _, c in fleet.layout.blocks]
-    n_evals = [min(n_eval, c.ex.shape[0]) for c in fleet.clients]
-    prog = fleet.model.program
-    max_payload = fleet.model.rx_max
+    fm = fleet.fm
+    assert fm is not None
+    blocks = [c for _, c in fm.layout.blocks]
+    n_evals = [min(n_eval, len(load_dataset(cfg.data_settings(d.eval or d.data)).x)) for d in cfg.devices]
+    prog = fm.model.program
+    max_payload = fm.model.rx_max
     expect = float(np.mean([expected_bytes(prog.n_in, prog.n_out, blocks, max_payload, steps, e) for e in n_evals]))
     sec = float(np.mean([r.seconds for r in later]))
     return {
@@ -73,6 +81,7 @@ def run_size(n: int, ds: Dataset, model: Path, work: Path, rounds: int, steps: i
         "bytes_per_device": float(np.mean([r.bytes for r in later])) / n,
         "expected_bytes_per_device": expect,
         "accuracy": res.rounds[-1].accuracy,
+        "reference_rounds_per_s": REFERENCE.get(n),
     }
 
 
@@ -100,17 +109,21 @@ def main(argv: Optional[List[str]] = None) -> int:
             rows.append(run_size(n, ds, model, work, max(2, a.rounds), a.steps, a.eval))
             print(f"  {n} devices done: {rows[-1]['seconds_per_round']:.2f} s per round", flush=True)
     ref = rows[0]
-    print(f"\nfleet rounds, native firmware over ptys, FedAvg (Flower), {a.steps} TRAIN steps per device and round")
+    print(
+        f"\nfleet rounds, native firmware over ptys, SuperLink + SuperNodes (Flower Deployment Engine), FedAvg, "
+        f"{a.steps} TRAIN steps per device and round; 'in-process' = rounds/s of the old in-process fleet"
+    )
     head = (
-        f"{'devices':>7} {'s/round':>8} {'rounds/s':>8} {'growth':>7} {'N/N0':>5} {'KiB/round':>9} "
-        f"{'B/device':>9} {'expected':>9} {'accuracy':>8}"
+        f"{'devices':>7} {'s/round':>8} {'rounds/s':>8} {'in-process':>10} {'growth':>7} {'N/N0':>5} "
+        f"{'KiB/round':>9} {'B/device':>9} {'expected':>9} {'accuracy':>8}"
     )
     print(head)
     for r in rows:
         r["growth"] = r["seconds_per_round"] / ref["seconds_per_round"]
         r["linear_growth"] = r["devices"] / ref["devices"]
         print(
-            f"{r['devices']:>7} {r['seconds_per_round']:>8.3f} {r['rounds_per_s']:>8.2f} {r['growth']:>7.2f} "
+            f"{r['devices']:>7} {r['seconds_per_round']:>8.3f} {r['rounds_per_s']:>8.3f} "
+            f"{r['reference_rounds_per_s'] or float('nan'):>10.2f} {r['growth']:>7.2f} "
             f"{r['linear_growth']:>5.0f} {r['bytes_per_round'] / 1024:>9.1f} {r['bytes_per_device']:>9.0f} "
             f"{r['expected_bytes_per_device']:>9.0f} {r['accuracy']:>8.3f}"
         )

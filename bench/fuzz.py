@@ -339,7 +339,7 @@ def seed_models() -> List[bytes]:
     from mcutrain.modelfile import encode_model
 
     a = Sequential(L.Linear(3, 4), L.Tanh(), L.Linear(4, 2), L.Softmax()).rand_params(seed=1)
-    b = Sequential(L.Conv1d(8, 6, 3), L.Relu(), L.RMSNorm(6), L.Linear(6, 2)).rand_params(seed=2)
+    b = Sequential(L.SingleChannelConv1d(8, 6, 3), L.Relu(), L.RMSNorm(6), L.Linear(6, 2)).rand_params(seed=2)
     c = Sequential(Residual(Sequential(L.Linear(4, 4), L.Swish(4))), LR(L.Diag(4), 10), L.DyT(4)).rand_params(seed=3)
     run = {"loss": "cross_entropy", "train": {"batch": 4, "data": {"problem": "parity2"}}}
     return [

@@ -7,6 +7,10 @@ Network B: 64-128 ReLU-128 ReLU-10 softmax, same loss and optimizer, batch 32.
 
 Rows (issue 11's host rows): train_batch on A and on B against NumPy's batched step; whole epochs
 (shuffled each epoch) through one net.fit call against NumPy's per-batch loop over the same epochs.
+
+CNNs (issue 20): the digits CNN (8x8x1, conv 8 and 16, max pooling, dense 10) and the MLPerf Tiny DS-CNN
+(49x10x1 -> 12 with BatchNorm), Adam and cross-entropy, batch 32, against the same network in PyTorch on one
+thread (NCHW, its own kernels), in the same run: train_batch per batch and whole epochs through net.fit.
 NumPy's BLAS runs on one thread (threadpoolctl, when installed) so that "x numpy" compares one core with
 one core. The machine may be shared: every figure is the best of --rounds interleaved measurements.
 
@@ -340,6 +344,100 @@ def compare_builds(seconds: float, rounds: int, threads: int) -> List[str]:
     for k, v in best["dispatched"].items():
         ref = best["native"][k]
         lines.append(f"  {k:22s} {v:>12,.0f} {ref:>12,.0f}  {v / ref:6.3f}")
+
+
+CNN_TARGETS = {("digits_cnn", "mcutrain fit 1 thread"): 5.0, ("ds_cnn", "mcutrain fit 1 thread"): 1.0}
+
+
+def torch_cnn(net: Sequential):
+    """The same layers in PyTorch (NCHW), from the mcutrain layers' geometry; the logits (no final softmax)."""
+    import torch
+
+    mods: List = []
+    for m in net.layers():
+        g = m._geometry() if hasattr(m, "_geometry") else {}
+        name = type(m).__name__
+        if name in ("Conv2d", "DepthwiseConv2d"):
+            pb = (g["h_out"] - 1) * g["sh"] + g["kh"] - g["h_in"] - g["pt"]
+            pr = (g["w_out"] - 1) * g["sw"] + g["kw"] - g["w_in"] - g["pl"]
+            mods.append(torch.nn.ZeroPad2d((g["pl"], max(pr, 0), g["pt"], max(pb, 0))))
+            groups = g["c_in"] if name == "DepthwiseConv2d" else 1
+            conv = torch.nn.Conv2d(g["c_in"], g["c_out"], (g["kh"], g["kw"]), (g["sh"], g["sw"]), groups=groups)
+            mods.append(conv)
+        elif name == "BatchNorm":
+            mods.append(torch.nn.BatchNorm2d(m.channels, eps=m.eps, momentum=m.momentum))
+        elif name in ("MaxPool2d", "AvgPool2d"):
+            cls = torch.nn.MaxPool2d if name == "MaxPool2d" else torch.nn.AvgPool2d
+            mods.append(cls((g["kh"], g["kw"]), (g["sh"], g["sw"])))
+        elif name == "Relu":
+            mods.append(torch.nn.ReLU())
+        elif name == "Flatten":
+            mods.append(torch.nn.Flatten())
+        elif name == "Linear":
+            mods.append(torch.nn.Linear(m.n_in, m.n_out))
+    return torch.nn.Sequential(*mods)
+
+
+def measure_cnn(name: str, batch: int, seconds: float, rounds: int) -> Dict[str, float]:
+    """{row: samples/s} of one reference CNN: mcutrain's train_batch and fit, PyTorch's per-batch loop."""
+    from mcutrain.tiny_models import build
+
+    net = build(name).rand_params(seed=1)
+    shape = net.in_shape
+    n_out = net.n_out
+    assert shape is not None and n_out is not None
+    rng = np.random.default_rng(0)
+    n = 8 * batch
+    ex = rng.random((n, *shape), dtype=np.float32)
+    ey = np.eye(n_out, dtype=np.float32)[rng.integers(0, n_out, n)]
+    data = [(ex[i : i + batch].reshape(batch, -1), ey[i : i + batch]) for i in range(0, n, batch)]
+    opt = net.new_adam(TrainParams(lr=1e-3))
+    rows: Dict[str, Tuple[Callable, bool]] = {
+        "mcutrain 1 thread": (lambda x, y: train_batch(opt, net, losses.cross_entropy, x, y), False),
+        "mcutrain fit 1 thread": (
+            lambda e: net.fit(opt, losses.cross_entropy, ex, ey, epochs=1, batch=batch, shuffle=e),
+            True,
+        ),
+    }
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        tnet = torch_cnn(net)
+        topt = torch.optim.Adam(tnet.parameters(), lr=1e-3)
+        ce = torch.nn.CrossEntropyLoss()
+
+        def tstep(x: np.ndarray, y: np.ndarray) -> None:
+            xt = torch.from_numpy(x).reshape(x.shape[0], *shape).permute(0, 3, 1, 2)
+            topt.zero_grad()
+            ce(tnet(xt), torch.from_numpy(y.argmax(1))).backward()
+            topt.step()
+
+        rows["pytorch 1 thread"] = (tstep, False)
+    best: Dict[str, float] = {}
+    for _ in range(rounds):
+        for row, (fn, epochs) in rows.items():
+            if torch is not None:
+                torch.set_num_threads(1)
+            with one_blas_thread():
+                v = timed_epochs(fn, n, seconds) if epochs else timed(fn, data, seconds)
+            best[row] = max(best.get(row, 0.0), v)
+    return best
+
+
+def report_cnn(results: Dict[str, Dict[str, float]]) -> List[str]:
+    """The CNN rows with PyTorch beside each."""
+    lines = []
+    for name, row in results.items():
+        lines.append(f"\n{name}: Adam, cross-entropy, batch 32")
+        lines.append(f"  {'row':26s} {'samples/s':>12s}  {'vs pytorch':>12s}  target")
+        ref = row.get("pytorch 1 thread")
+        for k, v in row.items():
+            ratio = f"{v / ref:6.2f}x" if ref else "   n/a"
+            target = CNN_TARGETS.get((name, k))
+            mark = "" if target is None or not ref else f">= {target:g}x {'met' if v / ref >= target else 'MISSED'}"
+            lines.append(f"  {k:26s} {v:>12,.0f}  {ratio:>12s}  {mark}")
     return lines
 
 
@@ -366,6 +464,9 @@ def main() -> None:
     for name, (sizes, acts, batch) in NETS.items():
         results[name] = measure(sizes, acts, batch, args.seconds, max(1, args.rounds), args.threads)
     print("\n".join(report(results, cores)))
+    cnn = {name: measure_cnn(name, 32, args.seconds, max(1, args.rounds)) for name in ("digits_cnn", "ds_cnn")}
+    print("\n".join(report_cnn(cnn)))
+    results.update(cnn)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

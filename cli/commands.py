@@ -60,16 +60,20 @@ def _register() -> None:
     from .device import device
     from .doctor import doctor
     from .export import build, export, flash, sim
+    from .features import features
     from .fleet import fleet
     from .interop import export_onnx, import_cmd
+    from .layers import layers
     from .model import boards, eval_cmd, info, plot
+    from .serve import serve
     from .train import train
 
-    for cmd in (train, eval_cmd, info, plot, boards, export, build, flash, sim, device):
+    for cmd in (train, layers, eval_cmd, info, plot, boards, export, build, flash, sim, serve, device):
         main.add_command(cmd)
     for cmd in (import_cmd, export_onnx):
         main.add_command(cmd)
     main.add_command(fleet)
+    main.add_command(features)
     main.add_command(doctor)
 
 

@@ -17,9 +17,10 @@ def data_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--data",
             "data_path",
-            type=click.Path(dir_okay=False),
+            type=click.Path(),
             default=None,
-            help="Data file: .csv, .npz or IDX images (MNIST format; give --labels).",
+            help="Data file: .csv, .npz or IDX images (MNIST format; give --labels); with --features, raw windows: "
+            "a folder with a subfolder of WAV files per label, or .npz / .csv windows.",
         ),
         click.option(
             "--problem",
@@ -38,6 +39,12 @@ def data_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--x-key", default="x", show_default=True, help="NPZ array with the inputs."),
         click.option("--y-key", default="y", show_default=True, help="NPZ array with the targets."),
         click.option("--classify", is_flag=True, help="Targets are integer class labels: make them one-hot."),
+        click.option(
+            "--features",
+            default=None,
+            help="The data are raw sensor windows: compute these features (e.g. 'kws', 'mfcc:rate=8000,...', "
+            "'motion:axes=3,...'; see mcutrain.features). The model keeps the pipeline and its normalisation.",
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -53,6 +60,7 @@ def settings_from_options(
     x_key: str,
     y_key: str,
     classify: bool,
+    features: Optional[str] = None,
 ) -> DataSettings:
     """A DataSettings from data_options' values (file paths made absolute, so a resumed run finds them)."""
     return DataSettings(
@@ -64,10 +72,11 @@ def settings_from_options(
         x_key=x_key,
         y_key=y_key,
         classify=classify,
+        features=features,
     )
 
 
-DATA_KEYS = ("data_path", "problem", "inputs", "targets", "labels", "x_key", "y_key", "classify")
+DATA_KEYS = ("data_path", "problem", "inputs", "targets", "labels", "x_key", "y_key", "classify", "features")
 
 
 def pop_data_options(kw: Dict[str, Any]) -> DataSettings:

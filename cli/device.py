@@ -4,6 +4,7 @@ firmware's pty, or a simulator's serial line)."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -22,23 +23,68 @@ from .data_options import data_options, pop_data_options
 OPT_KINDS = names(OptKind)  # the core's optimizer names, in enum mct_opt_kind order
 
 
+SIM_KEY = "mcutrain_device_sim"  # where --sim leaves its project in the click context
+
+
+def _remember_sim(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> None:
+    ctx.meta[SIM_KEY] = value
+
+
 def port_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--port, --baud and --timeout."""
+    """--port, --baud, --timeout and --sim."""
+    f = click.option(
+        "--sim",
+        type=click.Path(exists=True, file_okay=False),
+        default=None,
+        expose_value=False,
+        callback=_remember_sim,
+        help="Instead of --port: start the exported project's simulated board for this command and stop it after "
+        "(its saves are kept; `mcutrain serve` keeps one running).",
+    )(f)
     f = click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for replies.")(f)
     f = click.option("--baud", type=int, default=115200, show_default=True, help="Serial speed.")(f)
     return click.option(
         "--port",
-        required=True,
+        default=None,
         envvar="MCUTRAIN_PORT",
         help="Serial port of the device (or a pty), e.g. /dev/ttyACM0; or set MCUTRAIN_PORT.",
     )(f)
 
 
-def connect(port: str, baud: int, timeout: float) -> Any:
-    """An open Device."""
+def connect(port: Optional[str], baud: int, timeout: float) -> Any:
+    """An open Device: on --port, or on the simulated board of --sim PROJECT, started now and stopped when the
+    Device is closed."""
     from mcutrain.exporter.client import Device
 
+    project = click.get_current_context().meta.get(SIM_KEY)
+    if project:
+        return _simulated_device(project, baud, max(timeout, 30.0))
+    if not port:
+        raise CliError(
+            "give the device's port with --port (or set MCUTRAIN_PORT), or a simulated board with --sim PROJECT"
+        )
     return Device.open(port, baud, timeout)
+
+
+def _simulated_device(project: str, baud: int, timeout: float) -> Any:
+    """A Device on the project's simulated board, which ends when the Device closes."""
+    from mcutrain.exporter import serve as serve_mod
+    from mcutrain.exporter.client import Device
+
+    from .export import project_board, read_project, require_pio, require_simulator
+
+    meta = read_project(project)
+    board = project_board(meta, None, project)
+    require_simulator(board)
+    require_pio()
+    served = serve_mod.serve(Path(project), board)
+    try:
+        dev = Device.open(served.port, baud, timeout)
+    except BaseException:
+        served.stop()
+        raise
+    dev.process = served.process  # closing the Device ends the simulator
+    return dev
 
 
 def checked_project(dev: Any, project: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -99,6 +145,7 @@ def info_cmd(port: str, baud: int, timeout: float, project: Optional[str]) -> No
     with connect(port, baud, timeout) as dev:
         i = dev.info()
         checked_project(dev, project)
+        port = port or getattr(dev.link, "port", "the simulated board")
     rows = [
         ["model hash", i.hash + (f" (matches {project})" if project else "")],
         ["inputs", i.n_in],
@@ -199,9 +246,16 @@ def _csv(y: np.ndarray, argmax: bool) -> str:
     "--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of --shuffle and of problem samples."
 )
 @click.option("--save", "save_after", is_flag=True, help="SAVE on the device afterwards (persist what it learned).")
+@click.option(
+    "--project",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="The exported project the device runs: the rows its model holds out for `mcutrain eval` are not sent, "
+    "and `device pull` records what the device trained on.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @example("""
-mcutrain device train --port /dev/ttyACM0 --data field.csv --classify --save
+mcutrain device train --port /dev/ttyACM0 --project fw --data field.csv --classify --save
 mcutrain device train --port /dev/pts/5 --problem modadd10 --samples 200""")
 def train_cmd(
     port: str,
@@ -211,24 +265,40 @@ def train_cmd(
     shuffle: bool,
     seed: int,
     save_after: bool,
+    project: Optional[str],
     quiet: bool,
     **kw: Any,
 ) -> None:
-    """Stream labelled samples to the device, which trains on each one (TRAIN), with a progress bar."""
+    """Stream labelled samples to the device, which trains on each one (TRAIN), with a progress bar.
+
+    With --project, a data file the model was trained on is sent without the rows the model holds out
+    (its validation split, on which `mcutrain eval` reports), and the project keeps a record of what was
+    sent, so that the model `device pull` writes knows it.
+    """
     spec = pop_data_options(kw)
-    src = open_source(spec, seed)
+    ck = _project_model(project, spec)
+    src = open_source(spec, seed, classes=_classes(ck))
     with connect(port, baud, timeout) as dev:
         i = dev.info()
+        meta = checked_project(dev, project)
         check_widths(i.n_in, i.n_out, src, "the device's model", advice="use data that fits the exported model")
         if i.n_trainable == 0:
             raise CliError(
                 "the device's model has no trainable layers (exported with --trainable none): export "
                 "with --trainable all, last:N or biases to train on the device"
             )
-        x, y = _stream(src, n_samples, shuffle, seed)
+        held = _held_out(ck, spec) if meta is not None else None
+        x, y, record = _stream(src, n_samples, shuffle, seed, held)
+        if held is not None:
+            note(
+                f"note: left out the {held['val']:.0%} of {Path(spec.path or '').name} that the model holds out "
+                "for evaluation"
+            )
         done, losses = _train_stream(dev, x, y, quiet)
         step = dev.info().step
         seq = dev.save() if save_after and done == len(x) else None
+    if meta is not None and record is not None and project is not None:
+        _log_training(Path(project), {**record, "count": done, "hash": meta["hash"], "step_after": step})
     tail = losses[-min(len(losses), 100) :]
     click.echo(
         f"trained on {done} samples: mean loss {float(np.mean(tail)) if tail else float('nan'):.4g} "
@@ -241,19 +311,99 @@ def train_cmd(
         )
 
 
-def _stream(src: Any, n: Optional[int], shuffle: bool, seed: int) -> Tuple[np.ndarray, np.ndarray]:
-    """The samples to send: a file's rows in order (or shuffled, seeded), repeated up to n samples;
-    or n samples of a problem."""
-    from mcutrain.sources import FileSource
+def _project_model(project: Optional[str], spec: Any) -> Optional[Checkpoint]:
+    """The project's host model (None without --project or when the project keeps none)."""
+    if not project:
+        return None
+    from .export import host_model
+
+    return host_model(project, None)
+
+
+def _classes(ck: Optional[Checkpoint]) -> Optional[List[str]]:
+    """The model's class names, so that text labels map to its outputs."""
+    from mcutrain.modelmeta import class_names
+
+    return class_names(ck.metadata) if ck is not None else None
+
+
+def _held_out(ck: Optional[Checkpoint], spec: Any) -> Optional[Dict[str, Any]]:
+    """{'val', 'seed', 'rows'} of the model's held-out split when spec names the file the model was trained on
+    (the same path or the same contents), else None."""
+    from mcutrain.sources import DataSettings
+
+    if ck is None or not spec.path:
+        return None
+    run = ck.metadata.get("train") or {}
+    own = DataSettings.from_dict(run.get("data") or {})
+    val = float(run.get("val", 0.0) or 0.0)
+    if not own.path or val <= 0:
+        return None
+    same = Path(own.path).resolve() == Path(spec.path).resolve()
+    if not same and run.get("data_crc") is None:
+        return None
+    if not same and DataSettings(path=spec.path, labels=spec.labels).fingerprint() != run.get("data_crc"):
+        return None
+    return {"val": val, "seed": int(run.get("seed", 0))}
+
+
+def _stream(
+    src: Any, n: Optional[int], shuffle: bool, seed: int, held: Optional[Dict[str, Any]] = None
+) -> Tuple[np.ndarray, np.ndarray, Optional[Dict[str, Any]]]:
+    """The samples to send and the record of them (None for a problem): a file's rows in order (or shuffled,
+    seeded), without the held-out rows, repeated up to n samples; or n samples of a problem."""
+    from mcutrain.datasets import split_indices
+    from mcutrain.sources import FileSource, stream_rows
 
     if not isinstance(src, FileSource):
-        return src.batch(0, n or 1000)
-    rows = len(src.full)
-    count = n or rows
-    passes = -(-count // rows)
-    rng = np.random.default_rng(seed)
-    order = np.concatenate([rng.permutation(rows) if shuffle else np.arange(rows) for _ in range(passes)])
-    return src.full.x[order[:count]], src.full.y[order[:count]]
+        x, y = src.batch(0, n or 1000)
+        return x, y, None
+    rows = split_indices(len(src.full), held["val"], held["seed"])[0] if held is not None else None
+    order = stream_rows(len(src.full), n, shuffle, seed, rows)
+    record = {
+        "crc": src.fingerprint,
+        "rows": len(src.full),
+        "held_out": {"val": held["val"], "seed": held["seed"]} if held is not None else None,
+        "shuffle": shuffle,
+        "seed": seed,
+    }
+    return src.full.x[order], src.full.y[order], record
+
+
+def _log_training(project: Path, record: Dict[str, Any]) -> None:
+    """Append a record of what the device trained on to the project's DEVICE_LOG."""
+    from mcutrain.exporter.project import DEVICE_LOG
+
+    with open(project / DEVICE_LOG, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def _training_records(project: str, hash_: str, step: int) -> List[Dict[str, Any]]:
+    """The records of DEVICE_LOG that lead to the device's current step: the newest run of this export that
+    ended at or before it, and the runs before it back to a reset (a run that started at step 0)."""
+    from mcutrain.exporter.project import DEVICE_LOG
+
+    p = Path(project) / DEVICE_LOG
+    if not p.is_file():
+        return []
+    recs = []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict) and r.get("hash") == hash_ and isinstance(r.get("step_after"), int):
+            recs.append(r)
+    chain: List[Dict[str, Any]] = []
+    expect = step
+    for r in reversed(recs):
+        if r["step_after"] != expect:
+            continue
+        chain.insert(0, r)
+        expect = r["step_after"] - int(r.get("count", 0))
+        if expect <= 0:
+            break
+    return chain
 
 
 def _train_stream(dev: Any, x: np.ndarray, y: np.ndarray, quiet: bool) -> Tuple[int, List[float]]:
@@ -289,12 +439,36 @@ def pull_cmd(port: str, baud: int, timeout: float, project: str, base: Optional[
     segs = segments(meta)
     ck.net.params = segments_to_host(segs, params, ck.net.params)
     kept_state = _pull_state(ck, segs, state, ts, len(params), opt_kind)
-    metadata = {**ck.metadata, "device": {"hash": meta["hash"], "board": meta["board"], "step": step, "port": port}}
+    metadata = {
+        **ck.metadata,
+        "device": _device_record(meta, step, port, _training_records(project, meta["hash"], step)),
+    }
     write_output(out, encode_model(ck.net, ck.optimizer, metadata), True)
     click.echo(
         f"pulled {len(params):,} parameters (device step {step}) into {out}"
         + ("" if kept_state else "; the optimizer state was not pulled (the host model has another optimizer)")
     )
+    click.echo(
+        f"{out} remembers the export (--board {meta['board']} --quant {meta.get('quant', 'f32')} --trainable "
+        f"{meta.get('trainable', 'all')}): `mcutrain eval` and `mcutrain export` use it unless told otherwise"
+    )
+
+
+def _device_record(meta: Dict[str, Any], step: int, port: str, trained_on: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """metadata['device'] of a pulled model: the device, its step, the export it runs (mcutrain.modelmeta) and
+    what `device train --project` sent it."""
+    return {
+        "hash": meta["hash"],
+        "board": meta["board"],
+        "step": step,
+        "port": port,
+        "quant": meta.get("quant", "f32"),
+        "trainable": meta.get("trainable", "all"),
+        "optimizer": meta.get("device_optimizer"),
+        "save": meta.get("save"),
+        "loss": meta.get("loss"),
+        "trained_on": [{k: v for k, v in r.items() if k != "hash"} for r in trained_on],
+    }
 
 
 def _base_model(project: str, base: Optional[str]) -> Checkpoint:

@@ -16,7 +16,15 @@ from mcutrain.modelfile import Checkpoint, load_model
 from mcutrain.optim import KINDS
 
 from .common import CliError, MissingTool, check_output, example, note, table, write_output
-from .model import calibration_inputs, device_model, device_model_options, model_loss, model_samples, sim_option
+from .model import (
+    calibration_inputs,
+    device_model,
+    device_model_options,
+    export_choices,
+    model_loss,
+    model_samples,
+    sim_option,
+)
 
 OPTIMIZER_CHOICES = list(KINDS)  # the core's optimizer kinds
 
@@ -124,8 +132,12 @@ def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, boa
 
 @click.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.option("--board", required=True, help="Target board (see `mcutrain boards`).")
-@device_model_options(trainable_default="all")
+@click.option(
+    "--board",
+    default=None,
+    help="Target board (see `mcutrain boards`) [default: the board a model pulled from a device came from].",
+)
+@device_model_options
 @click.option("--loss", "loss_name", default=None, help="Loss the device trains with [default: the model's].")
 @sim_option
 @click.option(
@@ -160,9 +172,9 @@ mcutrain export model.mct --board uno --trainable last:1 --quant int8-full -o fw
 mcutrain export model.mct --board uno --trainable biases --optimizer sgd --library -o lib/my_model""")
 def export(
     model: str,
-    board: str,
-    quant: str,
-    trainable: str,
+    board: Optional[str],
+    quant: Optional[str],
+    trainable: Optional[str],
     calibration: Optional[str],
     loss_name: Optional[str],
     for_sim: bool,
@@ -184,10 +196,28 @@ def export(
     from mcutrain.exporter.boards import get_board
     from mcutrain.exporter.export import export_project
     from mcutrain.exporter.folders import check_folder
+    from mcutrain.modelmeta import device_export
 
+    ck = load_model(model)
+    rec = device_export(ck.metadata)
+    taken = []
+    if board is None:
+        if "board" not in rec:
+            raise CliError("give the board to export to with --board (see `mcutrain boards`)")
+        board = rec["board"]
+        taken.append(f"--board {board}")
     b = get_board(board)
     out = check_folder(output if output is not None else f"{Path(model).stem}-{b.name}", "project", force)
-    ck = load_model(model)
+    quant, trainable, more = export_choices(ck, quant, trainable)
+    taken += more
+    if optimizer is None and rec.get("optimizer") in OPTIMIZER_CHOICES:
+        optimizer = rec["optimizer"]
+        taken.append(f"--optimizer {optimizer}")
+    if save is None and rec.get("save") in ("params", "all"):
+        save = rec["save"]
+        taken.append(f"--save {save}")
+    if taken:
+        note(f"note: exporting {model} as the device it came from runs it ({' '.join(taken)}); give others to change")
     loss = model_loss(ck, loss_name)
     eval_data = model_samples(ck, 1000) if quant != "f32" else None
     cal = calibration_inputs(ck, calibration, eval_data[0] if eval_data else None) if quant == "int8-full" else None
@@ -266,9 +296,13 @@ mcutrain build fw-uno --env native""")
 def build(
     project: str, board: Optional[str], env: Optional[str], for_sim: bool, verbose: bool, arduino_core: bool
 ) -> None:
-    """Build an exported project with PlatformIO (`pio run -e ENV`)."""
+    """Build an exported project with PlatformIO (`pio run -e ENV`), or your own PlatformIO project that uses
+    a library export in its lib/ (docs/embedding.md): an env for the Uno builds offline on Debian's Arduino
+    AVR core, other envs with `pio run -e ENV`."""
     from mcutrain.exporter import pio
 
+    if _build_user_project(project, env, board, for_sim, arduino_core):
+        return
     meta = read_project(project)
     if arduino_core:
         _build_on_arduino_core(project, meta, board, env or None, for_sim)
@@ -281,6 +315,45 @@ def build(
     for line in _size_lines(r.stdout):
         click.echo(line)
     click.echo(f"built {project} (env {env_name})")
+
+
+def _user_project(project: str, env: Optional[str]) -> Any:
+    """The user's own PlatformIO project with a library export (None for an exported project)."""
+    from mcutrain.exporter.user_project import find_user_project
+
+    if (Path(project) / "mcutrain.json").is_file():
+        return None
+    up = find_user_project(Path(project), env)
+    if up is None:
+        read_project(project)  # the error for a folder that is no project at all
+    return up
+
+
+def _build_user_project(project: str, env: Optional[str], board: Optional[str], sim: bool, arduino_core: bool) -> bool:
+    """`build` of the user's own project; False when project is an exported one."""
+    from mcutrain.exporter import arduino_avr
+    from mcutrain.exporter.sim_avr import avr_sizes
+    from mcutrain.exporter.user_project import build_user_project
+
+    up = _user_project(project, env)
+    if up is None:
+        return False
+    if board or sim:
+        raise CliError(f"{project} is your own PlatformIO project: choose its env with --env, not --board or --sim")
+    if not up.on_arduino_avr:
+        if arduino_core:
+            raise CliError(f"--arduino-core builds AVR envs; env:{up.env} of {project} is for {up.platform or '?'}")
+        require_pio()
+    try:
+        elf, how = build_user_project(up)
+    except arduino_avr.ArduinoCoreMissing as e:
+        raise MissingTool(str(e)) from None
+    if up.on_arduino_avr:
+        sizes = avr_sizes(elf)
+        b = up.board
+        click.echo(f"Flash: {sizes['flash']:,} of {b.flash:,} B; RAM (static): {sizes['ram_static']:,} of {b.ram:,} B")
+    click.echo(f"built {elf} (env {up.env}, your project with {', '.join(p.name for p in up.libraries)}) {how}")
+    return True
 
 
 def _build_on_arduino_core(
@@ -435,9 +508,18 @@ def _report_rows(report: Dict[str, Any]) -> List[List[Any]]:
 )
 @click.option("--no-build", is_flag=True, help="Run the firmware built before.")
 @click.option("--force", is_flag=True, help="Replace an existing --report file.")
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Your own project (a library export in lib/): how long to run it, in simulated seconds.",
+)
+@click.option("--env", "env", default=None, help="Your own project: the env to run [default: its default env].")
 @example("""
 mcutrain sim fw
-mcutrain sim fw-uno --report uno.json""")
+mcutrain sim fw-uno --report uno.json
+mcutrain sim my_project --seconds 10     # your own Uno project with a library export: its Serial output""")
 def sim(
     project: str,
     board: Optional[str],
@@ -446,16 +528,30 @@ def sim(
     report_path: Optional[str],
     no_build: bool,
     force: bool,
+    seconds: float,
+    env: Optional[str],
 ) -> None:
     """Build the project for the board's simulator (QEMU, simavr, or natively), run it, check that the
-    device's predictions (and a training step) match the host's, and report what it measured."""
+    device's predictions (and a training step) match the host's, and report what it measured.
+
+    Your own PlatformIO project that uses a library export (an env for the Uno) is built offline on the
+    Arduino AVR core and run in simavr for --seconds of simulated time, with what it prints on Serial shown
+    here and its EEPROM kept in the project (a second run starts from its saves)."""
     from mcutrain.exporter import sim as sim_mod
 
+    up = _user_project(project, env)
+    if up is not None:
+        _sim_user_project(project, up, no_build, seconds)
+        return
+    if env:
+        raise CliError("--env chooses the env of your own project; an exported project runs its board's stand-in")
     meta = read_project(project)
     b = project_board(meta, board, project)
     require_simulator(b)
     if not no_build:
         require_pio()
+    for difference in b.stand_in_differences():
+        note(f"note: {difference}")
     if report_path:
         check_output(Path(report_path), force, "report")
     ck = host_model(project, model)
@@ -488,6 +584,23 @@ def sim(
         )
     if not all(c["ok"] for c in checks.values()):
         raise CliError("the device does not match the host: see the check above")
+
+
+def _sim_user_project(project: str, up: Any, no_build: bool, seconds: float) -> None:
+    """`sim` of the user's own project: build it (unless no_build) and show what it prints in simavr."""
+    from mcutrain.exporter.user_project import run_user_project
+
+    if not up.on_arduino_avr:
+        raise CliError(
+            f"env:{up.env} of {project} is not an Uno env: `mcutrain sim` runs your own firmware on the Uno's "
+            "stand-in only (simavr)"
+        )
+    require_simulator(up.board)
+    if not no_build:
+        _build_user_project(project, up.env, None, False, False)
+    out, b = run_user_project(up, seconds)
+    click.echo(out, nl=not out.endswith("\n"))
+    click.echo(f"ran {project} (env {up.env}) for {seconds:g} s on a simulated {b.name}; its EEPROM is in {project}")
 
 
 def _print_sim(project: str, b: Any, info: Any, checks: Dict[str, Any], report: Dict[str, Any]) -> None:

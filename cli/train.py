@@ -11,14 +11,17 @@ from click.core import ParameterSource
 
 from mcutrain import layers as L
 from mcutrain import losses as losses_mod
-from mcutrain.architecture import load_architecture_file, parse_inline
+from mcutrain.architecture import load_architecture_file, parse_inline, parse_shape
 from mcutrain.losses import Loss
 from mcutrain.modelfile import load_model
+from mcutrain.modelmeta import class_names
 from mcutrain.module import Module
 from mcutrain.optim import KINDS, SCHEDULES, Optimizer, TrainParams
 from mcutrain.recorder import Recorder
 from mcutrain.run import RunSettings, TrainingRun
 from mcutrain.sources import FileSource, Source, check_widths, open_source
+from mcutrain.tiny_models import ARCHITECTURES
+from mcutrain.tiny_models import build as build_architecture
 
 from .common import CliError, Interrupted, Progress, check_output, example, note
 from .data_options import DATA_KEYS, data_options, pop_data_options
@@ -50,6 +53,7 @@ DATA_FIELDS = {
     "x_key": "x_key",
     "y_key": "y_key",
     "classify": "classify",
+    "features": "features",
 }  # option -> DataSettings
 # how a resumed run names a change of its data source's settings, and the DataSettings fields behind each
 DATA_CHANGES = [
@@ -60,6 +64,7 @@ DATA_CHANGES = [
     ("--x-key", ("x_key",)),
     ("--y-key", ("y_key",)),
     ("--classify", ("classify",)),
+    ("--features", ("features",)),
 ]
 
 
@@ -70,14 +75,32 @@ def _options(f: Any) -> Any:
             "--net",
             "net_text",
             default=None,
-            help=f"Inline network, e.g. '{DEFAULT_NET}' (the default with the default problem).",
+            help=f"Inline network, e.g. '{DEFAULT_NET}' (the default with the default problem); "
+            "`mcutrain layers` lists the layer names and their sizes.",
+        ),
+        click.option(
+            "--arch",
+            "arch",
+            type=click.Choice(sorted(ARCHITECTURES)),
+            default=None,
+            help="A reference architecture instead of --net: the MLPerf Tiny models (ds_cnn, fc_autoencoder, "
+            "mobilenet_v1_025) or the digits CNN (`mcutrain info --arch NAME` shows its layers).",
+        ),
+        click.option(
+            "--input-shape",
+            "input_shape",
+            default=None,
+            metavar="HxWxC",
+            help="Shape of one input sample for networks that start with a spatial layer: HxWxC for images "
+            "(e.g. 8x8x1), TxC for series; data files give flat rows in that order (channels last).",
         ),
         click.option(
             "--net-file",
             "net_file",
             type=click.Path(dir_okay=False),
             default=None,
-            help="Network architecture file (TOML or JSON: a list of layers) instead of --net.",
+            help="Network architecture file instead of --net: TOML ([[layers]] tables) or JSON (a list of layers), "
+            "each {type = NAME, ARGUMENT = VALUE}; `mcutrain layers` shows the arguments and an example.",
         ),
         data_options,
         click.option(
@@ -267,7 +290,7 @@ def train(ctx: click.Context, **kw: Any) -> None:
     setup = _resume(kw, explicit) if kw["resume"] else _fresh(kw)
     if setup is None:
         return
-    net, opt, loss, source, settings, out, start = setup
+    net, opt, loss, source, settings, out, start, metadata = setup
     log = _open_log(kw["log_path"], kw["force"], resuming=bool(kw["resume"]), every=settings.log_every)
     if log is not None:
         log.start(
@@ -279,7 +302,18 @@ def train(ctx: click.Context, **kw: Any) -> None:
         )
     with Progress(settings.steps - start, "training", not kw["quiet"]) as bar:
         run = TrainingRun(
-            net, opt, loss, source, settings, out, start, log, bar.update, kw["checkpoint_every"], kw["stop_after"]
+            net,
+            opt,
+            loss,
+            source,
+            settings,
+            out,
+            start,
+            log,
+            bar.update,
+            kw["checkpoint_every"],
+            kw["stop_after"],
+            metadata,
         )
         try:
             result = run.run()
@@ -311,12 +345,12 @@ def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
     if kw["log_path"]:
         check_output(Path(kw["log_path"]), kw["force"], "log")
     data = pop_data_options(kw)
-    default_example = not (kw["net_text"] or kw["net_file"] or data.given)
+    default_example = not (kw["net_text"] or kw["net_file"] or kw["arch"] or data.given)
     if default_example:
         data.problem = DEFAULT_PROBLEM
-    net = _network(kw["net_text"], kw["net_file"])
+    net = _network(kw["net_text"], kw["net_file"], kw["input_shape"], kw["arch"])
     source = open_source(data, kw["seed"], kw["val"])
-    given = kw["net_text"] or kw["net_file"]
+    given = kw["net_text"] or kw["net_file"] or kw["arch"]
     check_widths(net.n_in, net.n_out, source, "the network" if given else f"the default network ({DEFAULT_NET})")
     loss = _loss(kw["loss_name"], net)
     settings = RunSettings(
@@ -339,16 +373,33 @@ def _fresh(kw: Dict[str, Any]) -> Tuple[Any, ...]:
             f"training the built-in example: {DEFAULT_NET} on {DEFAULT_PROBLEM} for {settings.steps} steps "
             f"(see `mcutrain train --help` for your own network and data)"
         )
-    return net, opt, loss, source, settings, out, 0
+    return net, opt, loss, source, settings, out, 0, _remembered(source, {})
 
 
-def _network(net_text: Optional[str], net_file: Optional[str]) -> Module:
-    """The network from --net or --net-file (the README's example without either)."""
-    if net_text and net_file:
-        raise CliError("give the network either inline (--net) or as a file (--net-file), not both")
+def _remembered(source: Source, base: Dict[str, Any]) -> Dict[str, Any]:
+    """What the model file keeps besides the run (mcutrain.modelmeta): base (a resumed model's), with the class
+    names of text labels."""
+    out = {k: v for k, v in base.items() if k not in ("loss", "train")}
+    classes = getattr(source, "classes", None)
+    if classes is not None:
+        out["classes"] = list(classes)
+    return out
+
+
+def _network(
+    net_text: Optional[str], net_file: Optional[str], input_shape: Optional[str] = None, arch: Optional[str] = None
+) -> Module:
+    """The network from --net, --net-file or --arch (the README's example without any), sized by --input-shape."""
+    if sum(bool(v) for v in (net_text, net_file, arch)) > 1:
+        raise CliError("give the network one way: inline (--net), as a file (--net-file) or by name (--arch)")
+    if arch:
+        if input_shape:
+            raise CliError(f"--arch {arch} fixes its input shape; leave out --input-shape")
+        return build_architecture(arch)
+    shape = parse_shape(input_shape) if input_shape else None
     if net_file:
-        return load_architecture_file(net_file)
-    return parse_inline(net_text or DEFAULT_NET)
+        return load_architecture_file(net_file, shape)
+    return parse_inline(net_text or DEFAULT_NET, shape)
 
 
 def _loss(name: str, net: Module) -> Loss:
@@ -409,7 +460,7 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     """Everything a resumed run needs: the model file's state, its stored settings, and what the
     command line changes (with a note when that makes the result differ from an uninterrupted run)."""
     src = Path(kw["resume"])
-    for fixed in ("net_text", "net_file", "init_scale"):
+    for fixed in ("net_text", "net_file", "arch", "input_shape", "init_scale"):
         if fixed in explicit:
             raise CliError(
                 f"--{fixed.replace('_text', '').replace('_file', '').replace('_', '-')} cannot be used "
@@ -421,9 +472,14 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     ck = load_model(src)
     net = ck.net
     stored = ck.metadata.get("train") or {}
-    settings = RunSettings.from_dict(stored) if stored else RunSettings()
+    # a model without a run of its own (imported) starts one: the command line's settings and the recorded loss
+    settings = RunSettings.from_dict(stored) if stored else _new_run_settings(kw, ck.metadata.get("loss"))
     changed, data_changed = _apply_run_options(settings, kw, explicit)
-    source = open_source(settings.data, settings.seed, settings.val if settings.data.path else 0.0)
+    if not stored:
+        changed = []  # nothing was saved to differ from
+    source = open_source(
+        settings.data, settings.seed, settings.val if settings.data.path else 0.0, classes=class_names(ck.metadata)
+    )
     check_widths(net.n_in, net.n_out, source, f"the network in {src}")
     loss = _loss(settings.loss if "loss_name" not in explicit else kw["loss_name"], net)
     changed += ["--loss"] if str(loss) != settings.loss and stored else []
@@ -432,7 +488,13 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
     if "epochs" in explicit:
         settings.epochs = kw["epochs"]
     opt, opt_changes = _resumed_optimizer(ck.optimizer, net, kw, explicit, settings.steps)
-    changed += opt_changes
+    if stored:
+        changed += opt_changes
+    else:
+        note(
+            f"note: {src} has no training run of its own: a new one starts from its weights "
+            f"({opt.kind}, loss {settings.loss}{', as recorded' if ck.metadata.get('loss') else ''})"
+        )
     start = int(stored.get("batches", opt.step))
     crc = stored.get("data_crc")
     if crc is not None and not data_changed and settings.data.fingerprint() != crc:
@@ -448,7 +510,22 @@ def _resume(kw: Dict[str, Any], explicit: Set[str]) -> Optional[Tuple[Any, ...]]
             f"(give a larger --steps or --epochs to train further)"
         )
         return None
-    return net, opt, loss, source, settings, out, start
+    return net, opt, loss, source, settings, out, start, _remembered(source, ck.metadata)
+
+
+def _new_run_settings(kw: Dict[str, Any], loss: Optional[str]) -> RunSettings:
+    """The settings of a first run on a model that has none (imported): the options' values (their defaults
+    unless given) and the loss the model records (else auto)."""
+    return RunSettings(
+        loss=loss or "auto",
+        batch=kw["batch"],
+        threads=kw["threads"],
+        seed=kw["seed"],
+        val=kw["val"],
+        init_scale=kw["init_scale"],
+        eval_every=kw["eval_every"],
+        log_every=kw["log_every"],
+    )
 
 
 def _apply_run_options(settings: RunSettings, kw: Dict[str, Any], explicit: Set[str]) -> Tuple[List[str], bool]:
@@ -548,4 +625,5 @@ def _summary(result: Any, settings: RunSettings, source: Source, opt: Optimizer,
     click.echo(": ".join(parts[:1]) + ": " + ", ".join(parts[1:]))
     click.echo(f"saved {out}")
     if isinstance(source, FileSource) and source.val is None:
-        note("note: no validation split (--val 0): the numbers above are training numbers")
+        why = "--val 0" if settings.val == 0 else f"{len(source.full)} samples are too few for a {settings.val:g} split"
+        note(f"note: no validation split ({why}): the numbers above are training numbers")

@@ -24,6 +24,9 @@ autodoc_default_options = {"members": True, "undoc-members": False, "show-inheri
 html_theme = "alabaster"
 html_static_path: list = []
 
+# pages may step from a title (H1) straight to H3 sub-sections; that is a style choice, not an error
+suppress_warnings = ["myst.header"]
+
 
 def plain_docstring(app, what, name, obj, options, lines) -> None:  # noqa: ANN001 - Sphinx's hook signature
     """The docstrings are plain prose (not reStructuredText): hanging-indented lines continue the line above,

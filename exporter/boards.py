@@ -35,6 +35,9 @@ class Board:
     stack_margin: int
     platformio: Dict[str, Any]
     sim: Optional[Dict[str, Any]] = None
+    framework_code: int = 0  # flash the real board's Arduino framework adds (its stand-in runs a bare-metal port)
+    op_code_scale: float = 1.0  # the heavier ops' code as a multiple of their AVR size
+    opt_code_scale: float = 1.0  # the optimizers' code as a multiple of their AVR size
     path: Optional[Path] = field(default=None, repr=False)
 
     @property
@@ -46,6 +49,19 @@ class Board:
     def sim_ram(self) -> int:
         """RAM of the simulated stand-in (may be less than the board's)."""
         return int(self.sim.get("ram", self.ram)) if self.sim else self.ram
+
+    def stand_in_differences(self) -> List[str]:
+        """Where the simulated stand-in's limits differ from the real board's (its storage is always the
+        board's: the stand-in's firmware is built with the board's storage size)."""
+        if self.sim_kind in (None, "native"):
+            return []
+        out = []
+        if self.sim_ram != self.ram:
+            out.append(
+                f"the simulated {self.name} has {self.sim_ram:,} B of RAM, the real board {self.ram:,} B: a model "
+                f"that fits the board may not run in the simulator"
+            )
+        return out
 
 
 # what a simulator kind needs in [sim] (strings); the kinds exporter/sim.py knows
@@ -73,9 +89,20 @@ def _check_values(d: Dict[str, Any], path: Path) -> None:
             bad(key, "a non-empty string", d[key])
     if "fpu" in d and not isinstance(d["fpu"], bool):
         bad("fpu", "true or false", d["fpu"])
-    for key, lo in (("ram", 1), ("flash", 1), ("storage", 0), ("code_estimate", 0), ("stack_margin", 0)):
+    for key, lo in (
+        ("ram", 1),
+        ("flash", 1),
+        ("storage", 0),
+        ("code_estimate", 0),
+        ("framework_code", 0),
+        ("stack_margin", 0),
+    ):
         if key in d:
             whole(key, d[key], lo)
+    for key in ("op_code_scale", "opt_code_scale"):
+        scale = d.get(key, 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale <= 10:
+            bad(key, "a number from 0 to 10", scale)
     pio = d.get("platformio", {})
     if not isinstance(pio, dict):
         bad("platformio", "a table ([platformio])", pio)
@@ -115,6 +142,9 @@ def load_board_file(path: Path) -> Board:
             flash=int(d["flash"]),
             storage=int(d.get("storage", 0)),
             code_estimate=int(d.get("code_estimate", 0)),
+            framework_code=int(d.get("framework_code", 0)),
+            op_code_scale=float(d.get("op_code_scale", 1.0)),
+            opt_code_scale=float(d.get("opt_code_scale", d.get("op_code_scale", 1.0))),
             stack_margin=int(d.get("stack_margin", 0)),
             platformio=dict(d.get("platformio", {})),
             sim=d.get("sim"),
@@ -129,10 +159,21 @@ def all_boards() -> List[Board]:
     return [load_board_file(p) for p in sorted(boards_dir().glob("*.toml"))]
 
 
+def board_names() -> List[str]:
+    """The names of the known boards (their files' names), sorted."""
+    return sorted(p.stem for p in boards_dir().glob("*.toml"))
+
+
 def get_board(name: str) -> Board:
-    """The board called name; BoardError naming the known boards otherwise."""
-    p = boards_dir() / f"{name}.toml"
-    if not name or "/" in name or not p.is_file():
-        known = ", ".join(b.name for b in all_boards())
-        raise BoardError(f"unknown board {name!r}; known boards: {known} (see `mcutrain boards`)")
-    return load_board_file(p)
+    """The board called name, in any case ('Uno', 'NUCLEO_F401RE'); BoardError naming the closest known
+    names (and all of them) otherwise."""
+    names = board_names()
+    by_lower = {n.lower(): n for n in names}
+    key = (name or "").strip().lower()
+    if key not in by_lower:
+        import difflib
+
+        close = difflib.get_close_matches(key, list(by_lower), n=3, cutoff=0.5)
+        hint = f"did you mean {' or '.join(by_lower[c] for c in close)}? " if close else ""
+        raise BoardError(f"unknown board {name!r}; {hint}known boards: {', '.join(names)} (see `mcutrain boards`)")
+    return load_board_file(boards_dir() / f"{by_lower[key]}.toml")

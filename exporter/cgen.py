@@ -75,7 +75,7 @@ def model_h(m: DeviceModel) -> str:
 #define MCT_MODEL_LOSS_PARAM {c_float(m.loss_param)}
 #define MCT_MODEL_CONST_BYTES {len(bytes(p.cdata))}     /* frozen layers in flash */
 
-/* The network, the optimizer used by TRAIN, and the hash INFO reports. */
+{_feat_h(m)}/* The network, the optimizer used by TRAIN, and the hash INFO reports. */
 extern const mct_net mct_model;
 extern const mct_opt mct_model_opt;
 extern const uint8_t mct_model_hash[8];
@@ -84,6 +84,40 @@ void mct_model_load_init(float *params);
 
 #endif /* MCT_MODEL_H */
 """
+
+
+def _feat_h(m: DeviceModel) -> str:
+    """model.h's part for a model that computes its features from raw windows (nothing for the others)."""
+    fe = m.feat
+    if fe is None:
+        return ""
+    z = fe.spec.sizes()
+    i16 = fe.spec.kind != "motion"
+    return f"""/* The front end: raw windows -> features ({fe.spec.text()}) -> normalisation */
+#define MCT_MODEL_FEAT 1
+#define MCT_MODEL_RAW_IN {z.n_in}
+#define MCT_MODEL_RAW_I16 {int(i16)}             /* raw samples are int16 (else float) */
+#define MCT_MODEL_FEAT_TABLES {z.tables}          /* floats of the pipeline's tables (computed at boot) */
+#define MCT_MODEL_FEAT_SCRATCH {max(z.scratch, 1)}
+#define MCT_MODEL_NORM {int(fe.mean is not None)}
+#include "mct_feat.h"
+extern const mct_feat_cfg mct_model_feat;
+extern const float mct_model_norm[];        /* mean [MCT_MODEL_N_IN], then scale [MCT_MODEL_N_IN] */
+
+"""
+
+
+def _feat_c(m: DeviceModel) -> str:
+    """model.c's part for a model with a front end: the pipeline's config and the normalisation."""
+    fe = m.feat
+    if fe is None:
+        return ""
+    norm = np.concatenate([fe.mean, fe.scale]) if fe.mean is not None else np.zeros(1, np.float32)
+    rows = "\n".join(_float_rows(norm))
+    return (
+        f"const mct_feat_cfg mct_model_feat = {fe.spec.c_initializer()};\n\n"
+        f"const float mct_model_norm[{norm.size}] MCT_CONST = {{\n{rows}\n}};\n"
+    )
 
 
 def config_h(m: DeviceModel) -> str:
@@ -151,7 +185,7 @@ static const float init_params[{max(p.n_params, 1)}] MCT_CONST = {{
 void mct_model_load_init(float *params) {{
     mct_const_copy(params, init_params, sizeof(float) * MCT_MODEL_N_PARAMS);
 }}
-"""
+{_feat_c(m)}"""
 
 
 # DeviceModel and the segment helpers live in mcutrain.exporter.device_model; importing them from here still works

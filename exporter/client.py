@@ -226,6 +226,26 @@ class Device:
         loss, step = struct.unpack("<fI", d[:8])
         return loss, step
 
+    @staticmethod
+    def _raw_bytes(raw: Any) -> bytes:
+        """A raw window as the firmware takes it: int16 samples (audio) or float32 values (motion)."""
+        a = np.asarray(raw)
+        return a.astype("<i2").tobytes() if a.dtype == np.int16 else a.astype("<f4").tobytes()
+
+    def predict_raw(self, raw: Any) -> np.ndarray:
+        """Outputs for one raw window (a model trained with --features computes its features on the device)."""
+        return np.frombuffer(self.request(Cmd.PREDICT_RAW, self._raw_bytes(raw)), "<f4").copy()
+
+    def features(self, raw: Any) -> np.ndarray:
+        """The network input (normalised features) the device computes from one raw window."""
+        return np.frombuffer(self.request(Cmd.FEATURES, self._raw_bytes(raw)), "<f4").copy()
+
+    def train_raw(self, raw: Any, t: Any) -> Tuple[float, int]:
+        """One on-device training step on a raw window and its target: (loss, step)."""
+        payload = self._raw_bytes(raw) + self._pack_floats(t, self.cached_info.n_out, "target")
+        loss, step = struct.unpack("<fI", self.request(Cmd.TRAIN_RAW, payload)[:8])
+        return loss, step
+
     def _floats_per_frame(self) -> int:
         """How many floats one READ or WRITE frame carries."""
         return max(1, (self.cached_info.max_payload - 5) // 4)

@@ -37,13 +37,20 @@ class DeviceSpecError(McuTrainError, ValueError):
     """A trainable or quantization choice that cannot be made for this network."""
 
 
-def _split_linear(layers: List[LayerDesc]) -> List[LayerDesc]:
-    """Every Linear becomes Dense + Bias1d (same math and bits: the bias is added after the full sum)."""
+def _splits_bias(d: LayerDesc) -> bool:
+    """Does --trainable biases split this layer (a Linear, or a convolution with a bias)?"""
+    return d.kind == 1 and d.op in (Op.DENSE, Op.CONV2D, Op.DWCONV2D)
+
+
+def _split_biases(layers: List[LayerDesc]) -> List[LayerDesc]:
+    """Every Linear becomes Dense + Bias1d, every convolution with a bias the convolution + a per-channel Bias1d
+    (same math and bits: the bias is added after the full sum)."""
     out: List[LayerDesc] = []
     for d in layers:
-        if d.op == Op.DENSE and d.kind == 1:
-            io = d.n_in * d.n_out
-            out.append(replace(d, kind=0, n_p=io, n_w=io, name=d.name + " weights"))
+        if _splits_bias(d):
+            n_b = d.n_out if d.op == Op.DENSE else int(d.geometry["c_out"])
+            n_w = d.n_p - n_b
+            out.append(replace(d, kind=0, n_p=n_w, n_w=n_w, name=d.name + " weights", geometry=dict(d.geometry)))
             out.append(
                 LayerDesc(
                     op=Op.BIAS,
@@ -51,10 +58,11 @@ def _split_linear(layers: List[LayerDesc]) -> List[LayerDesc]:
                     n_in=d.n_out,
                     n_out=d.n_out,
                     lr_div=d.lr_div,
-                    p_off=d.p_off + io,
-                    n_p=d.n_out,
+                    p_off=d.p_off + n_w,
+                    n_p=n_b,
                     n_w=0,
                     name=d.name + " bias",
+                    geometry={} if d.op == Op.DENSE else {"c_in": n_b},  # one bias per channel
                 )
             )
         else:
@@ -84,15 +92,24 @@ def trainable_flags(layers: List[LayerDesc], trainable: str) -> List[bool]:
 
 
 def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int, int]:
-    """Give the layers fresh consecutive arena regions (the table changed), each as large as the core says
-    (an int8 output takes mct_i8_floats of its width, the aux trace what the op's code asks for); returns
-    (layers, arena, out_off)."""
-    top, cur = n_in, 0
-    for d in layers:
+    """Give the layers fresh arena regions (the table changed), each as large as the core says (an int8 output takes
+    mct_i8_floats of its width, the aux trace what the op's code asks for); returns (layers, arena, out_off).
+
+    Training on the device keeps what its backward pass reads: every region from the input of the first trainable
+    layer with parameters on (mct_backward stops there). The outputs of the frozen layers before it are read once,
+    by the next layer, so they take turns in two shared regions (without a residual block among them, whose end
+    reads its start's input again); a frozen backbone then needs the two largest of its activations, not all."""
+    stop = next((i for i, d in enumerate(layers) if d.trainable and d.n_p), len(layers))
+    shared = max(stop - 1, 0) if not any(d.op in (Op.RES_BEGIN, Op.RES_END) for d in layers[:stop]) else 0
+    width = max([layer_size_of(d).out for d in layers[:shared]], default=0)  # layers 0 .. shared-1 take turns
+    top, cur = n_in + 2 * width, 0
+    for i, d in enumerate(layers):
         size = layer_size_of(d)
         d.in_off = cur
         if d.op == Op.RES_BEGIN:
             d.out_off = cur
+        elif i < shared:
+            d.out_off = n_in + (i % 2) * width
         else:
             d.out_off = top
             top += size.out
@@ -173,10 +190,10 @@ def build_device_model(
     host = net.program
     full = net.params
     mode = trainable.strip().lower()
-    layers = _split_linear(host.layers) if mode == "biases" else [replace(d) for d in host.layers]
+    layers = _split_biases(host.layers) if mode == "biases" else [replace(d) for d in host.layers]
     old_index = []
     for i, d in enumerate(host.layers):
-        old_index += [i, i] if (mode == "biases" and d.op == Op.DENSE and d.kind == 1) else [i]
+        old_index += [i, i] if (mode == "biases" and _splits_bias(d)) else [i]
     _fix_residual_links(layers, old_index)
     flags = trainable_flags(layers, trainable)
     for d, tr in zip(layers, flags):
@@ -205,6 +222,10 @@ def build_device_model(
             continue
         if d.n_p == 0:
             d.p_off = n_ram
+            continue
+        if not tr and d.op in (Op.CONV2D, Op.DWCONV2D):  # frozen convolutions: f32 weights in flash
+            d.storage, d.p_off = int(Storage.F32), len(blob)
+            blob += full[src : src + d.n_p].astype("<f4").tobytes()
             continue
         if not tr and d.op == Op.DENSE:
             io = d.n_in * d.n_out
@@ -251,4 +272,20 @@ def build_device_model(
         baseline=baseline,
     )
     m.scratch = int(m.core().scratch_size(1, 0))
+    if ck.metadata.get("frontend"):
+        from mcutrain.featdata import FrontEnd
+
+        m.frontend = FrontEnd.from_dict(ck.metadata["frontend"], prog.n_in)
+        if m.feat is not None and m.feat.spec.sizes().n_out != prog.n_in:
+            raise DeviceSpecError(
+                f"the model's feature pipeline makes {m.feat.spec.sizes().n_out} values, its network takes {prog.n_in}"
+            )
+        if m.feat is not None:  # TRAIN_RAW carries the raw window and the target in one frame (u16 length)
+            z = m.feat.spec.sizes()
+            payload = z.n_in * (4 if m.feat.spec.kind == "motion" else 2) + 4 * prog.n_out
+            if payload > 65535:
+                raise DeviceSpecError(
+                    f"a raw window of {z.n_in} values does not fit a protocol frame ({payload:,} of 65,535 bytes): "
+                    "use shorter windows (length= in --features)"
+                )
     return m

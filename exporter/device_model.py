@@ -53,6 +53,13 @@ class DeviceModel:
     save: str = "all"  # what a device save keeps: 'all' (parameters, optimizer slots) or 'params'
     # the f32 export with the same trainable layers, for quantized models (the memory plan's comparison)
     baseline: Optional[DeviceModel] = field(default=None, repr=False, compare=False)
+    # the feature pipeline and normalisation of a model trained on raw windows (mcutrain.featdata.FrontEnd)
+    frontend: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def feat(self) -> Any:
+        """The front end when the model computes features from raw windows on the device, else None."""
+        return self.frontend if self.frontend is not None and self.frontend.spec is not None else None
 
     def build_flags(self) -> List[str]:
         """Compiler flags that leave out of the firmware what this model does not use (see mct.h)."""
@@ -118,4 +125,9 @@ class DeviceModel:
         h.update(np.array([self.loss_kind], "<u4").tobytes() + np.float32(self.loss_param).tobytes())
         h.update(np.ascontiguousarray(self.params, "<f4").tobytes())
         h.update(bytes(self.program.cdata))
+        fe = self.feat
+        if fe is not None:  # the pipeline and its normalisation are part of the model
+            h.update(fe.spec.cfg_bytes())
+            for a in (fe.mean, fe.scale):
+                h.update(b"-" if a is None else np.ascontiguousarray(a, "<f4").tobytes())
         return h.digest()[:8]

@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import numpy as np
 
 from mcutrain.files import read_bounded
+from mcutrain.fold import fold_checkpoint, has_batchnorm
 from mcutrain.losses import Loss
 from mcutrain.modelfile import MAX_MODEL_BYTES, Checkpoint, ModelFileError, decode_model, encode_model
 
@@ -122,6 +123,8 @@ def board_device_model(
     """The device model of an export for a board: trained with the optimizer kind given (default: the model's),
     its saves keeping what save says (default: 'all' where two saves of the parameters and the optimizer state
     fit the board's storage, else 'params'). DeviceSpecError for a choice that cannot be made."""
+    if has_batchnorm(ck.net):
+        ck = fold_checkpoint(ck)
     opt = device_optimizer(ck, optimizer)
     m = build_device_model(ck, trainable, quant, loss, opt, board=board, source=source, calibration=calibration)
     if save is None:
@@ -196,6 +199,9 @@ def _export_locked(
     else:
         model_bytes = read_bounded(model, MAX_MODEL_BYTES, "model file", ModelFileError)
         ck, source = decode_model(model_bytes, str(Path(model))), Path(model).name
+    if has_batchnorm(ck.net):  # the device runs the folded network; the project's model file is that one
+        ck = fold_checkpoint(ck)
+        model_bytes = encode_model(ck.net, ck.optimizer, ck.metadata)
     try:
         m = board_device_model(ck, board, trainable, quant, loss, optimizer, save, sim, calibration, source)
     except DeviceSpecError as e:

@@ -28,8 +28,9 @@ APP_FIXED_RAM = 120  # app bookkeeping, mct_net, mct_opt, hash, train state
 RUNTIME_RAM = {"avr": 190, "host": 0}
 RUNTIME_RAM_DEFAULT = 2048
 # Code an AVR firmware needs beyond the board's code_estimate (which covers the protocol, Dense/Linear,
-# Bias1d, the common activations, Softmax, SGD and momentum), per op and optimizer compiled in;
-# measured with avr-gcc 5.4 -Os. The 32-bit boards' estimates leave room for all of these.
+# Bias1d, the common activations, Softmax and SGD), per op and optimizer compiled in;
+# measured with avr-gcc -Os. Other cores take these times their board file's op_code_scale (measured on
+# the stand-ins with a network of all of them: Cortex-M4F/M7/M33 0.75, M3 1.0, M0 1.1, rv32imc 1.15).
 AVR_OP_CODE = {
     Op.GLU: 5000,
     Op.RMSNORM: 2500,
@@ -40,8 +41,19 @@ AVR_OP_CODE = {
     Op.SCALE: 800,
     Op.RES_END: 300,
     Op.QDENSE: 2700,
+    # the spatial ops (forward, backward, check; measured with avr-gcc 5.4 -Os), and their shared geometry check
+    Op.CONV2D: 7800,
+    Op.DWCONV2D: 6450,
+    Op.MAXPOOL2D: 3300,
+    Op.AVGPOOL2D: 3250,
+    Op.BATCHNORM: 5600,
 }
-AVR_OPT_CODE = {OptKind.RMSPROP: 1700, OptKind.RMSPROP_MOMENTUM: 2100, OptKind.ADAM: 2700}
+AVR_SPATIAL_CHECK_CODE = 1150  # mct_spatial_check, once for all spatial ops
+AVR_SPATIAL_STACK = 260  # stack beyond the board's margin that the spatial kernels need on AVR (see _spatial_stack)
+SPATIAL_OPS = (Op.CONV2D, Op.DWCONV2D, Op.MAXPOOL2D, Op.AVGPOOL2D)
+# and per optimizer (its square roots and divisions are soft-float library code on AVR; a board counts these
+# times its opt_code_scale: about 0.2 where an FPU does them)
+AVR_OPT_CODE = {OptKind.MOMENTUM: 2000, OptKind.RMSPROP: 3600, OptKind.RMSPROP_MOMENTUM: 4300, OptKind.ADAM: 4600}
 AVR_I8_WEIGHTS_CODE = 900  # frozen layers with int8 weights (quant="int8": the input quantized in soft float)
 
 
@@ -102,7 +114,12 @@ class MemoryPlan:
             lines.append(f"  {'f32 export':{w}}  {self.baseline_ram:>10,}  {self.baseline_flash:>10,}")
             lines.append(f"  {self.quant + ' saves':{w}}  {self.ram_saved:>10,}  {self.flash_saved:>10,}")
         kept = "the parameters" if self.save == "params" else "the parameters and the optimizer state"
-        if self.board.storage >= self.save_bytes:
+        if self.board.storage == 0:
+            lines.append(
+                f"  {self.board.name} has no storage for saves: SAVE will answer 'not supported' (what the device "
+                f"learns lasts until it is reset; `mcutrain device pull` keeps it on the host)"
+            )
+        elif self.board.storage >= self.save_bytes:
             lines.append(
                 f"  device saves ({kept}) use {self.save_bytes:,} B of the board's {self.board.storage:,} B of storage"
             )
@@ -120,13 +137,22 @@ class MemoryPlan:
 
 
 def extra_code(m: DeviceModel, board: Board) -> int:
-    """Code beyond the board's estimate for the heavier ops and optimizers (AVR only, see AVR_OP_CODE)."""
-    if board.core != "avr":
-        return 0
+    """Code beyond the board's estimate for the heavier ops and optimizers (AVR_OP_CODE and AVR_OPT_CODE times
+    the board's op_code_scale and opt_code_scale)."""
     ops = {d.op for d in m.program.layers}
     kind = m.opt_kind
     i8 = any(d.storage == Storage.I8 for d in m.program.layers)
-    return sum(AVR_OP_CODE.get(op, 0) for op in ops) + AVR_OPT_CODE.get(kind, 0) + (AVR_I8_WEIGHTS_CODE if i8 else 0)
+    avr_ops = sum(AVR_OP_CODE.get(op, 0) for op in ops) + (AVR_I8_WEIGHTS_CODE if i8 else 0)
+    avr_ops += AVR_SPATIAL_CHECK_CODE if any(op in SPATIAL_OPS for op in ops) else 0
+    return round(avr_ops * board.op_code_scale + AVR_OPT_CODE.get(kind, 0) * board.opt_code_scale)
+
+
+def _spatial_stack(m: DeviceModel, board: Board) -> int:
+    """Stack the convolution and pooling kernels need beyond the board's margin: on AVR their loops keep more 32-bit
+    counters on the stack (a 1-D CNN peaked at 588 B in simavr, against 300-340 B for dense networks)."""
+    if board.core != "avr" or not any(d.op in SPATIAL_OPS for d in m.program.layers):
+        return 0
+    return AVR_SPATIAL_STACK
 
 
 def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
@@ -145,12 +171,20 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
         ("frozen layers (flash)", 0, len(bytes(p.cdata)) - q_bytes),
         ("layer table", 0, table_bytes),
         ("runtime + bookkeeping", (0 if sim else RUNTIME_RAM.get(board.core, RUNTIME_RAM_DEFAULT)) + APP_FIXED_RAM, 0),
-        ("stack margin", board.stack_margin, 0),
+        ("stack margin", board.stack_margin + _spatial_stack(m, board), 0),
         ("code (estimate)", 0, board.code_estimate + extra_code(m, board)),
     ]
+    if board.framework_code and not sim:  # the real board's Arduino build; its stand-in runs a bare-metal port
+        rows.append(("Arduino framework (estimate)", 0, board.framework_code))
     if q_bytes:  # full-integer int8: its constants and its int8 activations
         rows[6:6] = [("full-integer layers (flash)", 0, q_bytes)]
         rows[3:3] = [("int8 activations (arena)", 4 * i8_arena, 0)]
+    fe = m.feat
+    if fe is not None:  # the front end: the raw window, the pipeline's tables (RAM, computed at boot), its scratch
+        z = fe.spec.sizes()
+        raw = z.n_in * (2 if fe.spec.kind != "motion" else 4)
+        norm = 0 if fe.mean is None else 8 * p.n_in
+        rows[-3:-3] = [("front end: raw window + tables + scratch", raw + 4 * (z.tables + z.scratch), norm)]
     # two save slots of: a header, the RAM parameters, the optimizer slots, the train state (the core's layout)
     save = 2 * save_slot_bytes(p.n_params, m.save_slots)
     mp = MemoryPlan(board, rows, board.sim_ram if sim else board.ram, board.flash, save, quant=m.quant, save=m.save)

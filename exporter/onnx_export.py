@@ -121,7 +121,7 @@ def _emit(g: _Graph, m: Module, x: str) -> str:
         th = g.op("Tanh", [g.op("Mul", [x, g.const(p[:1], "alpha")], "ax")], "tanh")
         scaled = g.op("Mul", [th, g.const(p[1 : 1 + n_in], "gain")], "scaled")
         return g.op("Add", [scaled, g.const(p[1 + n_in :], "bias")], "dyt")
-    if t is L.Conv1d:
+    if t is L.SingleChannelConv1d:
         u = g.op("Unsqueeze", [x, g.const(np.array([1], np.int64), "axes", np.int64)], "channel")
         c = g.op("Conv", [u, g.const(p.reshape(1, 1, m.filter_size), "filter")], "conv", kernel_shape=[m.filter_size])
         return g.op("Flatten", [c], "conv1d", axis=1)

@@ -435,7 +435,7 @@ class _Importer:
         if not 1 <= k <= length:
             raise self.fail(n.where, f"its filter of {k} is longer than its {length} inputs")
         out = length - k + 1
-        conv = L.Conv1d(length, out, k)
+        conv = L.SingleChannelConv1d(length, out, k)
         conv.params = as_f32(w.ravel(), (k,), f"{n.where} filter")
         layers: List[Module] = [conv]
         if len(n.inputs) > 2 and n.inputs[2]:

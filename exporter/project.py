@@ -15,6 +15,7 @@ from .paths import firmware_dir
 
 HOST_MODEL = "model.mct"  # the exported model, kept in the project for `sim` and `device pull`
 CALIBRATION = "calibration.npz"  # int8-full's calibration inputs, to rebuild the same device model
+DEVICE_LOG = "device-training.jsonl"  # what `device train --project` sent, one JSON line per run (for `device pull`)
 
 # the model-level API for a user's own firmware (`mcutrain export --library`); the protocol firmware does not use it
 LIBRARY_ONLY = ("mcutrain.c", "mcutrain.h")
@@ -27,7 +28,9 @@ def _ini_list(key: str, values: List[str]) -> str:
 
 
 def sim_env_options(board: Board) -> Optional[Dict[str, str]]:
-    """Settings of the offline env that runs this board's firmware in its simulator (None: no simulator)."""
+    """Settings of the offline env that runs this board's firmware in its simulator (None: no simulator). The
+    stand-in keeps the real board's RAM (linker script) and storage (MCT_STORE_BYTES): what the board cannot do
+    (e.g. SAVE on a board without storage), its stand-in cannot either."""
     kind = board.sim_kind
     if kind in (None, "native"):
         return None
@@ -41,7 +44,7 @@ def sim_env_options(board: Board) -> Optional[Dict[str, str]]:
             "custom_flash_size": str(board.flash),
             "custom_min_stack": str(board.stack_margin),
             "custom_opt_level": "O2",
-            "build_flags": "-DMCT_PORT_QEMU_ARM -DMCT_ALLOW_QUIT",
+            "build_flags": f"-DMCT_PORT_QEMU_ARM -DMCT_ALLOW_QUIT -DMCT_STORE_BYTES={board.storage}",
         }
     if kind == "qemu-riscv32":
         return {
@@ -52,7 +55,7 @@ def sim_env_options(board: Board) -> Optional[Dict[str, str]]:
             "custom_flash_size": str(board.flash),
             "custom_min_stack": str(board.stack_margin),
             "custom_opt_level": "O2",
-            "build_flags": "-DMCT_PORT_QEMU_RISCV -DMCT_ALLOW_QUIT",
+            "build_flags": f"-DMCT_PORT_QEMU_RISCV -DMCT_ALLOW_QUIT -DMCT_STORE_BYTES={board.storage}",
         }
     if kind == "simavr":
         return {
@@ -61,7 +64,7 @@ def sim_env_options(board: Board) -> Optional[Dict[str, str]]:
             "custom_f_cpu": str(s.get("freq", 16000000)),
             "custom_ram_size": str(board.sim_ram),
             "custom_flash_size": str(board.flash),
-            "build_flags": "-DMCT_PORT_SIMAVR -DMCT_ALLOW_QUIT",
+            "build_flags": f"-DMCT_PORT_SIMAVR -DMCT_ALLOW_QUIT -DMCT_STORE_BYTES={board.storage}",
         }
     raise ValueError(f"board {board.name}: unknown simulator kind {kind!r}")
 

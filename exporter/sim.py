@@ -165,6 +165,23 @@ class Simulator:
         call, with 'unit'), 'ram_static', 'stack_peak', 'flash', ...}."""
         raise NotImplementedError
 
+    def serve_spec(self, firmware: Path, board: Board, project: Path, store: Optional[Path]) -> ProcessSpec:
+        """How to start the firmware as a serial device that serves client after client (mcutrain serve)."""
+        raise NotImplementedError
+
+
+@dataclass
+class ProcessSpec:
+    """A simulator's command line for a firmware, where it logs, and what it is called in messages."""
+
+    cmd: List[str]
+    log: Path
+    what: str
+    start_timeout: float
+    store: Path
+    cwd: Optional[Path] = None
+    env: Optional[Dict[str, str]] = None
+
 
 class NativeSimulator(Simulator):
     """The firmware built as a program for this computer (env:native), over a pty."""
@@ -178,20 +195,31 @@ class NativeSimulator(Simulator):
     def firmware_path(self, project: Path, board: Board) -> Path:
         return project / ".pio" / "build" / "native" / "program"
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
-        """Start the program with --pty (saves go to `store`, default store_path) and connect a Device."""
-        store = Path(store or self.store_path(project, board))
-        log = Path(firmware).parent / "native.log"
-        cmd = [str(firmware), "--pty"]
-        dev = launch_process(
-            cmd,
-            log,
+    def serve_spec(self, firmware: Path, board: Board, project: Path, store: Optional[Path]) -> ProcessSpec:
+        """The program with --pty (it serves client after client; saves go to `store`, default store_path)."""
+        store = Path(store or self.store_path(project, board)).resolve()
+        return ProcessSpec(
+            [str(Path(firmware).resolve()), "--pty"],
+            Path(firmware).parent / "native.log",
             "the native firmware",
             NATIVE_TIMEOUT,
-            lambda port, proc: ProcessLink(port, 115200, proc, log, NATIVE_TIMEOUT, "the native firmware"),
+            store,
             env=dict(os.environ, MCUTRAIN_STORE=str(store)),
         )
-        extra = {"command": cmd, "log": log, "store": store, "port": dev.link.port}
+
+    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
+        """Start the program with --pty (saves go to `store`, default store_path) and connect a Device."""
+        spec = self.serve_spec(firmware, board, project, store)
+        log = spec.log
+        dev = launch_process(
+            spec.cmd,
+            log,
+            spec.what,
+            spec.start_timeout,
+            lambda port, proc: ProcessLink(port, 115200, proc, log, NATIVE_TIMEOUT, "the native firmware"),
+            env=spec.env,
+        )
+        extra = {"command": spec.cmd, "log": log, "store": spec.store, "port": dev.link.port}
         return SimSession(dev, board, self, "native", firmware, extra)
 
     def report(self, session: SimSession) -> Dict[str, Any]:
@@ -309,18 +337,43 @@ def launch_process(
     announces it on its output (PTY_ANNOUNCEMENT), and connect a Device to it through make_link(port,
     process). The process's stdout and stderr go to log. SimError with the end of the log when the process
     ends, or announces nothing within start_timeout seconds; the process is then stopped."""
+    proc = _start_logged(cmd, log, cwd, env)
+    try:
+        return Device(make_link(_wait_for_pty(proc, log, what, start_timeout), proc), proc)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def _start_logged(
+    cmd: Sequence[str],
+    log: Path,
+    cwd: Optional[Path],
+    env: Optional[Mapping[str, str]],
+    new_session: bool = False,
+) -> subprocess.Popen:
+    """Start a process with its stdout and stderr in log (in a session of its own with new_session, so a
+    Ctrl-C on the terminal reaches only the caller, which stops it in order)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             list(cmd),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=None if cwd is None else str(cwd),
             env=None if env is None else dict(env),
+            start_new_session=new_session,
         )
+
+
+def start_served(spec: ProcessSpec) -> Tuple[subprocess.Popen, str]:
+    """Start a process that serves a firmware's serial line on a pty, without connecting to it: (the process,
+    the pty it announced). SimError (the process stopped) when it ends or announces nothing in time."""
+    proc = _start_logged(spec.cmd, spec.log, spec.cwd, spec.env, new_session=True)
     try:
-        return Device(make_link(_wait_for_pty(proc, log, what, start_timeout), proc), proc)
+        return proc, _wait_for_pty(proc, spec.log, spec.what, spec.start_timeout)
     except BaseException:
         proc.kill()
         proc.wait()

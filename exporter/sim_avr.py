@@ -23,6 +23,7 @@ from .sim import (
     EXIT_TIMEOUT,
     SIMULATORS,
     ProcessLink,
+    ProcessSpec,
     SimError,
     SimSession,
     Simulator,
@@ -125,11 +126,13 @@ class SimavrSimulator(Simulator):
         store: Optional[str] = None,
         max_cycles: int = 0,
         cut_after_eeprom_writes: int = 0,
+        serve: bool = False,
     ) -> List[str]:
         """The harness's command line: the board's MCU and clock, the firmware's serial line on `serial` (pty,
         stdio), the JSON report to `report`, the EEPROM image in `store` (none: not kept), stack overflow
         detection at the end of the static data, a cycle limit (0: none), and a power cut right after that many
-        EEPROM byte writes (0: none; the harness then ends with status 86)."""
+        EEPROM byte writes (0: none; the harness then ends with status 86); with serve, a host that closes the pty
+        ends nothing (the harness waits for the next one)."""
         s = board.sim or {}
         cmd = (
             [
@@ -143,7 +146,20 @@ class SimavrSimulator(Simulator):
             + [f"report={report}", "ram_floor=auto"]
         )
         cmd += [f"max_cycles={max_cycles}"] if max_cycles else []
+        cmd += ["serve=1"] if serve else []
         return cmd + ([f"cut_after_eeprom_writes={cut_after_eeprom_writes}"] if cut_after_eeprom_writes else [])
+
+    def serve_spec(self, firmware: Path, board: Board, project: Path, store: Optional[Path]) -> ProcessSpec:
+        """The harness in serve mode: the firmware's UART on a pty that serves client after client, the EEPROM
+        image in `store` (default: store_path)."""
+        require_tools(*self.tools)
+        harness = build_harness()
+        firmware = Path(firmware).resolve()
+        store = Path(store or self.store_path(project, board)).resolve()
+        store.parent.mkdir(parents=True, exist_ok=True)
+        report = firmware.parent / "simavr_serve_report.json"
+        cmd = self.command(str(harness), str(firmware), board, "pty", str(report), str(store), serve=True)
+        return ProcessSpec(cmd, firmware.parent / "simavr_serve.log", "the simavr harness", START_TIMEOUT, store)
 
     def launch(
         self,

@@ -22,6 +22,7 @@ from .sim import (
     EXIT_TIMEOUT,
     SIMULATORS,
     ProcessLink,
+    ProcessSpec,
     SimError,
     SimSession,
     Simulator,
@@ -162,9 +163,9 @@ class QemuSimulator(Simulator):
             ]
         )
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
-        """Start the firmware in QEMU with its UART on a pty and saves in `store` (default: store_path);
-        with measure, the TCG plugin counts the instructions of the marked regions."""
+    def serve_spec(self, firmware: Path, board: Board, project: Path, store: Optional[Path]) -> ProcessSpec:
+        """QEMU with the firmware's UART on a pty (QEMU serves client after client) and saves in `store`
+        (default: store_path)."""
         require_tools(self.qemu)
         firmware = Path(firmware).resolve()
         store = Path(store or self.store_path(project, board)).resolve()
@@ -174,11 +175,17 @@ class QemuSimulator(Simulator):
                 f"the store file name {store.name!r} is too long (at most 200 characters: the firmware "
                 f"reads it from the semihosting command line into a 256-byte buffer)"
             )
-        run_dir = firmware.parent
-        log = run_dir / "qemu.log"
         # QEMU runs in the store's folder; the firmware opens the store by its name (semihosting paths are
         # relative to QEMU's working folder), given on the semihosting command line
         cmd = self.command(board, str(firmware), "pty", ",arg=firmware,arg=store=" + _qemu_opt(store.name))
+        return ProcessSpec(cmd, firmware.parent / "qemu.log", "QEMU", START_TIMEOUT, store, cwd=store.parent)
+
+    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
+        """Start the firmware in QEMU with its UART on a pty and saves in `store` (default: store_path);
+        with measure, the TCG plugin counts the instructions of the marked regions."""
+        spec = self.serve_spec(firmware, board, project, store)
+        firmware, store, cmd, log = Path(firmware).resolve(), spec.store, spec.cmd, spec.log
+        run_dir = firmware.parent
         plugin_out: Optional[Path] = None
         if measure:
             plugin = build_plugin()

@@ -56,6 +56,23 @@ class DeviceTwin:
         y = self.core.forward(self._params, np.ascontiguousarray(xa.reshape(-1, self.model.program.n_in)))
         return y if xa.ndim > 1 else y[0]
 
+    def features(self, raw: Any) -> np.ndarray:
+        """The network inputs (normalised features) of raw windows, as the device's FEATURES gives them."""
+        fe = self.model.feat
+        if fe is None:
+            raise ValueError("this model has no feature pipeline: it takes its inputs as they are")
+        one = np.asarray(raw).ndim == len(fe.spec.window_shape)
+        x = fe.inputs(raw)
+        return x[0] if one else x
+
+    def predict_raw(self, raw: Any) -> np.ndarray:
+        """Outputs for raw windows, as PREDICT_RAW gives them."""
+        return self.predict(self.features(raw))
+
+    def train_raw(self, raw: Any, t: Any) -> float:
+        """One TRAIN_RAW step on a raw window and its target."""
+        return self.train(self.features(raw), t)
+
     def train(self, x: Any, t: Any) -> float:
         """One TRAIN step on one labelled sample (the device's fused update); returns the loss.
         ValueError if the device would refuse it (a loss, input or target that is not finite)."""

@@ -1,9 +1,14 @@
 """Fleet learning (mcutrain.fleet): many devices learn on their own data, Flower aggregates.
 
-Every device (a board on a serial port, or a simulated board: the native firmware, QEMU, simavr) is a
-Flower client (mcutrain.fleet.client): it receives the global parameters, trains on the device with TRAIN
-frames from its own data shard and returns what it learned; Flower's server and strategy (FedAvg, FedAdam,
-...) run the rounds on 127.0.0.1 (mcutrain.fleet.server). A fleet is described by a small TOML file
+The fleet runs on Flower's Deployment Engine. A SuperLink coordinates; every device (a board on a serial
+port, or a simulated board: the native firmware, QEMU, simavr) is a node (mcutrain.fleet.node): a device
+keeper that holds the device (mcutrain.fleet.worker) and a Flower SuperNode whose ClientApp
+(mcutrain.fleet.apps) hands it the coordinator's messages: WRITE the global parameters, TRAIN on its own
+data shard, READ back what it learned. The ServerApp (mcutrain.fleet.apps, mcutrain.fleet.server) runs the
+rounds with Flower's strategies (FedAvg, FedAdam, ...), writes the global model after every round and a
+JSON-lines log. mcutrain.fleet.deploy starts a whole fleet on 127.0.0.1 (the SuperLink and the nodes as
+processes, mcutrain.fleet.processes) or the parts of a fleet spread over machines; mcutrain.fleet.certs
+makes the TLS certificates and node keys. A fleet is described by a small TOML file
 (mcutrain.fleet.config); mcutrain.fleet.split makes a simulated fleet from a data set, split non-IID.
 
 This layer sits between the exporter (whose device client and simulators it uses) and the command line.
@@ -20,8 +25,8 @@ _WHERE = {
     "FleetConfig": "config",
     "DeviceSpec": "config",
     "load_config": "config",
-    "run_fleet": "server",
-    "Fleet": "server",
+    "run_fleet": "deploy",
+    "Fleet": "deploy",
     "simulate_fleet": "split",
     "non_iid_split": "split",
 }

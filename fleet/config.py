@@ -21,6 +21,9 @@ the fleet simulates) with the data shard each one learns from, and how the Flowe
     board = "native"             # simulated: exported, built and started by the fleet
     data = "shard-1.npz"
 
+A coordinator whose devices sit on other machines (`mcutrain fleet run`) lists no devices and says how
+many nodes it waits for instead: nodes = 4.
+
 Relative paths are relative to the fleet file's folder. Every mistake is a FleetError that names the key.
 """
 
@@ -43,7 +46,7 @@ else:  # pragma: no cover - Python 3.9/3.10
 
 MAX_FLEET_FILE = 1 << 20
 MAX_DEVICES = 4096
-# Flower strategies a device fleet can use: name -> (class name in flwr.server.strategy, what it is). FedProx
+# Flower strategies a device fleet can use: name -> class name in flwr.serverapp.strategy. FedProx
 # is left out: its proximal term belongs in the device's local update, which the firmware does not have.
 STRATEGIES: Dict[str, str] = {
     "fedavg": "FedAvg",
@@ -71,6 +74,7 @@ TOP_KEYS = {
     "timeout",
     "round_timeout",
     "eval_samples",
+    "nodes",
     "data",
     "device",
 }
@@ -117,7 +121,45 @@ class FleetConfig:
     timeout: float = 5.0
     round_timeout: float = 600.0
     eval_samples: int = 200
+    nodes: int = 0  # SuperNodes the coordinator waits for (0: one per device listed)
     data: DataSettings = field(default_factory=DataSettings)
+
+    @property
+    def n_nodes(self) -> int:
+        """How many devices (SuperNodes) the fleet has."""
+        return self.nodes or len(self.devices)
+
+    def to_json(self) -> str:
+        """The config as JSON (paths as strings): how the ServerApp receives it in its run config."""
+        import dataclasses
+        import json
+
+        def plain(v: Any) -> Any:
+            if isinstance(v, Path):
+                return str(v)
+            if isinstance(v, dict):
+                return {k: plain(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [plain(x) for x in v]
+            return v
+
+        return json.dumps(plain(dataclasses.asdict(self)), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> FleetConfig:
+        """The config to_json() wrote."""
+        import json
+
+        d = json.loads(text)
+        opt = {"test", "log"}
+        for k in ("model", "test", "output", "log", "workdir"):
+            d[k] = Path(d[k]) if d[k] is not None or k not in opt else None
+        d["devices"] = [
+            DeviceSpec(**{**x, "data": Path(x["data"]), "eval": Path(x["eval"]) if x["eval"] else None})
+            for x in d["devices"]
+        ]
+        d["data"] = DataSettings(**d["data"])
+        return cls(**d)
 
     def data_settings(self, path: Path) -> DataSettings:
         """How to read one data file of the fleet."""
@@ -161,7 +203,13 @@ def parse_config(doc: Dict[str, Any], base: Union[str, Path], name: str = "fleet
         return p if p.is_absolute() else base / p
 
     devices_raw = doc.get("device", [])
-    _want(isinstance(devices_raw, list) and len(devices_raw) > 0, name, "list the devices in [[device]] tables")
+    nodes = _int(doc.get("nodes", 0), f"{name}: nodes", 0, MAX_DEVICES)
+    _want(
+        isinstance(devices_raw, list) and (len(devices_raw) > 0 or nodes > 0),
+        name,
+        "list the devices in [[device]] tables (or, for a coordinator whose devices sit on other machines, "
+        "say how many SuperNodes to wait for: nodes = N)",
+    )
     _want(len(devices_raw) <= MAX_DEVICES, name, f"at most {MAX_DEVICES} devices")
     devices: List[DeviceSpec] = []
     for i, d in enumerate(devices_raw):
@@ -212,7 +260,7 @@ def parse_config(doc: Dict[str, Any], base: Union[str, Path], name: str = "fleet
         strategy=strategy,
         strategy_options=dict(opts),
         local_steps=_int(doc.get("local_steps", 100), f"{name}: local_steps", 1, 100_000_000),
-        min_devices=_int(doc.get("min_devices", 1), f"{name}: min_devices", 1, len(devices)),
+        min_devices=_int(doc.get("min_devices", 1), f"{name}: min_devices", 1, nodes or len(devices)),
         seed=_int(doc.get("seed", 0), f"{name}: seed", 0, 2**63 - 1),
         trainable=_str(doc.get("trainable", "all"), f"{name}: trainable"),
         quant=_str(doc.get("quant", "f32"), f"{name}: quant"),
@@ -223,6 +271,7 @@ def parse_config(doc: Dict[str, Any], base: Union[str, Path], name: str = "fleet
         timeout=_float(doc.get("timeout", 5.0), f"{name}: timeout"),
         round_timeout=_float(doc.get("round_timeout", 600.0), f"{name}: round_timeout"),
         eval_samples=_int(doc.get("eval_samples", 200), f"{name}: eval_samples", 0, 100_000_000),
+        nodes=nodes,
         data=settings,
     )
     return cfg

@@ -70,6 +70,15 @@ class ParamLayout:
         self.blocks = blocks
         self.base = np.array(model.params, np.float32, copy=True)
 
+    @classmethod
+    def from_blocks(cls, blocks: List[Tuple[int, int]]) -> ParamLayout:
+        """A layout known only by its (offset, count) blocks, as a device's node receives it from the
+        coordinator: it can write, read and check the blocks, not join them (it has no exported values)."""
+        layout = cls.__new__(cls)
+        layout.blocks = [(int(o), int(n)) for o, n in blocks]
+        layout.base = np.zeros(0, np.float32)
+        return layout
+
     @property
     def n_values(self) -> int:
         """Trainable parameters in all."""

@@ -1,29 +1,30 @@
-"""A fleet run: Flower's server and strategy on 127.0.0.1, one Flower client per device, R rounds.
+"""The coordinator of a fleet: the rounds that the ServerApp (mcutrain.fleet.apps) runs on Flower's Grid.
 
-Flower does the federated part with its own code: the gRPC server and the client loop (its legacy
-grpc-bidi transport, `flwr.server.Server` with a `SimpleClientManager`, clients started with
-`flwr.client.start_client`, each in a thread of this process, each driving its own device over its own
-line), the sampling, the fit/evaluate rounds and the aggregation (the strategy chosen in the fleet file).
-mcutrain adds what is about devices: the export the simulated boards run, the device clients
-(mcutrain.fleet.client), a check of every device's answer before the strategy sees it, the global model
-written as a model file after every round, the evaluation of the global model on held-out data through
-the device's own C core on the host, and a JSON-lines log.
+Flower does the federated part with its own code: the SuperLink that carries the messages to the devices'
+SuperNodes, and the strategy chosen in the fleet file (flwr.serverapp.strategy: FedAvg, FedAdam, ...),
+which builds the train and evaluate messages and aggregates the answers. mcutrain adds what is about
+devices: a check of every device's answer before the strategy sees it, the global model written
+atomically as a model file after every round, the evaluation of the global model on held-out data
+through the device's own C core on the host, and a JSON-lines log.
 
-Rounds: a device that fails is dropped for the round (it answers with a failure status; the strategy
-aggregates the rest) and reconnected on the next request. A device that does not answer within
-`round_timeout` is dropped too (Flower ends its client's stream); its Flower client is started again for
-the next round (mcutrain.fleet.client_threads). A round in which fewer devices than `min_devices` answered,
-or whose aggregation failed, keeps the previous global model and is logged as failed; the run goes on. An
-error that is not a device fault (a bug) ends the run with that error after the round it happened in.
+Rounds: a device that fails (its node answers with a fault, Flower answers with an error because the node
+or its ClientApp died, or no answer comes within `round_timeout`) is dropped for the round; the strategy
+aggregates the rest. Before every round the coordinator waits up to REJOIN_WAIT seconds for every node,
+then goes on with those connected, so a node that comes back joins the next round. A round in which fewer
+devices than `min_devices` answered, or whose aggregation failed, keeps the previous global model and is
+logged as failed; the run goes on.
+
+Resume: with `resume`, a coordinator that was killed starts again from the global model file and its log:
+the rounds go on after the last round the model file holds, the log is appended to.
 """
 
 from __future__ import annotations
 
-import logging
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -34,20 +35,24 @@ from mcutrain.sources import load_dataset
 
 from .baselines import evaluate_params
 from .config import STRATEGIES, FleetConfig
-from .link import DeviceHandle, ParamLayout
+from .link import ParamLayout
+from .worker import Task
 
+# strategy arguments the fleet sets itself (a fleet file may not)
 RESERVED_OPTIONS = {
-    "initial_parameters",
-    "evaluate_fn",
-    "on_fit_config_fn",
-    "on_evaluate_config_fn",
-    "fit_metrics_aggregation_fn",
-    "evaluate_metrics_aggregation_fn",
-    "min_fit_clients",
-    "min_evaluate_clients",
-    "min_available_clients",
-    "accept_failures",
+    "fraction_train",
+    "fraction_evaluate",
+    "min_train_nodes",
+    "min_evaluate_nodes",
+    "min_available_nodes",
+    "weighted_by_key",
+    "arrayrecord_key",
+    "configrecord_key",
+    "train_metrics_aggr_fn",
+    "evaluate_metrics_aggr_fn",
 }
+JOIN_WAIT = 180.0  # seconds the coordinator waits for the fleet's nodes before the first round
+REJOIN_WAIT = 10.0  # seconds it waits for missing nodes before a later round goes on without them
 
 
 def require_flower() -> Any:
@@ -101,6 +106,23 @@ class RoundReport:
             rec["local_accuracy"] = self.local_accuracy
         return rec
 
+    @classmethod
+    def from_record(cls, rec: Dict[str, Any]) -> RoundReport:
+        """The report of a log record that record() wrote."""
+        return cls(
+            round=int(rec["round"]),
+            answered=list(rec.get("answered", [])),
+            dropped=dict(rec.get("dropped", {})),
+            accuracy=rec.get("val_accuracy"),
+            loss=rec.get("val_loss"),
+            device_accuracy=rec.get("val_device_accuracy"),
+            train_loss=rec.get("loss"),
+            local_accuracy=dict(rec.get("local_accuracy", {})),
+            seconds=float(rec.get("seconds", 0.0)),
+            bytes=int(rec.get("bytes", 0)),
+            failed=rec.get("failed"),
+        )
+
 
 @dataclass
 class FleetResult:
@@ -114,82 +136,11 @@ class FleetResult:
     seconds: float
 
 
-class _Observed:
-    """A Flower strategy with mcutrain's checks around it: every device's answer is checked (parameter
-    blocks of the model's sizes, finite) before the strategy aggregates, answers and failures are noted
-    for the round report, and a round with fewer than min_devices answers keeps the global model. All
-    aggregation is the wrapped strategy's."""
-
-    def __init__(self, inner: Any, layout: ParamLayout, min_devices: int, names: Dict[str, str]) -> None:
-        from flwr.common import parameters_to_ndarrays
-
-        self.inner = inner
-        self.layout = layout
-        self.min_devices = min_devices
-        self.names = names  # Flower client id -> device name (learned from the answers)
-        self.to_arrays = parameters_to_ndarrays
-        self.report: Optional[RoundReport] = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def _note_failures(self, failures: List[Any]) -> None:
-        assert self.report is not None
-        for f in failures:
-            if isinstance(f, BaseException):
-                self.report.dropped[f"?{len(self.report.dropped)}"] = f"{type(f).__name__}: {f}"
-                continue
-            proxy, res = f
-            msg = res.status.message or res.status.code.name
-            # Flower's legacy transport drops the metrics of a failed answer: the message starts with the name
-            name = (res.metrics or {}).get("device") or self.names.get(proxy.cid) or msg.split(":", 1)[0]
-            self.report.dropped[str(name)] = msg
-
-    def aggregate_fit(self, server_round: int, results: List[Any], failures: List[Any]) -> Tuple[Any, Dict]:
-        assert self.report is not None
-        good, bad = [], list(failures)
-        for proxy, res in results:
-            name = str(res.metrics.get("device", proxy.cid))
-            self.names[proxy.cid] = name
-            try:
-                self.layout.check(self.to_arrays(res.parameters))
-            except ValueError as e:
-                res.status.message = f"{name}: unusable parameters ({e})"
-                bad.append((proxy, res))
-                continue
-            good.append((proxy, res))
-        self._note_failures(bad)
-        self.report.answered = sorted(str(r.metrics["device"]) for _, r in good)
-        if good:
-            self.report.train_loss = float(np.mean([r.metrics["train_loss"] for _, r in good]))
-            self.report.local_accuracy = {
-                str(r.metrics["device"]): float(r.metrics["local_accuracy"])
-                for _, r in good
-                if "local_accuracy" in r.metrics
-            }
-        if len(good) < self.min_devices:
-            self.report.failed = (
-                f"{len(good)} device(s) answered, the fleet needs {self.min_devices} (min_devices): global model kept"
-            )
-            return None, {}
-        return self.inner.aggregate_fit(server_round, good, bad)
-
-    def aggregate_evaluate(self, server_round: int, results: List[Any], failures: List[Any]) -> Tuple[Any, Dict]:
-        assert self.report is not None
-        if results:
-            n = np.array([r.num_examples for _, r in results], np.float64)
-            self.report.device_loss = float(np.dot(n, [r.loss for _, r in results]) / n.sum())
-            accs = [r.metrics.get("accuracy") for _, r in results]
-            if all(a is not None for a in accs):
-                self.report.device_accuracy = float(np.dot(n, accs) / n.sum())
-        return self.inner.aggregate_evaluate(server_round, results, failures)
-
-
-def make_strategy(cfg: FleetConfig, initial: List[np.ndarray], evaluate_fn: Callable[..., Any], n: int) -> Any:
-    """The fleet file's Flower strategy, with every device in every round and the starting model."""
+def make_strategy(cfg: FleetConfig) -> Any:
+    """The fleet file's Flower strategy (flwr.serverapp.strategy), sending to every connected node."""
     require_flower()
-    from flwr.common import ndarrays_to_parameters
-    from flwr.server import strategy as strategies
+    from flwr.app import MetricRecord
+    from flwr.serverapp import strategy as strategies
 
     bad = sorted(set(cfg.strategy_options) & RESERVED_OPTIONS)
     if bad:
@@ -197,76 +148,45 @@ def make_strategy(cfg: FleetConfig, initial: List[np.ndarray], evaluate_fn: Call
     cls = getattr(strategies, STRATEGIES[cfg.strategy])
     try:
         return cls(
-            initial_parameters=ndarrays_to_parameters(initial),
-            evaluate_fn=evaluate_fn,
-            on_fit_config_fn=lambda r: {"round": r},
-            on_evaluate_config_fn=lambda r: {"round": r},
-            min_fit_clients=n,
-            min_evaluate_clients=n,
-            min_available_clients=n,
-            accept_failures=True,
+            fraction_train=1.0,
+            fraction_evaluate=1.0,
+            min_train_nodes=1,
+            min_evaluate_nodes=1,
+            min_available_nodes=1,
+            train_metrics_aggr_fn=lambda replies, key: MetricRecord(),  # the coordinator keeps its own
+            evaluate_metrics_aggr_fn=lambda replies, key: MetricRecord(),
             **cfg.strategy_options,
         )
     except TypeError as e:
         raise FleetError(f"strategy_options do not fit Flower's {cls.__name__}: {e}") from None
 
 
-class Fleet:
-    """A fleet run (see the module docstring). on_round(report) is called after every round (round 0 is
-    the starting model); on_step(device, round, step) after every TRAIN step of a device (from the device's
-    client thread). A Fleet runs once, from one thread: it is not meant to be shared between threads."""
+class FleetModel:
+    """The fleet's model as the coordinator (and the local launcher) holds it: the starting model file, the
+    device model built from it, the trainable blocks, the held-out test set."""
 
-    def __init__(
-        self,
-        cfg: FleetConfig,
-        on_round: Optional[Callable[[RoundReport], None]] = None,
-        on_step: Optional[Callable[[str, int, int], None]] = None,
-        on_status: Optional[Callable[[str], None]] = None,
-    ) -> None:
-        self.cfg = cfg
-        self.on_round = on_round
-        self.on_step = on_step
-        self.on_status = on_status or (lambda s: None)
-        self.ck: Checkpoint = load_model(cfg.model)
-        self.handles: List[DeviceHandle] = []
-        self.clients: List[Any] = []
-        self._prepared = False
-
-    # ---- setup ----
-    def _device_model(self) -> Any:
+    def __init__(self, cfg: FleetConfig) -> None:
         from mcutrain.exporter.device import DeviceSpecError, build_device_model
+        from mcutrain.exporter.quantize import loss_of_model
 
-        if self.cfg.quant == "int8-full":
+        self.cfg = cfg
+        self.ck: Checkpoint = load_model(cfg.model)
+        if cfg.quant == "int8-full":
             raise FleetError(
                 "quant = int8-full is not supported in a fleet (it needs calibration data): use f32 or int8"
             )
         try:
-            return build_device_model(self.ck, self.cfg.trainable, self.cfg.quant)
+            self.model = build_device_model(self.ck, cfg.trainable, cfg.quant)
         except DeviceSpecError as e:
             raise FleetError(str(e)) from None
+        self.layout = ParamLayout(self.model)
+        if not self.layout.blocks:
+            raise FleetError(f"trainable = {cfg.trainable!r} leaves nothing to train on the devices")
+        self.loss = loss_of_model(self.model.loss_kind, self.model.loss_param)
+        self.test = self.load(cfg.test) if cfg.test else None
 
-    def _export(self, board_name: str) -> Path:
-        """The project the simulated devices of a board run: exported and built once per model."""
-        import json
-
-        from mcutrain.exporter import pio, sim
-        from mcutrain.exporter.boards import get_board
-        from mcutrain.exporter.export import export_project
-
-        board = get_board(board_name)
-        simulator = sim.simulator_for(board)
-        sim.require_tools(*simulator.tools)
-        project = self.cfg.workdir / f"fw-{board.name}"
-        meta = project / "mcutrain.json"
-        fw = simulator.firmware_path(project, board)
-        same = meta.is_file() and json.loads(meta.read_text()).get("hash") == self.model.hash().hex()
-        if not (same and fw.is_file()):
-            self.on_status(f"exporting and building the firmware for {board.name} ({simulator.kind})")
-            export_project(self.ck, board.name, project, self.cfg.quant, self.cfg.trainable, force=True, sim=True)
-            pio.build(project, simulator.env_name(board))
-        return project
-
-    def _load(self, path: Path) -> Tuple[np.ndarray, np.ndarray]:
+    def load(self, path: Path) -> Tuple[np.ndarray, np.ndarray]:
+        """A data file of the fleet, checked against the model's inputs and outputs."""
         ds = load_dataset(self.cfg.data_settings(path))
         n_in, n_out = self.model.program.n_in, self.model.program.n_out
         if ds.x.shape[1] != n_in or ds.y.shape[1] != n_out:
@@ -276,44 +196,27 @@ class Fleet:
             )
         return ds.x, ds.y
 
-    def prepare(self) -> None:
-        """Check the data, export and build the simulated boards' firmware, make the device clients."""
-        from mcutrain.exporter.quantize import loss_of_model
+    def task(self, server_round: int) -> Task:
+        """What the devices are told with a round's requests."""
+        return Task(
+            round=server_round,
+            model_hash=self.model.hash().hex(),
+            blocks=list(self.layout.blocks),
+            n_in=self.model.program.n_in,
+            n_out=self.model.program.n_out,
+            loss_kind=int(self.model.loss_kind),
+            loss_param=float(self.model.loss_param),
+            local_steps=self.cfg.local_steps,
+            seed=self.cfg.seed,
+            eval_samples=self.cfg.eval_samples,
+            timeout=self.cfg.timeout,
+        )
 
-        from .client import DeviceClient
-
-        require_flower()
-        cfg = self.cfg
-        self.model = self._device_model()
-        self.layout = ParamLayout(self.model)
-        if not self.layout.blocks:
-            raise FleetError(f"trainable = {cfg.trainable!r} leaves nothing to train on the devices")
-        self.loss = loss_of_model(self.model.loss_kind, self.model.loss_param)
-        self.test = self._load(cfg.test) if cfg.test else None
-        cfg.workdir.mkdir(parents=True, exist_ok=True)
-        projects = {d.board: self._export(d.board) for d in cfg.devices if d.board}
-        expected = self.model.hash().hex()
-        for i, spec in enumerate(cfg.devices):
-            x, y = self._load(spec.data)
-            ex, ey = self._load(spec.eval) if spec.eval else (x, y)
-            ex, ey = ex[: cfg.eval_samples], ey[: cfg.eval_samples]
-            store = cfg.workdir / f"store-{i + 1}.bin" if spec.board else None
-            handle = DeviceHandle(spec, expected, cfg.timeout, projects.get(spec.board), store)
-            self.handles.append(handle)
-            self.clients.append(
-                DeviceClient(
-                    i, handle, self.layout, (x, y), (ex, ey), self.loss, cfg.local_steps, cfg.seed, self.on_step
-                )
-            )
-        self._prepared = True
-
-    # ---- evaluation and output ----
-    def evaluate_global(self, arrays: List[np.ndarray]) -> Optional[Tuple[float, Dict[str, float]]]:
+    def evaluate_global(self, arrays: List[np.ndarray]) -> Optional[Dict[str, float]]:
         """Loss and accuracy of global parameters on the test set, through the device's C core on the host."""
         if self.test is None:
             return None
-        m = evaluate_params(self.model, self.layout.join(arrays), *self.test)
-        return m["loss"], m
+        return evaluate_params(self.model, self.layout.join(arrays), *self.test)
 
     def global_checkpoint(self, arrays: List[np.ndarray], report: RoundReport) -> Checkpoint:
         """The global model as a host model file: the starting network with the trainable blocks set."""
@@ -323,162 +226,219 @@ class Fleet:
         meta["fleet"] = {
             "round": report.round,
             "strategy": self.cfg.strategy,
-            "devices": len(self.cfg.devices),
+            "devices": self.cfg.n_nodes,
             "answered": report.answered,
             "test_accuracy": report.accuracy,
         }
         return Checkpoint(net, self.ck.optimizer, meta)
 
-    def _write_global(self, arrays: List[np.ndarray], report: RoundReport) -> None:
+    def write_global(self, arrays: List[np.ndarray], report: RoundReport) -> None:
+        """Write the global model file (atomically: a reader sees the old or the new model, never a mix)."""
         ck = self.global_checkpoint(arrays, report)
         atomic_write(self.cfg.output, encode_model(ck.net, ck.optimizer, ck.metadata))
 
-    # ---- the run ----
-    def run(self) -> FleetResult:
-        """Run the rounds; returns the reports. FleetError if no round could be completed."""
+    def arrays_of(self, path: Path) -> List[np.ndarray]:
+        """The trainable blocks of a global model file written by the fleet (for resume and results)."""
+        from mcutrain.exporter.device import build_device_model
+
+        ck = load_model(path)
+        return self.layout.split(build_device_model(ck, self.cfg.trainable, self.cfg.quant).params)
+
+    def lr(self) -> Optional[float]:
+        """The devices' learning rate (for the log)."""
+        from mcutrain.corefacts import OPT_DTYPE
+
+        return float(self.model.opt_cfg.view(OPT_DTYPE)[0]["lr"])
+
+
+def _log(f: Any, rec: Dict[str, Any]) -> None:
+    f.write(json.dumps(rec, sort_keys=True) + "\n")
+    f.flush()
+
+
+def resume_point(cfg: FleetConfig) -> int:
+    """The last round the global model file holds (0: start afresh); FleetError when it cannot be resumed."""
+    if not cfg.output.is_file():
+        return 0
+    meta = load_model(cfg.output).metadata.get("fleet")
+    if not isinstance(meta, dict) or not isinstance(meta.get("round"), int):
+        raise FleetError(f"{cfg.output} was not written by a fleet: it cannot be resumed; remove it or choose -o")
+    return int(meta["round"])
+
+
+class Coordinator:
+    """The rounds on Flower's Grid (see the module docstring)."""
+
+    def __init__(self, cfg: FleetConfig, resume: bool = False) -> None:
+        self.cfg = cfg
+        self.fm = FleetModel(cfg)
+        self.resume = resume
+        self.names: Dict[int, str] = {}  # node id -> device name (learned from the answers)
+
+    def _wait_for_nodes(self, grid: Any, want: int, seconds: float) -> List[int]:
+        t_end = time.monotonic() + seconds
+        while True:
+            ids = list(grid.get_node_ids())
+            if len(ids) >= want or time.monotonic() > t_end:
+                return ids
+            time.sleep(0.5)
+
+    def _name(self, node_id: int) -> str:
+        return self.names.get(node_id, f"node {node_id}")
+
+    def _collect(self, replies: List[Any], sent: List[Any], rep: RoundReport) -> List[Any]:
+        """The usable replies; the others are noted in rep.dropped."""
+        good = []
+        answered = set()
+        to = {m.metadata.message_id: m.metadata.dst_node_id for m in sent}
+        for msg in replies:
+            # an error Flower made for a node that is gone comes from the SuperLink: name it by the request
+            nid = to.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
+            answered.add(nid)
+            if msg.has_error():
+                rep.dropped[self._name(nid)] = f"Flower: {msg.error.reason}"
+                continue
+            dev = msg.content.config_records.get("device")
+            name = str(dev["name"]) if dev is not None and "name" in dev else self._name(nid)
+            self.names[nid] = name
+            if dev is not None and "error" in dev:
+                rep.dropped[name] = str(dev["error"])
+                continue
+            good.append(msg)
+        for m in sent:
+            if m.metadata.dst_node_id not in answered:
+                rep.dropped[self._name(m.metadata.dst_node_id)] = f"no answer within {self.cfg.round_timeout:g} s"
+        return good
+
+    def run(self, grid: Any) -> FleetResult:
+        """Run the rounds on grid; returns the reports. FleetError if no round could be completed."""
         flwr = require_flower()
-        if not self._prepared:
-            self.prepare()
-        from flwr.common import parameters_to_ndarrays
-        from flwr.server import Server
-        from flwr.server.superlink.fleet.grpc_bidi.grpc_server import start_grpc_server
+        from flwr.app import ArrayRecord, ConfigRecord
 
-        from .client_threads import ClientThreads, RejoiningClientManager
-
-        cfg = self.cfg
-        log_file = None
-        flower_log = logging.getLogger("flwr")
-        old_level = flower_log.level
-        flower_log.setLevel(logging.ERROR)
-        threads = ClientThreads(self.clients)
-        cm = RejoiningClientManager(threads.revive)
-        names: Dict[str, str] = {}
-
-        def evaluate_fn(server_round: int, arrays: List[np.ndarray], config: Dict) -> Any:
-            return self.evaluate_global(arrays)
-
-        initial = self.layout.split(self.layout.base)
-        inner = make_strategy(cfg, initial, evaluate_fn, len(self.clients))
-        strategy = _Observed(inner, self.layout, cfg.min_devices, names)
-        server = Server(client_manager=cm, strategy=strategy)  # type: ignore[arg-type]
-        grpc_server = start_grpc_server(client_manager=cm, server_address="127.0.0.1:0")
+        cfg, fm = self.cfg, self.fm
+        strategy = make_strategy(cfg)
+        first = resume_point(cfg) + 1 if self.resume else 1
+        arrays = fm.arrays_of(cfg.output) if first > 1 else fm.layout.split(fm.layout.base)
         reports: List[RoundReport] = []
         t_start = time.monotonic()
+        ids = self._wait_for_nodes(grid, cfg.n_nodes, JOIN_WAIT)
+        if len(ids) < cfg.min_devices:
+            raise FleetError(
+                f"only {len(ids)} of {cfg.n_nodes} SuperNodes connected within {JOIN_WAIT:.0f} s "
+                f"(min_devices = {cfg.min_devices}): start the nodes (mcutrain fleet node) and check their logs"
+            )
+        log_file = None
+        if cfg.log is not None:
+            cfg.log.parent.mkdir(parents=True, exist_ok=True)
+            log_file = open(cfg.log, "a" if first > 1 else "w", encoding="utf-8")
         try:
-            threads.start(grpc_server.bound_address)
-            if not cm.wait_for(len(self.clients), timeout=60):
-                raise FleetError(f"only {cm.num_available()} of {len(self.clients)} Flower clients connected")
-            if cfg.log is not None:
-                cfg.log.parent.mkdir(parents=True, exist_ok=True)
-                log_file = open(cfg.log, "w", encoding="utf-8")
-                self._log(
-                    log_file,
-                    {
-                        "event": "start",
-                        "time": time.time(),
-                        "fleet": True,
-                        "flwr": flwr.__version__,
-                        "strategy": cfg.strategy,
-                        "rounds": cfg.rounds,
-                        "local_steps": cfg.local_steps,
-                        "devices": [d.name for d in cfg.devices],
-                        "model": str(cfg.model),
-                    },
-                )
-            server.parameters = inner.initialize_parameters(cm)
-            arrays = parameters_to_ndarrays(server.parameters)
-            zero = RoundReport(0)
-            self._evaluate_into(zero, strategy, 0, server.parameters)
-            self._finish(zero, reports, log_file)
-            for r in range(1, cfg.rounds + 1):
+            if log_file is not None:
+                start = {"event": "start", "time": time.time(), "fleet": True, "flwr": flwr.__version__}
+                start.update(strategy=cfg.strategy, rounds=cfg.rounds, local_steps=cfg.local_steps)
+                start.update(devices=[d.name for d in cfg.devices] or cfg.n_nodes, model=str(cfg.model))
+                if first > 1:
+                    start["resumed_after_round"] = first - 1
+                _log(log_file, start)
+            if first == 1:
+                zero = RoundReport(0)
+                self._evaluate_into(zero, arrays)
+                self._finish(zero, reports, log_file)
+            for r in range(first, cfg.rounds + 1):
                 rep = RoundReport(r)
-                strategy.report = rep
                 t0 = time.monotonic()
-                bytes0 = sum(h.bytes_on_line() for h in self.handles)
+                self._wait_for_nodes(grid, cfg.n_nodes, REJOIN_WAIT)
+                task = ConfigRecord(fm.task(r).to_config())
                 try:
-                    res = server.fit_round(server_round=r, timeout=cfg.round_timeout)
-                    if res is not None and res[0] is not None:
-                        new = parameters_to_ndarrays(res[0])
-                        self.layout.check(new)
-                        server.parameters, arrays = res[0], new
-                    elif not rep.failed:
-                        rep.failed = "no device answered: global model kept"
+                    new = self._train_round(grid, strategy, r, ArrayRecord(arrays), task, rep)
+                    if new is not None:
+                        arrays = new
                 except Exception as e:  # a failed round is logged, the run goes on
                     rep.failed = f"{type(e).__name__}: {e}: global model kept"
-                self._evaluate_into(rep, strategy, r, server.parameters)
-                self._write_global(arrays, rep)
-                try:
-                    if cfg.eval_samples:
-                        server.evaluate_round(server_round=r, timeout=cfg.round_timeout)
-                except Exception as e:
-                    rep.dropped.setdefault("evaluation", f"{type(e).__name__}: {e}")
+                self._evaluate_into(rep, arrays)
+                fm.write_global(arrays, rep)
+                if cfg.eval_samples:
+                    try:
+                        self._evaluate_round(grid, strategy, r, ArrayRecord(arrays), ConfigRecord(task), rep)
+                    except Exception as e:
+                        rep.dropped.setdefault("evaluation", f"{type(e).__name__}: {e}")
                 rep.seconds = time.monotonic() - t0
-                rep.bytes = sum(h.bytes_on_line() for h in self.handles) - bytes0
                 self._finish(rep, reports, log_file)
-                self._raise_crash()
-            if not any(r.failed is None for r in reports[1:]):
+            if reports and not any(r.failed is None for r in reports if r.round > 0):
                 raise FleetError(
                     f"none of the {cfg.rounds} rounds could be completed (see {cfg.log}); the global model "
                     f"{cfg.output} is the starting model"
                 )
             if log_file is not None:
-                self._log(log_file, {"event": "end", "elapsed": round(time.monotonic() - t_start, 4)})
-            return FleetResult(reports, self.layout.join(arrays), cfg.output, cfg.log, time.monotonic() - t_start)
+                _log(log_file, {"event": "end", "elapsed": round(time.monotonic() - t_start, 4)})
+            return FleetResult(reports, fm.layout.join(arrays), cfg.output, cfg.log, time.monotonic() - t_start)
+        except Exception as e:
+            if log_file is not None:
+                _log(log_file, {"event": "error", "error": f"{type(e).__name__}: {e}"})
+            raise
         finally:
+            if log_file is not None:
+                log_file.close()
+
+    def _train_round(
+        self, grid: Any, strategy: Any, r: int, arrays: Any, task: Any, rep: RoundReport
+    ) -> Optional[List[np.ndarray]]:
+        cfg, fm = self.cfg, self.fm
+        sent = list(strategy.configure_train(r, arrays, task, grid))
+        replies = list(grid.send_and_receive(sent, timeout=cfg.round_timeout))
+        good = []
+        for msg in self._collect(replies, sent, rep):
+            name = self.names[msg.metadata.src_node_id]
             try:
-                server.disconnect_all_clients(timeout=5)
-            finally:
-                threads.join(timeout=5)
-                grpc_server.stop(grace=1)
-                for h in self.handles:
-                    h.close()
-                if log_file is not None:
-                    log_file.close()
-                flower_log.setLevel(old_level)
+                fm.layout.check(msg.content.array_records["arrays"].to_numpy_ndarrays())
+            except (KeyError, ValueError) as e:
+                rep.dropped[name] = f"unusable parameters ({e})"
+                continue
+            good.append(msg)
+        rep.answered = sorted(self.names[m.metadata.src_node_id] for m in good)
+        metrics = [(self.names[m.metadata.src_node_id], m.content.metric_records["metrics"]) for m in good]
+        rep.bytes += int(sum(m.get("bytes", 0) for _, m in metrics))
+        if metrics:
+            rep.train_loss = float(np.mean([m["train-loss"] for _, m in metrics]))
+            rep.local_accuracy = {n: float(m["local-accuracy"]) for n, m in metrics if "local-accuracy" in m}
+        if len(good) < cfg.min_devices:
+            rep.failed = (
+                f"{len(good)} device(s) answered, the fleet needs {cfg.min_devices} (min_devices): global model kept"
+            )
+            return None
+        agg, _ = strategy.aggregate_train(r, good)
+        if agg is None:
+            rep.failed = "no device answered: global model kept"
+            return None
+        new = [np.asarray(a, np.float32).reshape(-1) for a in agg.to_numpy_ndarrays()]
+        fm.layout.check(new)
+        return new
 
-    def _raise_crash(self) -> None:
-        """Raise the first error in mcutrain's own code that a device client met (DeviceClient.crash)."""
-        for c in self.clients:
-            if c.crash is not None:
-                raise c.crash
+    def _evaluate_round(self, grid: Any, strategy: Any, r: int, arrays: Any, task: Any, rep: RoundReport) -> None:
+        sent = list(strategy.configure_evaluate(r, arrays, task, grid))
+        replies = list(grid.send_and_receive(sent, timeout=self.cfg.round_timeout))
+        sub = RoundReport(r)
+        good = self._collect(replies, sent, sub)
+        for name, why in sub.dropped.items():
+            rep.dropped.setdefault(f"{name} (evaluation)", why)
+        if not good:
+            return
+        ms = [m.content.metric_records["metrics"] for m in good]
+        rep.bytes += int(sum(m.get("bytes", 0) for m in ms))
+        n = np.array([m["num-examples"] for m in ms], np.float64)
+        rep.device_loss = float(np.dot(n, [m["loss"] for m in ms]) / n.sum())
+        if all("accuracy" in m for m in ms):
+            rep.device_accuracy = float(np.dot(n, [m["accuracy"] for m in ms]) / n.sum())
 
-    def _evaluate_into(self, rep: RoundReport, strategy: Any, r: int, parameters: Any) -> None:
-        strategy.report = rep
-        res = strategy.evaluate(r, parameters)
+    def _evaluate_into(self, rep: RoundReport, arrays: List[np.ndarray]) -> None:
+        res = self.fm.evaluate_global(arrays)
         if res is not None:
-            rep.loss = float(res[0])
-            rep.accuracy = res[1].get("accuracy")
-
-    def _lr(self) -> Optional[float]:
-        from mcutrain.corefacts import OPT_DTYPE
-
-        return float(self.model.opt_cfg.view(OPT_DTYPE)[0]["lr"])
+            rep.loss = float(res["loss"])
+            rep.accuracy = res.get("accuracy")
 
     def _finish(self, rep: RoundReport, reports: List[RoundReport], log_file: Any) -> None:
         reports.append(rep)
         if log_file is not None:
-            self._log(log_file, rep.record(self._lr()))
-        if self.on_round is not None:
-            self.on_round(rep)
-
-    @staticmethod
-    def _log(f: Any, rec: Dict[str, Any]) -> None:
-        import json
-
-        f.write(json.dumps(rec, sort_keys=True) + "\n")
-        f.flush()
+            _log(log_file, rep.record(self.fm.lr()))
 
 
-def run_fleet(
-    cfg: FleetConfig,
-    on_round: Optional[Callable[[RoundReport], None]] = None,
-    on_step: Optional[Callable[[str, int, int], None]] = None,
-    on_status: Optional[Callable[[str], None]] = None,
-) -> FleetResult:
-    """Prepare and run a fleet (see Fleet)."""
-    fleet = Fleet(cfg, on_round, on_step, on_status)
-    fleet.prepare()
-    return fleet.run()
-
-
-__all__ = ["Fleet", "FleetResult", "RoundReport", "run_fleet"]
+__all__ = ["Coordinator", "FleetModel", "FleetResult", "RoundReport", "make_strategy", "resume_point"]

@@ -10,6 +10,7 @@ APT_PACKAGES=(gcc make gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
               gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf gcc-avr avr-libc simavr libsimavr-dev
               arduino-core-avr)
 APT_PACKAGES+=(clang libclang-rt-14-dev)  # libFuzzer and the sanitizer runtimes: bench/fuzz.py, tests/test_fuzz.py
+APT_PACKAGES+=(espeak-ng sox)  # the synthesized spoken-word data set: mcutrain.wordsynth, tests/test_wordsynth.py
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -31,3 +31,26 @@ def pio_core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield core
     finally:
         mp.undo()
+
+
+@pytest.fixture(autouse=True)
+def flower_deprecations_fail() -> Iterator[None]:
+    """A test that makes Flower log a deprecation (Flower logs them on its 'flwr' logger, not as Python
+    warnings, which pyproject's filterwarnings turns into errors) fails."""
+    import logging
+
+    seen: list = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "deprecat" in record.getMessage().lower():
+                seen.append(record.getMessage())
+
+    handler = Catch(logging.WARNING)
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+    assert not seen, f"Flower logged a deprecation: {seen[0]}"

@@ -49,24 +49,47 @@ ROWS: List[Row] = [
     ("ScalarScale", lambda: L.ScalarScale(4, init=0.7)),
     ("RMSNorm", lambda: L.RMSNorm(4, eps=1e-5)),
     ("DyT", lambda: L.DyT(4)),
-    ("Conv1d", lambda: L.Conv1d(7, 5, 3)),
+    ("SingleChannelConv1d", lambda: L.SingleChannelConv1d(7, 5, 3)),
+    ("Conv2d", lambda: L.Conv2d(2, 2, 3, stride=2, padding="same", input_shape=(3, 3, 2))),
+    ("Conv2d-1x1-nobias", lambda: L.Conv2d(2, 3, 1, bias=False, input_shape=(2, 2, 2))),
+    ("DepthwiseConv2d", lambda: L.DepthwiseConv2d(1, 3, padding=1, depth_multiplier=2, input_shape=(3, 2, 1))),
+    ("MaxPool2d", lambda: L.MaxPool2d(2, input_shape=(4, 2, 1))),
+    ("AvgPool2d", lambda: L.AvgPool2d(3, stride=2, padding=1, input_shape=(3, 3, 1))),
+    ("GlobalAvgPool2d", lambda: L.GlobalAvgPool2d(input_shape=(2, 2, 2))),
+    ("Conv1d", lambda: L.Conv1d(2, 2, 3, stride=2, padding="same", input_shape=(5, 2))),
+    ("MaxPool1d", lambda: L.MaxPool1d(2, input_shape=(4, 2))),
+    ("AvgPool1d", lambda: L.AvgPool1d(3, stride=1, padding=1, input_shape=(4, 1))),
+    ("GlobalAvgPool1d", lambda: L.GlobalAvgPool1d(input_shape=(3, 2))),
+    ("Flatten", lambda: Sequential(L.Conv2d(1, 2, 2, input_shape=(3, 3, 1)), L.Flatten())),
+    ("BatchNorm", lambda: L.BatchNorm(2, input_shape=(3, 2))),
+    ("Relu6", lambda: L.Relu6(5)),
+    ("Dropout", lambda: L.Dropout(0.25, 4, seed=3)),
     ("Residual", lambda: Residual(L.Linear(4, 4))),
     ("LR", lambda: LR(L.Linear(4, 3), 10.0)),
 ]
 
 
+# rows whose training on the host differs from the device's by design: BatchNorm trains on batch statistics on the
+# host and runs on its running statistics elsewhere, Dropout drops values only while the host trains (their
+# gradients are checked in test_gradients all the same)
+HOST_TRAINING_ONLY = {"BatchNorm", "Dropout"}
+
+
 def every_layer_net(n_in: int = 6, n_out: int = 4, seed: int = 11) -> Sequential:
-    """One network that chains every row of the table (Linear adapters where the widths differ), ending in a
+    """One network that chains every row of the table but HOST_TRAINING_ONLY (Linear adapters where the widths or
+    shapes differ), ending in a
     Softmax over n_out outputs (so every loss applies), with seeded parameters."""
     mods: List[Module] = []
-    width = n_in
-    for _, make in ROWS:
+    width, shape = n_in, (n_in,)
+    for name, make in ROWS:
+        if name in HOST_TRAINING_ONLY:
+            continue
         m = make()
-        assert m.n_in is not None and m.n_out is not None
-        if m.n_in != width:
+        assert m.n_in is not None and m.n_out is not None and m.in_shape is not None
+        if m.n_in != width or (len(m.in_shape) > 1 and m.in_shape != shape):  # a spatial row reads a flat input
             mods.append(L.Linear(width, m.n_in))
         mods.append(m)
-        width = m.n_out
+        width, shape = m.n_out, m.out_shape
     if width != n_out:
         mods.append(L.Linear(width, n_out))
     return Sequential(*mods, L.Softmax(0.8)).rand_params(seed=seed, scale=0.8)
@@ -85,7 +108,7 @@ def mixed_layers() -> List[Module]:
         LR(Sequential(L.Linear(8, 8), L.Sigmoid()), 2.0),
         L.Diag(8),
         L.LeakyRelu(0.25),
-        L.Conv1d(8, 6, 3),
+        L.SingleChannelConv1d(8, 6, 3),
         L.SiLU(),
         L.ScalarScale(6),
         L.Softplus(),

@@ -96,7 +96,7 @@ def forward(m: Module, p: Array, x: Array, kinks: Optional[List[Array]] = None) 
     if isinstance(m, layers.DyT):
         n = m.n_in
         return p[1 : 1 + n] * np.tanh(p[0] * x) + p[1 + n :]
-    if isinstance(m, layers.Conv1d):
+    if isinstance(m, layers.SingleChannelConv1d):
         f, o = m.filter_size, m.n_out
         return sum(p[k] * x[:, k : k + o] for k in range(f))
     if isinstance(m, layers.GLU):
@@ -106,7 +106,24 @@ def forward(m: Module, p: Array, x: Array, kinks: Optional[List[Array]] = None) 
         bg, bv = p[2 * io : 2 * io + o], p[2 * io + o : 2 * io + 2 * o]
         beta = p[2 * io + 2 * o :] if m.gate == "swish" else None
         return _gate(m.gate, x @ wg + bg, m.alpha, beta, kinks) * (x @ wv + bv)
+    # ---- spatial layers (channels last; windows as documented in mct.h, "Spatial ops")
+    if isinstance(
+        m, (layers.Conv2d, layers.DepthwiseConv2d, layers.MaxPool2d, layers.AvgPool2d, layers.GlobalAvgPool2d)
+    ):
+        return _spatial(m, p, x, kinks)
+    if isinstance(m, layers.BatchNorm):  # running statistics (the inference form)
+        c = m.channels
+        g, b, mean, var = p[:c], p[c : 2 * c], p[2 * c : 3 * c], p[3 * c :]
+        xs = x.reshape(x.shape[0], -1, c)
+        return (g * (xs - mean) / np.sqrt(var + m.eps) + b).reshape(x.shape)
+    if isinstance(m, (layers.Flatten, layers.Dropout)):  # Dropout: the inference form
+        return x
     # ---- parameter-free layers
+    if isinstance(m, layers.Relu6):
+        if kinks is not None:
+            kinks.append(np.abs(x).ravel())
+            kinks.append(np.abs(x - 6.0).ravel())
+        return np.clip(x, 0.0, 6.0)
     if isinstance(m, layers.Relu):
         return _gate("relu", x, 0.0, None, kinks)
     if isinstance(m, layers.LeakyRelu):
@@ -119,6 +136,41 @@ def forward(m: Module, p: Array, x: Array, kinks: Optional[List[Array]] = None) 
         if isinstance(m, cls):
             return fn(x)
     raise NotImplementedError(f"oracle has no forward for {m.describe()}")
+
+
+def _spatial(m: Module, p: Array, x: Array, kinks: Optional[List[Array]]) -> Array:
+    """Convolutions and pooling from their geometry: every output position's window of kh x kw taps starts at
+    (oy sh - pt, ox sw - pl); taps outside the input are left out (not zeros)."""
+    g = m._geometry()
+    hi, wi, ci, ho, wo, co = (int(g[k]) for k in ("h_in", "w_in", "c_in", "h_out", "w_out", "c_out"))
+    kh, kw, sh, sw, pt, pl = (int(g[k]) for k in ("kh", "kw", "sh", "sw", "pt", "pl"))
+    nb = x.shape[0]
+    xs = x.reshape(nb, hi, wi, ci)
+    y = np.zeros((nb, ho, wo, co))
+    for oy in range(ho):
+        for ox in range(wo):
+            rows = [oy * sh - pt + k for k in range(kh) if 0 <= oy * sh - pt + k < hi]
+            cols = [ox * sw - pl + k for k in range(kw) if 0 <= ox * sw - pl + k < wi]
+            win = xs[:, rows][:, :, cols]  # (nb, r, c, ci)
+            kr = [r - (oy * sh - pt) for r in rows]
+            kc = [c - (ox * sw - pl) for c in cols]
+            if isinstance(m, layers.Conv2d):
+                w = p[: kh * kw * ci * co].reshape(kh, kw, ci, co)[kr][:, kc]
+                y[:, oy, ox] = np.einsum("nrci,rcio->no", win, w) + (p[kh * kw * ci * co :] if m.bias else 0.0)
+            elif isinstance(m, layers.DepthwiseConv2d):
+                mult = co // ci
+                w = p[: kh * kw * co].reshape(kh, kw, co)[kr][:, kc]
+                xin = np.repeat(win, mult, axis=3)  # output channel o reads input channel o // mult
+                y[:, oy, ox] = np.einsum("nrco,rco->no", xin, w) + (p[kh * kw * co :] if m.bias else 0.0)
+            elif isinstance(m, layers.MaxPool2d):
+                flat = win.reshape(nb, -1, ci)
+                y[:, oy, ox] = flat.max(axis=1)
+                if kinks is not None and flat.shape[1] > 1:
+                    top2 = np.sort(flat, axis=1)[:, -2:]
+                    kinks.append((top2[:, 1] - top2[:, 0]).ravel())
+            else:  # average pooling, global or windowed
+                y[:, oy, ox] = win.reshape(nb, -1, ci).mean(axis=1)
+    return y.reshape(nb, -1)
 
 
 # ---------------------------------------------------------------- losses (per sample)

@@ -41,6 +41,7 @@ COMMANDS = [
     ["build"],
     ["flash"],
     ["sim"],
+    ["serve"],
     ["device"],
     ["device", "info"],
     ["device", "predict"],
@@ -538,6 +539,8 @@ def test_eval_quantized_through_the_c_kernels(model: Path, tmp_path: Path) -> No
             "--classify",
             "--quant",
             quant,
+            "--trainable",
+            "none",
             "--calibration",
             str(tmp_path / "all.npz"),
             "--json",
@@ -552,7 +555,7 @@ def test_eval_quantized_through_the_c_kernels(model: Path, tmp_path: Path) -> No
         assert q["device_accuracy"] == device_accuracy and res["accuracy"] == device_accuracy
         assert 0 < q["max_abs_diff"] < 0.5  # really quantized, and still close
         assert res["accuracy"] >= f32["accuracy"] - 0.1
-    r = sub("eval", str(model), "--problem", "modadd10", "--quant", "int8", cwd=tmp_path)
+    r = sub("eval", str(model), "--problem", "modadd10", "--quant", "int8", "--trainable", "none", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "int8" in r.stdout and "accuracy" in r.stdout
 

@@ -119,7 +119,7 @@ def test_malformed_csv_files_say_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="header row but no samples"):
         load_csv(header_only)
     words = write_csv(tmp_path / "words.csv", [[1, 2, 3], [4, "five", 6]])
-    with pytest.raises(DataError, match=r"line 2, column 1: 'five' is not a number"):
+    with pytest.raises(DataError, match=r"line 2, column 2: 'five' is not a number"):
         load_csv(words)
     empty = tmp_path / "empty.csv"
     empty.write_text("\n\n")

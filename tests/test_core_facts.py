@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+import layer_table
 import numpy as np
 import pytest
 
@@ -87,11 +88,16 @@ def test_optimizer_slots_are_the_cores() -> None:
         assert cf.opt_slots(kind) == _core.opt_slots(int(kind)) == cf.opt_slots(kind.name.lower())
 
 
+_TABLE = {name: make for name, make in layer_table.ROWS if name in layer_mod.LAYER_TYPES}
+
+
 def example_layers() -> Dict[str, Module]:
     """One instance of every Python layer class (LAYER_TYPES), sized."""
     out: Dict[str, Module] = {}
     for name, cls in layer_mod.LAYER_TYPES.items():
-        if cls is layer_mod.Conv1d:
+        if name in _TABLE:  # the spatial layers need an input shape: their rows in the layer table
+            out[name] = _TABLE[name]()
+        elif cls is layer_mod.SingleChannelConv1d:
             out[name] = cls(6, 4, 3)
         elif issubclass(cls, layer_mod._Sized):
             out[name] = cls(5, 4)

@@ -285,7 +285,8 @@ def test_a_csv_with_a_byte_order_mark_keeps_its_first_row(tmp_path: Path) -> Non
         ("caf\xe9,b,label\n1,2,0\n".encode("latin-1"), "line 1, column 4: byte 0xe9 is not UTF-8"),
         (b"a,b\n1," + b"9" * ((128 << 10) + 5) + b"\n", "line 2: a cell longer than 131,072 characters"),
         (b"a,b,c\n1,2,3\n4,5\n", "line 3 has 2 columns"),
-        (b"a,b,c\n1,2,x\n", "line 2, column 2: 'x' is not a number"),
+        (b"a,b,c\n1,x,3\n", "line 2, column 2 (b): 'x' is not a number"),
+        (b"a,b,c\n1,2,x\n", "target column 3 (c) holds text such as 'x': if these are class labels, add --classify"),
         (b"", "is empty"),
     ],
 )
@@ -319,7 +320,7 @@ def npz_bytes(**arrays: Any) -> bytes:
     [
         (lambda: npz_bytes(x=np.zeros((4, 3)), y=np.zeros(4))[:60], "cannot read"),  # truncated
         (lambda: b"PK\x03\x04" + bytes(100), "cannot read"),  # corrupt zip
-        (lambda: npz_bytes(x=np.zeros((4, 3)), y=np.array(["a", "b", "a", "c"])), "holds <U1, not numbers"),
+        (lambda: npz_bytes(x=np.full((4, 3), "a"), y=np.zeros(4)), "holds <U1, not numbers"),
         (lambda: npz_bytes(x=np.float32(3), y=np.zeros(1)), "not single numbers"),
         (lambda: npz_bytes(x=np.zeros((4, 3)), y=np.zeros((4, 2, 2))), "targets are (n,) labels"),
         (lambda: npz_bytes(x=np.zeros((2, 3)), y=np.array([0, 2**31 - 1])), "whole numbers from 0 to 65534"),
@@ -327,7 +328,7 @@ def npz_bytes(**arrays: Any) -> bytes:
     ],
 )
 def test_bad_npz_files(tmp_path: Path, make: Callable[[], bytes], words: str) -> None:
-    """Truncated and corrupt archives, text labels, scalars, 3-D targets, a label of 2^31 - 1 (which would
+    """Truncated and corrupt archives, text inputs, scalars, 3-D targets, a label of 2^31 - 1 (which would
     ask for a 16 GiB one-hot array), a missing array: DataError saying so."""
     p = tmp_path / "bad.npz"
     p.write_bytes(make())

@@ -74,7 +74,7 @@ def kinds(net: Any) -> list:
 
 TORCH_NETS = {
     "mlp": (torch_mlp, 6, ["Linear", "Relu", "Linear", "Tanh", "LeakyRelu", "Linear", "Softmax"]),
-    "conv": (torch_conv, 6, ["Linear", "Conv1d", "Bias1d", "Softplus", "Linear", "Sigmoid"]),
+    "conv": (torch_conv, 6, ["Linear", "SingleChannelConv1d", "Bias1d", "Softplus", "Linear", "Sigmoid"]),
     "residual": (
         torch_residual,
         5,
@@ -232,7 +232,7 @@ def test_round_trip_keeps_the_parameters_bit_for_bit(tmp_path: Path) -> None:
         L.LeakyRelu(0.3),
         Residual(L.Linear(7, 7), L.Sine()),
         L.Diag(7),
-        L.Conv1d(7, 5, 3),
+        L.SingleChannelConv1d(7, 5, 3),
         L.Cosine(),
         L.Linear(5, 3),
         L.Softmax(),
@@ -508,7 +508,7 @@ def test_damaged_onnx_files_fail_with_import_model_error(tmp_path: Path) -> None
         L.Linear(6, 8),
         L.LeakyRelu(0.2),
         Residual(L.Linear(8, 8), L.Tanh()),
-        L.Conv1d(8, 6, 3),
+        L.SingleChannelConv1d(8, 6, 3),
         L.Linear(6, 3),
         L.Softmax(),
     ).rand_params(seed=1)

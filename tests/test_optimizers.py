@@ -66,7 +66,7 @@ def net_all_kinds(seed: int = 11) -> Sequential:
     """A small network with every kind of parameter: connection weights (Conv1d, Linear, SwiGLU, Dense)
     and non-weights (biases, Diag, DyT, ScalarScale, Swish beta, RMSNorm gain, SwiGLU beta)."""
     net = Sequential(
-        L.Conv1d(8, 6, 3),
+        L.SingleChannelConv1d(8, 6, 3),
         L.Linear(6, 5),
         L.Tanh(),
         L.SwiGLU(5, 4),
@@ -110,7 +110,7 @@ def weight_mask(net: Module) -> np.ndarray:
             nw = m.n_in * m.n_out
         elif isinstance(m, L.GLU):
             nw = 2 * m.n_in * m.n_out
-        elif isinstance(m, L.Conv1d):
+        elif isinstance(m, L.SingleChannelConv1d):
             nw = m.filter_size
         else:
             nw = 0
@@ -657,7 +657,7 @@ def test_optimizer_for_another_network() -> None:
     with pytest.raises(ConfigError) as e:
         train_batch(opt, net, losses.mse, x, t)
     msg = str(e.value)
-    assert str(small.n_params) in msg and str(net.n_params) in msg and "Conv1d(8, 6, 3)" in msg
+    assert str(small.n_params) in msg and str(net.n_params) in msg and "SingleChannelConv1d(8, 6, 3)" in msg
     np.testing.assert_array_equal(net.params, before)
     assert opt.step == 0
     y, tr = net.traced_forward(x)

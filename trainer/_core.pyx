@@ -35,7 +35,7 @@ cdef extern from "mct.h" nogil:
         float *state
         uint32_t n_params
         float div
-    enum: MCT_OK, MCT_E_NONFINITE, MCT_E_NONFINITE_GRAD, MCT_E_NONFINITE_INPUT
+    enum: MCT_OK, MCT_E_NONFINITE, MCT_E_NONFINITE_GRAD, MCT_E_NONFINITE_INPUT, MCT_E_NONFINITE_STATE
     enum: MCT_SAVE_MAGIC, MCT_SAVE_HEADER
     enum: MCT_I8_WEIGHTS_BIT
     ctypedef struct mct_layer_size:
@@ -324,13 +324,59 @@ cdef inline void _add_parts(float *g0, size_t stride, uint32_t nt, uint32_t j0, 
             g0[j] = g0[j] + gc[j]
 
 
+cdef inline size_t _kept_floats(const mct_net *net, const mct_opt *op) noexcept nogil:
+    """Floats of the copy _kept_update keeps: the parameters and the optimizer state."""
+    return <size_t>net.n_params * (1 + mct_opt_slots(op.kind))
+
+
+cdef int _kept_update(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_train_state *tsp,
+                      float *g0, uint32_t nb, float total, size_t stride, uint32_t nt,
+                      float *kept) noexcept nogil:
+    """mct_update of the summed gradients g0 (in parts of `stride` floats, on nt threads where the work is large
+    enough), undone when it leaves a parameter or a value of the optimizer state that is not finite (a huge
+    learning rate overflows RMSProp's and Adam's moments while the parameters still look fine): then
+    MCT_E_NONFINITE_STATE and the parameters, state and train state as they were. kept: _kept_floats floats
+    for the copy."""
+    cdef uint32_t P = net.n_params, Pw = P if P else 1, c
+    cdef size_t S = <size_t>P * mct_opt_slots(op.kind)
+    cdef mct_train_state ts0 = tsp[0]
+    cdef mct_step st
+    cdef int status
+    if P:
+        memcpy(kept, pp, P * sizeof(float))
+    if S:
+        memcpy(kept + P, sp, S * sizeof(float))
+    if nt == 1 or <uint64_t>Pw * ((nb + nt - 1) // nt) < MIN_PARALLEL_WORK:
+        _add_parts(g0, stride, nt, 0, Pw)
+        status = mct_update(net, pp, op, sp, tsp, g0, nb, total)
+    else:
+        # the same sums and the same update, each thread on its own range of parameters (every parameter's sum
+        # over the parts and its update are its own, so the bits do not depend on the split)
+        for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
+            _add_parts(g0, stride, nt, _bound(Pw, c, nt), _bound(Pw, c + 1, nt))
+        status = mct_update_begin(net, op, sp, tsp, g0, total, &st)
+        if status != MCT_OK:
+            return status
+        for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
+            mct_apply_part(net, op, &st, pp, g0, sp, <float>nb, _bound(Pw, c, nt), _bound(Pw, c + 1, nt))
+        mct_step_end(op, tsp)
+    if status == MCT_OK and not (mct_all_finite(pp, P) and mct_all_finite(sp, <uint32_t>S)):
+        if P:
+            memcpy(pp, kept, P * sizeof(float))
+        if S:
+            memcpy(sp, kept + P, S * sizeof(float))
+        tsp[0] = ts0
+        return MCT_E_NONFINITE_STATE
+    return status
+
+
 cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_train_state *tsp, uint8_t loss_kind,
                float loss_param, const float *xp, const float *tp, uint32_t nb, uint32_t threads, float *b,
                float *mean) noexcept nogil:
     """One buffered update on nb samples (train_batch and every step of fit): the finite check, the
     gradient sums (in `threads` contiguous parts, each on its own thread, the parts then added in order),
-    the mean loss and mct_update. b: the work buffer (CoreNet._work_floats). Returns the core's status;
-    *mean is the mean loss (NaN for a non-finite input)."""
+    the mean loss and the update (_kept_update). b: the work buffer (CoreNet._work_floats). Returns the core's
+    status; *mean is the mean loss (NaN for a non-finite input)."""
     cdef uint32_t nt = _parts(nb, threads)
     cdef uint32_t per = (nb + nt - 1) // nt
     cdef uint32_t A = net.arena, P = net.n_params if net.n_params else 1
@@ -340,8 +386,6 @@ cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_
     cdef uint32_t c, s0, n
     cdef float total = 0
     cdef float *g0
-    cdef mct_step st
-    cdef int status
     cdef uint32_t in_w = net.n_in, out_w = net.n_out
     if not mct_all_finite(xp, nb * in_w) or not mct_all_finite(tp, nb * out_w):
         mean[0] = <float>NAN
@@ -370,20 +414,7 @@ cdef int _step(const mct_net *net, float *pp, float *sp, const mct_opt *op, mct_
     total = mct_div(total, <float>nb)
     mean[0] = total
     g0 = b + <size_t>A * per + S
-    if nt == 1 or <uint64_t>P * per < MIN_PARALLEL_WORK:
-        _add_parts(g0, stride, nt, 0, P)
-        return mct_update(net, pp, op, sp, tsp, g0, nb, total)
-    # the same sums and the same update, each thread on its own range of parameters (every parameter's sum over
-    # the parts and its update are its own, so the bits do not depend on the split)
-    for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
-        _add_parts(g0, stride, nt, _bound(P, c, nt), _bound(P, c + 1, nt))
-    status = mct_update_begin(net, op, sp, tsp, g0, total, &st)
-    if status != MCT_OK:
-        return status
-    for c in prange(nt, num_threads=nt, schedule='static', chunksize=1):
-        mct_apply_part(net, op, &st, pp, g0, sp, <float>nb, _bound(P, c, nt), _bound(P, c + 1, nt))
-    mct_step_end(op, tsp)
-    return MCT_OK
+    return _kept_update(net, pp, sp, op, tsp, g0, nb, total, stride, nt, ls + nt)
 
 
 
@@ -549,7 +580,8 @@ cdef class CoreNet:
               float div, float loss):
         """One optimizer update from gradient sums (divided by div) and the mean loss; advances the train
         state. Returns the core's status (enum mct_status: MCT_OK, or MCT_E_NONFINITE / MCT_E_NONFINITE_GRAD when
-        the loss / a gradient is not finite: nothing changed). Empty buffers are fine when the network has no
+        the loss / a gradient is not finite, MCT_E_NONFINITE_STATE when the update would leave a parameter or the
+        optimizer state not finite: nothing changed). Empty buffers are fine when the network has no
         parameters or the optimizer no slots."""
         cdef int rc
         cdef float empty = 0
@@ -558,9 +590,11 @@ cdef class CoreNet:
         _need(params.shape[0], self.net.n_params, "params")
         _need(grads.shape[0], self.net.n_params, "grads")
         _need(state.shape[0], mct_opt_slots((<const mct_opt *>&opt[0]).kind) * self.net.n_params, "the optimizer state")
+        kept = np.empty(max(1, _kept_floats(&self.net, <const mct_opt *>&opt[0])), np.float32)
+        cdef float[::1] k = kept
         with nogil:
-            rc = mct_update(&self.net, _fp(params, &empty), <const mct_opt *>&opt[0], _fp(state, &empty),
-                            <mct_train_state *>&ts[0], _fp(grads, &empty), <uint32_t>div, loss)
+            rc = _kept_update(&self.net, _fp(params, &empty), _fp(state, &empty), <const mct_opt *>&opt[0],
+                              <mct_train_state *>&ts[0], _fp(grads, &empty), <uint32_t>div, loss, 0, 1, &k[0])
         return rc
 
     cdef object _check_train(self, cnp.ndarray opt, cnp.ndarray ts, cnp.ndarray params, cnp.ndarray state,
@@ -577,17 +611,20 @@ cdef class CoreNet:
         _need(cnp.PyArray_NBYTES(state) // 4,
               mct_opt_slots((<const mct_opt *>cnp.PyArray_DATA(opt)).kind) * self.net.n_params, "the optimizer state")
 
-    cdef Py_ssize_t _work_floats(self, uint32_t nb, uint32_t threads):
-        """Floats of work buffer one step on nb samples with `threads` threads needs (see _step)."""
+    cdef Py_ssize_t _work_floats(self, uint32_t nb, uint32_t threads, const mct_opt *op):
+        """Floats of work buffer one step on nb samples with `threads` threads and the optimizer op needs (see
+        _step: the parts, their losses, the copy _kept_update keeps)."""
         cdef uint32_t nt = _parts(nb, threads), per = (nb + nt - 1) // nt
         cdef Py_ssize_t S = mct_scratch_size(&self.net, per, 1, 0) + self.net.n_out * per
-        return nt * (<Py_ssize_t>self.net.arena * per + S + (self.net.n_params if self.net.n_params else 1)) + nt
+        return (nt * (<Py_ssize_t>self.net.arena * per + S + (self.net.n_params if self.net.n_params else 1)) + nt
+                + <Py_ssize_t>_kept_floats(&self.net, op))
 
     def train_batch(self, cnp.ndarray opt, cnp.ndarray ts, cnp.ndarray params, cnp.ndarray state,
                     int loss_kind, float loss_param, cnp.ndarray x, cnp.ndarray t, int threads=1):
         """One update on a batch: (status, mean loss). Parameters are untouched unless status is MCT_OK.
         The status is the core's (enum mct_status): MCT_OK, MCT_E_NONFINITE_INPUT (an input or target is not
-        finite), MCT_E_NONFINITE (the loss), MCT_E_NONFINITE_GRAD (a gradient).
+        finite), MCT_E_NONFINITE (the loss), MCT_E_NONFINITE_GRAD (a gradient), MCT_E_NONFINITE_STATE (the update
+        would have left a parameter or the optimizer state not finite).
 
         The arrays are the trainer's own (params, optimizer config and state) and batches checked by
         mcutrain.checks.as_batch: C-contiguous float32 x (nb, n_in) and t (nb, n_out). They are taken as
@@ -601,16 +638,18 @@ cdef class CoreNet:
         call that replaces it cannot free it underneath."""
         self._check_train(opt, ts, params, state, x, t)
         cdef uint32_t nb = <uint32_t>cnp.PyArray_DIM(x, 0), nt = threads if threads > 0 else 1
+        cdef const mct_opt *op = <const mct_opt *>cnp.PyArray_DATA(opt)
+        cdef Py_ssize_t need = self._work_floats(nb, nt, op)
         work = self.work
-        if work is None or nb != self.work_nb or nt != self.work_nt:
-            work = self.work = np.empty(self._work_floats(nb, nt), np.float32)
+        if work is None or nb != self.work_nb or nt != self.work_nt or cnp.PyArray_DIM(work, 0) != need:
+            work = self.work = np.empty(need, np.float32)
             self.work_nb, self.work_nt = nb, nt
         cdef float *b = <float *>cnp.PyArray_DATA(work)
         cdef float total = 0
         cdef int status
         with nogil:
             status = _step(&self.net, <float *>cnp.PyArray_DATA(params), <float *>cnp.PyArray_DATA(state),
-                           <const mct_opt *>cnp.PyArray_DATA(opt), <mct_train_state *>cnp.PyArray_DATA(ts),
+                           op, <mct_train_state *>cnp.PyArray_DATA(ts),
                            <uint8_t>loss_kind, loss_param, <float *>cnp.PyArray_DATA(x),
                            <float *>cnp.PyArray_DATA(t), nb, nt, b, &total)
         return status, total
@@ -633,7 +672,8 @@ cdef class CoreNet:
         cdef uint32_t nt = threads if threads > 0 else 1, bs = batch if batch < n else <uint32_t>n
         cdef uint64_t per_epoch = (n + bs - 1) // bs
         cdef uint32_t last = <uint32_t>(n - (per_epoch - 1) * bs)
-        cdef Py_ssize_t need = max(self._work_floats(bs, nt), self._work_floats(last, nt))
+        cdef const mct_opt *op = <const mct_opt *>cnp.PyArray_DATA(opt)
+        cdef Py_ssize_t need = max(self._work_floats(bs, nt, op), self._work_floats(last, nt, op))
         work = np.empty(need, np.float32)
         # the last epoch's order is kept, so a run in many chunks shuffles each epoch once
         order = self.fit_order
@@ -655,7 +695,6 @@ cdef class CoreNet:
         cdef float *tp = <float *>cnp.PyArray_DATA(t)
         cdef float *pp = <float *>cnp.PyArray_DATA(params)
         cdef float *sp = <float *>cnp.PyArray_DATA(state)
-        cdef const mct_opt *op = <const mct_opt *>cnp.PyArray_DATA(opt)
         cdef mct_train_state *tsp = <mct_train_state *>cnp.PyArray_DATA(ts)
         cdef uint32_t I = self.net.n_in, O = self.net.n_out, nb, s
         cdef uint64_t g, epoch, j, first
@@ -708,3 +747,4 @@ cdef class CoreNet:
                                 <mct_train_state *>&ts[0], <uint8_t>loss_kind, loss_param, &x[0, 0], &t[0, 0], nb,
                                 &a[0], &sc[0], sc.shape[0], &loss)
         return rc, loss
+include "_feat.pxi"

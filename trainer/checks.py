@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Tuple, Type, TypeVar
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 
 import numpy as np
 
@@ -41,8 +41,12 @@ def whole(name: str, value: Any, lo: int = 0, hi: int = 2**32 - 1, *, error: Typ
     return int(value)
 
 
-def as_batch(x: Any, width: int, what: str = "input") -> Tuple[np.ndarray, bool]:
-    """Check and convert x to a C-contiguous float32 batch (nb, width); returns (batch, was_single)."""
+def as_batch(
+    x: Any, width: int, what: str = "input", shape: Optional[Tuple[int, ...]] = None
+) -> Tuple[np.ndarray, bool]:
+    """Check and convert x to a C-contiguous float32 batch (nb, width); returns (batch, was_single). With the
+    sample shape of a spatial network (e.g. (H, W, C)) a sample of that shape or a batch (nb, H, W, C) is taken
+    too (channels last, so it is the same values in the same order)."""
     if (  # the common case, a batch that is already right, checked first and cheaply
         type(x) is np.ndarray
         and x.ndim == 2
@@ -59,7 +63,16 @@ def as_batch(x: Any, width: int, what: str = "input") -> Tuple[np.ndarray, bool]
             raise ShapeError(f"{what} must be an array of numbers: {e}") from None
     if x.dtype.kind not in "fiu":
         raise ShapeError(f"{what} has dtype {x.dtype}; pass float32 numbers (np.float32)")
-    if x.ndim == 1:
+    if shape is not None and len(shape) > 1 and x.ndim >= len(shape) and tuple(x.shape[x.ndim - len(shape) :]) == shape:
+        if x.ndim == len(shape):
+            x = x.reshape(1, width)
+            single = True
+        elif x.ndim == len(shape) + 1:
+            x = x.reshape(x.shape[0], width)
+            single = False
+        else:
+            raise ShapeError(f"{what} must be a sample {shape} or a batch (n, {', '.join(map(str, shape))})")
+    elif x.ndim == 1:
         single = True
         x = x[None, :]
     elif x.ndim == 2:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .checks import number
+from .conv_layers import BatchNorm, _Spatial
 from .errors import ShapeError
 from .module import Module
 from .program import Op, ProgramBuilder
@@ -47,7 +48,7 @@ class Sequential(_Composite):
     that reads or writes the parameters or optimizer state (forward, train_batch, fit chunks, update,
     save_model, ...), so calls from several threads run one at a time and every update is kept."""
 
-    def __init__(self, *modules: Module) -> None:
+    def __init__(self, *modules: Module, input_shape: Optional[Sequence[int]] = None) -> None:
         super().__init__()
         if len(modules) == 1 and isinstance(modules[0], (list, tuple)):
             modules = tuple(modules[0])
@@ -58,26 +59,54 @@ class Sequential(_Composite):
                 raise ShapeError(f"Sequential: item {i + 1} is {m!r}, not a layer")
         self.modules: Tuple[Module, ...] = tuple(modules)
         first = self.modules[0]
-        if first.n_in is None:
+        shape = tuple(int(d) for d in input_shape) if input_shape is not None else first.in_shape
+        if shape is None:
+            if _takes_shape(first):
+                return  # sized later, by the composition around it (a block of spatial layers)
             raise ShapeError(
                 f"Sequential: the first layer {first.describe()} needs a size, e.g. {type(first).__name__}(20)"
             )
-        n = first.n_in
+        self._chain(shape)
+
+    def _chain(self, shape: Tuple[int, ...]) -> None:
+        """Size every layer from the input shape, checking that each one takes what the one before gives."""
+        self._shape = shape if len(shape) > 1 else None
+        n = int(np.prod(shape))
         for i, m in enumerate(self.modules):
+            prev = self.modules[i - 1] if i else None
             try:
-                m._resolve(n)  # size-agnostic layers adopt n; the rest are checked below
-            except ShapeError:
-                pass
+                m._resolve_shape(shape)  # size-agnostic and spatial layers adopt it; the rest are checked below
+            except ShapeError as e:
+                if _takes_shape(m):
+                    where = (
+                        f"the input {_text(shape)}"
+                        if prev is None
+                        else f"layer {i} {prev.describe()} outputs {_text(shape)}"
+                    )
+                    raise ShapeError(f"Sequential: {where} but layer {i + 1}: {e}") from None
             if m.n_in != n:
-                prev = self.modules[i - 1]
-                raise ShapeError(
-                    f"Sequential: layer {i} {prev.describe()} outputs {n} values but "
-                    f"layer {i + 1} {m.describe()} takes {m.n_in}"
-                )
-            assert m.n_out is not None
+                where = "the input has" if prev is None else f"layer {i} {prev.describe()} outputs"
+                what = f"{n} values" if len(shape) == 1 else f"{_text(shape)} ({n} values)"
+                raise ShapeError(f"Sequential: {where} {what} but layer {i + 1} {m.describe()} takes {m.n_in}")
+            assert m.n_out is not None and m.out_shape is not None
+            shape = m.out_shape
             n = m.n_out
-        self.n_in, self.n_out = first.n_in, n
+        self.n_in, self.n_out = self.modules[0].n_in, n
+        self._out_shape = shape
         self._finish()
+
+    def _resolve_shape(self, shape: Tuple[int, ...]) -> None:
+        if self.n_in is None:
+            self._chain(tuple(shape))
+        elif self.in_shape != tuple(shape) and self.n_in != int(np.prod(shape)):
+            raise ShapeError(f"{self.describe()} takes {_text(self.in_shape)}, the layer before gives {_text(shape)}")
+
+    def _resolve(self, n: int) -> None:
+        self._resolve_shape((n,))
+
+    @property
+    def out_shape(self) -> Optional[Tuple[int, ...]]:
+        return getattr(self, "_out_shape", None) or super().out_shape
 
     def children(self) -> Tuple[Module, ...]:
         return self.modules
@@ -90,7 +119,10 @@ class Sequential(_Composite):
         return "Sequential(" + ", ".join(m.describe() for m in self.modules) + ")"
 
     def architecture(self) -> Dict[str, Any]:
-        return {"type": "Sequential", "layers": [m.architecture() for m in self.modules]}
+        a: Dict[str, Any] = {"type": "Sequential", "layers": [m.architecture() for m in self.modules]}
+        if self._shape is not None:
+            a["input_shape"] = list(self._shape)
+        return a
 
     def __len__(self) -> int:
         return len(self.modules)
@@ -105,18 +137,36 @@ class Residual(_Composite):
     def __init__(self, module: Module, *more: Module) -> None:
         super().__init__()
         inner = module if not more else Sequential(module, *more)
+        self.inner = inner
         if inner.n_in is None:
+            if _takes_shape(inner):
+                return  # a block of spatial layers: sized by the Sequential around it
             raise ShapeError(
                 f"Residual({inner.describe()}): give the inner layer a size, e.g. {type(inner).__name__}(20)"
             )
-        if inner.n_out != inner.n_in:
+        self._check_inner()
+
+    def _check_inner(self) -> None:
+        inner = self.inner
+        if inner.n_out != inner.n_in or (inner.out_shape != inner.in_shape and len(inner.in_shape or ()) > 1):
             raise ShapeError(
-                f"Residual({inner.describe()}): the inner module maps {inner.n_in} values to "
-                f"{inner.n_out}; a residual block needs the same size in and out"
+                f"Residual({inner.describe()}): the inner module maps {_text(inner.in_shape)} to "
+                f"{_text(inner.out_shape)}; a residual block needs the same shape in and out"
             )
-        self.inner = inner
         self.n_in = self.n_out = inner.n_in
+        self._shape = inner.in_shape if len(inner.in_shape or ()) > 1 else None
         self._finish()
+
+    def _resolve_shape(self, shape: Tuple[int, ...]) -> None:
+        if self.n_in is None:
+            self.inner._resolve_shape(tuple(shape))
+            self._check_inner()
+        else:
+            self._resolve(int(np.prod(shape)))
+
+    @property
+    def out_shape(self) -> Optional[Tuple[int, ...]]:
+        return self.in_shape
 
     def children(self) -> Tuple[Module, ...]:
         return (self.inner,)
@@ -166,6 +216,22 @@ class LR(_Composite):
 
     def architecture(self) -> Dict[str, Any]:
         return {"type": "LR", "divisor": self.divisor, "inner": self.inner.architecture()}
+
+
+def _takes_shape(m: Module) -> bool:
+    """Does m take its size from an input shape (spatial layers and BatchNorm, and compositions that start with
+    one)?"""
+    if isinstance(m, (_Spatial, BatchNorm)):
+        return True
+    kids = m.children()
+    return bool(kids) and _takes_shape(kids[0])
+
+
+def _text(shape: Optional[Tuple[int, ...]]) -> str:
+    """A shape for messages: 8x8x1, or '16 values' when flat."""
+    if shape is None:
+        return "?"
+    return f"{shape[0]} values" if len(shape) == 1 else "x".join(str(d) for d in shape)
 
 
 def flatten_names(module: Module, prefix: Optional[str] = None) -> Dict[str, Module]:

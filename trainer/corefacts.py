@@ -123,6 +123,8 @@ def _dtype(struct: str) -> np.dtype:
 
 
 LAYER_DTYPE = _dtype("mct_layer")  # struct mct_layer, one row of a layer table
+# the fields of struct mct_layer after aux_off: the spatial ops' geometry and BatchNorm's momentum
+GEOMETRY_FIELDS: Tuple[str, ...] = LAYER_DTYPE.names[LAYER_DTYPE.names.index("aux_off") + 1 :]
 OPT_DTYPE = _dtype("mct_opt")  # struct mct_opt, an optimizer configuration
 TRAIN_STATE_DTYPE = _dtype("mct_train_state")  # struct mct_train_state
 
@@ -155,19 +157,36 @@ def layer_size(
     storage: int = 0,
     nb: int = 1,
     host: bool = False,
+    **geometry: float,
 ) -> LayerSize:
-    """What a layer of this op and these fields needs (nb samples; host: scratch with the host's transposes)."""
+    """What a layer of this op and these fields needs (nb samples; host: scratch with the host's transposes);
+    geometry: the spatial ops' fields (GEOMETRY_FIELDS: h_in, w_in, c_in, ..., beta)."""
     r = np.zeros(1, LAYER_DTYPE)
     r["op"], r["kind"], r["storage"], r["n_in"], r["n_out"], r["k"] = int(op), int(kind), int(storage), n_in, n_out, k
     r["alpha"], r["lr_div"] = alpha, 1.0
+    for name, value in geometry.items():
+        if name not in GEOMETRY_FIELDS:
+            raise TypeError(f"layer_size: {name!r} is not a geometry field of struct mct_layer")
+        r[name] = value
     ok, params, aux, out, scratch, consts = _core.layer_size(r.view(np.uint8), nb, int(host))
     return LayerSize(bool(ok), int(params), int(aux), int(out), int(scratch), int(consts))
 
 
 def layer_size_of(d: Any, nb: int = 1, host: bool = False) -> LayerSize:
-    """layer_size of a layer description (anything with op, kind, n_in, n_out, k, alpha and storage, such as
-    mcutrain.program.LayerDesc)."""
-    return layer_size(d.op, d.n_in, d.n_out, kind=d.kind, k=d.k, alpha=d.alpha, storage=d.storage, nb=nb, host=host)
+    """layer_size of a layer description (anything with op, kind, n_in, n_out, k, alpha, storage and the geometry
+    fields in a dict `geometry`, such as mcutrain.program.LayerDesc)."""
+    return layer_size(
+        d.op,
+        d.n_in,
+        d.n_out,
+        kind=d.kind,
+        k=d.k,
+        alpha=d.alpha,
+        storage=d.storage,
+        nb=nb,
+        host=host,
+        **getattr(d, "geometry", {}),
+    )
 
 
 def i8_floats(n: int) -> int:
@@ -212,6 +231,7 @@ __all__ = [
     "opt_slots",
     "opt_asks_reg",
     "LAYER_DTYPE",
+    "GEOMETRY_FIELDS",
     "OPT_DTYPE",
     "TRAIN_STATE_DTYPE",
     "train_state_init",

@@ -36,6 +36,7 @@ class Dataset:
     x: np.ndarray
     y: np.ndarray
     name: str = "data"
+    classes: Optional[List[str]] = None  # class names of one-hot targets made from text labels
 
     def __post_init__(self) -> None:
         if self.x.ndim != 2 or self.y.ndim != 2 or self.x.shape[0] != self.y.shape[0]:
@@ -60,22 +61,30 @@ class Dataset:
         """(train, validation) after a seeded shuffle; validation is None for a fraction of 0."""
         if not 0 <= val_fraction < 1:
             raise DataError(f"the validation fraction must be in [0, 1), got {val_fraction}")
-        n_val = int(round(len(self) * val_fraction))
-        if n_val == 0:
-            return self, None
-        if n_val >= len(self):
+        if int(round(len(self) * val_fraction)) >= len(self):
             raise DataError(f"{self.name}: {len(self)} samples are too few for a {val_fraction:.0%} validation split")
-        order = np.random.default_rng(seed).permutation(len(self))
-        v, t = order[:n_val], order[n_val:]
+        t, v = split_indices(len(self), val_fraction, seed)
+        if v.size == 0:
+            return self, None
         return (
-            Dataset(self.x[t], self.y[t], self.name + " (train)"),
-            Dataset(self.x[v], self.y[v], self.name + " (validation)"),
+            Dataset(self.x[t], self.y[t], self.name + " (train)", self.classes),
+            Dataset(self.x[v], self.y[v], self.name + " (validation)", self.classes),
         )
 
     @property
     def classification(self) -> bool:
         """True when every target row is one-hot."""
         return bool(np.all((self.y == 0) | (self.y == 1)) and np.all(self.y.sum(axis=1) == 1))
+
+
+def split_indices(n: int, val_fraction: float, seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+    """(training rows, held-out rows) of n samples, as Dataset.split takes them: a seeded permutation, the
+    first round(n * val_fraction) rows held out."""
+    n_val = min(int(round(n * val_fraction)), n)
+    if n_val == 0:
+        return np.arange(n), np.zeros(0, np.int64)
+    order = np.random.default_rng(seed).permutation(n)
+    return order[n_val:], order[:n_val]
 
 
 def one_hot(labels: np.ndarray, classes: Optional[int] = None, name: str = "labels") -> np.ndarray:
@@ -160,14 +169,96 @@ def _decode_text(raw: bytes, p: Path) -> str:
         ) from None
 
 
-def read_csv_table(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
-    """(header, numbers (n, columns) float64) of a CSV file: blank lines are skipped and a first row
-    that is not all numbers is the header. DataError says what is wrong with a malformed file, with its
-    line and column."""
+CSV_DELIMITERS = (",", ";", "\t", "|")
+
+
+def _sniff_delimiter(text: str) -> str:
+    """The delimiter of a CSV text: of , ; tab and |, the one that splits the first lines into the same number
+    of columns, more than one (the most columns wins; a comma when none does)."""
+    lines = [ln for ln in text.splitlines()[:50] if ln.strip()][:20]
+    best, best_cols = ",", 1
+    for d in CSV_DELIMITERS:
+        try:
+            counts = {len(r) for r in csv.reader(lines, delimiter=d)}
+        except csv.Error:
+            continue
+        if len(counts) == 1 and (n := counts.pop()) > best_cols:
+            best, best_cols = d, n
+    return best
+
+
+def _cell_number(cell: str, decimal_comma: bool) -> Optional[float]:
+    """The number in a CSV cell (a decimal comma allowed where the delimiter is not a comma), or None."""
+    try:
+        return float(cell)
+    except ValueError:
+        pass
+    if decimal_comma and cell.count(",") == 1 and "." not in cell:
+        try:
+            return float(cell.replace(",", "."))
+        except ValueError:
+            return None
+    return None
+
+
+@dataclass
+class CsvTable:
+    """A CSV file's cells: the header (names, or [] without one), the rows as text with their line numbers."""
+
+    path: Path
+    header: List[str]
+    rows: List[Tuple[int, List[str]]]
+    delimiter: str
+
+    @property
+    def n_cols(self) -> int:
+        return len(self.rows[0][1])
+
+    def column_name(self, j: int) -> str:
+        """'column 3 (alcohol)': column j (from 0) counted from 1 as editors do, with its header name."""
+        name = f" ({self.header[j]})" if j < len(self.header) and self.header[j] else ""
+        return f"column {j + 1}{name}"
+
+    def numbers(self, cols: Sequence[int]) -> np.ndarray:
+        """The columns as float64 (n, len(cols)); DataError naming the line and column of a cell that is not a
+        number."""
+        comma = self.delimiter != ","
+        out = np.empty((len(self.rows), len(cols)), np.float64)
+        for i, (line, r) in enumerate(self.rows):
+            for k, j in enumerate(cols):
+                v = _cell_number(r[j], comma)
+                if v is None:
+                    raise DataError(
+                        f"{self.path}: line {line}, {self.column_name(j)}: {r[j].strip()[:40]!r} is not a number"
+                        + self._delimiter_hint()
+                    )
+                out[i, k] = v
+        return out
+
+    def texts(self, j: int) -> List[str]:
+        """Column j as stripped text."""
+        return [r[j].strip() for _, r in self.rows]
+
+    def is_numeric(self, j: int) -> bool:
+        """Is every cell of column j a number?"""
+        comma = self.delimiter != ","
+        return all(_cell_number(r[j], comma) is not None for _, r in self.rows)
+
+    def _delimiter_hint(self) -> str:
+        if self.n_cols == 1:
+            return " (the file has one column: are its values separated by something other than , ; tab or |?)"
+        return ""
+
+
+def read_csv_cells(path: Union[str, Path]) -> CsvTable:
+    """The cells of a CSV file: the delimiter (, ; tab or |) is detected, blank lines are skipped, and a first row
+    with text where the next row has numbers (or with nothing but text) is the header. DataError says what is
+    wrong with a malformed file, with its line."""
     p = Path(path)
     text = _decode_text(read_bounded(p, MAX_CSV_BYTES, "CSV file", DataError), p)
+    delimiter = _sniff_delimiter(text)
     rows: List[Tuple[int, List[str]]] = []
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
         for r in reader:
             if r and any(c.strip() for c in r):
@@ -182,13 +273,15 @@ def read_csv_table(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
     if not rows:
         raise DataError(f"{p} is empty")
     header: List[str] = []
-    try:
-        [float(c) for c in rows[0][1]]
-    except ValueError:
-        header = [c.strip() for c in rows[0][1]]
-        rows = rows[1:]
-        if not rows:
-            raise DataError(f"{p} has a header row but no samples") from None
+    comma = delimiter != ","
+    first = [_cell_number(c, comma) is None for c in rows[0][1]]
+    if any(first):
+        second = [_cell_number(c, comma) is None for c in rows[1][1]] if len(rows) > 1 else None
+        if all(first) or second is None or any(a and not b for a, b in zip(first, second)):
+            header = [c.strip() for c in rows[0][1]]
+            rows = rows[1:]
+            if not rows:
+                raise DataError(f"{p} has a header row but no samples")
     n_cols = len(rows[0][1])
     for line, r in rows:
         if len(r) != n_cols:
@@ -196,12 +289,14 @@ def read_csv_table(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
                 f"{p}: line {line} has {len(r)} columns, line {rows[0][0]} has {n_cols}: "
                 f"every sample needs the same columns"
             )
-    try:
-        data = np.array([[float(c) for c in r] for _, r in rows], np.float64).reshape(len(rows), n_cols)
-    except ValueError:
-        line, j, cell = next((line, j, c) for line, r in rows for j, c in enumerate(r) if not _is_number(c))
-        raise DataError(f"{p}: line {line}, column {j}: {cell.strip()[:40]!r} is not a number") from None
-    return header, data
+    return CsvTable(p, header, rows, delimiter)
+
+
+def read_csv_table(path: Union[str, Path]) -> Tuple[List[str], np.ndarray]:
+    """(header, numbers (n, columns) float64) of a CSV file (see read_csv_cells); DataError naming the line and
+    the column (counted from 1, with its header name) of a cell that is not a number."""
+    t = read_csv_cells(path)
+    return t.header, t.numbers(range(t.n_cols))
 
 
 def _is_number(text: str) -> bool:
@@ -213,29 +308,67 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def class_labels(labels: Sequence[str], classes: Optional[List[str]], name: str) -> Tuple[np.ndarray, List[str]]:
+    """(integer labels, class names) of text labels: the names sorted (numbers by value), or the given classes
+    (a model's), in which case a label that is not one of them is a DataError."""
+    if classes is None:
+        distinct = set(labels)
+        try:
+            classes = sorted(distinct, key=float)
+        except ValueError:
+            classes = sorted(distinct)
+        if len(classes) > MAX_CLASSES:
+            raise DataError(f"{name}: {len(classes):,} different labels; at most {MAX_CLASSES} classes")
+    index = {c: i for i, c in enumerate(classes)}
+    out = np.empty(len(labels), np.int64)
+    for i, lab in enumerate(labels):
+        k = index.get(lab)
+        if k is None:
+            shown = ", ".join(classes[:10]) + (", ..." if len(classes) > 10 else "")
+            raise DataError(f"{name}: label {lab!r} (sample {i + 1}) is not one of the model's classes: {shown}")
+        out[i] = k
+    return out, list(classes)
+
+
 def load_csv(
     path: Union[str, Path],
     inputs: Union[None, str, Sequence[int]] = None,
     targets: Union[None, str, Sequence[int]] = "-1",
     one_hot_classes: Optional[int] = None,
     classify: bool = False,
+    classes: Optional[List[str]] = None,
 ) -> Dataset:
-    """Numbers from a CSV file (a header row is detected). By default the last column is the target;
-    inputs default to all other columns. classify=True turns an integer target column into one-hot."""
+    """Numbers from a CSV file (the delimiter and a header row are detected). By default the last column is the
+    target; inputs default to all other columns. classify=True turns a label column into one-hot targets: integer
+    labels are class numbers, text labels ('barolo') class names (sorted, or the given classes: a model's)."""
     p = Path(path)
-    header, data = read_csv_table(p)
-    n_cols = data.shape[1]
+    t = read_csv_cells(p)
+    header, n_cols = t.header, t.n_cols
     i_cols, t_cols = csv_columns(header, n_cols, inputs, targets)
-    x = data[:, i_cols].astype(np.float32)
-    y = data[:, t_cols]
+    names: Optional[List[str]] = None
     if classify or one_hot_classes:
         if len(t_cols) != 1:
             raise DataError("one-hot targets need exactly one label column")
-        y = one_hot(y[:, 0], one_hot_classes, f"{p} labels")
-    return Dataset(x, y.astype(np.float32), p.name)
+        j = t_cols[0]
+        if classes is not None or not t.is_numeric(j):
+            labels, names = class_labels(t.texts(j), classes, f"{p} {t.column_name(j)}")
+            y = one_hot(labels, len(names), f"{p} labels")
+        else:
+            y = one_hot(t.numbers([j])[:, 0], one_hot_classes, f"{p} labels")
+    else:
+        for j in t_cols:
+            cells = t.texts(j)
+            if not any(_is_number(c) for c in cells):
+                raise DataError(
+                    f"{p}: the target {t.column_name(j)} holds text such as {cells[0][:40]!r}: if these are "
+                    "class labels, add --classify"
+                )
+        y = t.numbers(t_cols)
+    x = t.numbers(i_cols).astype(np.float32)
+    return Dataset(x, y.astype(np.float32), p.name, names)
 
 
-def npz_array(path: Union[str, Path], key: str, z: Any = None) -> np.ndarray:
+def npz_array(path: Union[str, Path], key: str, z: Any = None, text_ok: bool = False) -> np.ndarray:
     """Array `key` of an NPZ file (z: the open file, if it is), with numbers in it. DataError for a file that
     is not a readable NPZ, a missing array, an array over MAX_DATA_BYTES unpacked, or one that does not
     hold numbers."""
@@ -243,7 +376,7 @@ def npz_array(path: Union[str, Path], key: str, z: Any = None) -> np.ndarray:
     if z is None:
         read_bounded(p, MAX_DATA_BYTES, "NPZ file", DataError)  # the checks only: np.load reads it
         with _open_npz(p) as zz:
-            return npz_array(p, key, zz)
+            return npz_array(p, key, zz, text_ok)
     if key not in z.files:
         raise DataError(f"{p} has no array {key!r}; it has {', '.join(z.files) or 'none'}")
     try:
@@ -258,8 +391,9 @@ def npz_array(path: Union[str, Path], key: str, z: Any = None) -> np.ndarray:
         raise
     except (OSError, ValueError, EOFError, NotImplementedError, RuntimeError, zipfile.BadZipFile, zlib.error) as e:
         raise DataError(f"{p}: array {key!r} cannot be read ({e}); the file is damaged or not made by numpy") from None
-    if a.dtype.kind not in "fiub":
-        raise DataError(f"{p}: array {key!r} holds {a.dtype}, not numbers")
+    if a.dtype.kind not in "fiub" and not (text_ok and a.dtype.kind in "US"):
+        hint = ": if these are class labels, add --classify" if a.dtype.kind in "US" else ""
+        raise DataError(f"{p}: array {key!r} holds {a.dtype}, not numbers{hint}")
     return a
 
 
@@ -300,22 +434,37 @@ def _open_npz(p: Path) -> Any:
     return z
 
 
-def load_npz(path: Union[str, Path], x_key: str = "x", y_key: str = "y", classify: bool = False) -> Dataset:
-    """Arrays x_key (n, n_in) and y_key (n, n_out), or integer labels (n,) with classify=True."""
+def load_npz(
+    path: Union[str, Path],
+    x_key: str = "x",
+    y_key: str = "y",
+    classify: bool = False,
+    classes: Optional[List[str]] = None,
+) -> Dataset:
+    """Arrays x_key (n, n_in) and y_key (n, n_out), or labels (n,) with classify=True: integer class numbers,
+    or text (class names, sorted, or the given classes: a model's)."""
     p = Path(path)
     read_bounded(p, MAX_DATA_BYTES, "NPZ file", DataError)
     with _open_npz(p) as z:
-        x, y = npz_array(p, x_key, z), npz_array(p, y_key, z)
+        x = npz_array(p, x_key, z)
+        y = npz_array(p, y_key, z, text_ok=classify)
+    names: Optional[List[str]] = None
+    if classify and (y.dtype.kind in "US" or classes is not None):
+        if y.ndim != 1:
+            raise DataError(f"{p}: class labels {y_key!r} must be one per sample, shape (n,), not {y.shape}")
+        texts = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in y.tolist()]
+        labels, names = class_labels([t.strip() for t in texts], classes, f"{p} {y_key}")
+        y = labels
     if x.ndim < 1 or y.ndim < 1:
         raise DataError(f"{p}: {x_key!r} and {y_key!r} must be arrays of samples, not single numbers")
     if x.size == 0 or y.size == 0:
         raise DataError(f"{p}: {x_key!r} (shape {x.shape}) or {y_key!r} (shape {y.shape}) holds no values")
     x = x.reshape(x.shape[0], -1) if x.ndim != 2 else x
     if y.ndim == 1:
-        y = one_hot(y, name=f"{p} {y_key}") if classify else y[:, None]
+        y = one_hot(y, len(names) if names else None, name=f"{p} {y_key}") if classify else y[:, None]
     elif y.ndim > 2:
         raise DataError(f"{p}: {y_key!r} has shape {y.shape}; targets are (n,) labels or (n, n_out) rows")
-    return Dataset(x.astype(np.float32), y.astype(np.float32), p.name)
+    return Dataset(x.astype(np.float32), y.astype(np.float32), p.name, names)
 
 
 _IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}

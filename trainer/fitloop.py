@@ -35,6 +35,8 @@ def step_error(status: int, value: float, done: int, xb: np.ndarray, tb: np.ndar
         what = f"sample {bad} of the batch at step {step} has NaN or inf in its input or target"
     elif status == Status.E_NONFINITE:
         what = f"the loss became {value} at step {step}"
+    elif status == Status.E_NONFINITE_STATE:
+        what = f"the update of step {step} overflowed: a parameter or the optimizer's state became NaN or inf"
     else:
         what = f"a gradient became NaN or inf at step {step}"
     return TrainingError(

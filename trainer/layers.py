@@ -6,106 +6,28 @@ Activation-like layers may omit their size; a Sequential gives them the size of 
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, Optional
 
 import numpy as np
 
 from .checks import number
-from .corefacts import GLU_GATES, layer_size
+from .conv_layers import (
+    AvgPool1d,
+    AvgPool2d,
+    BatchNorm,
+    Conv1d,
+    Conv2d,
+    DepthwiseConv2d,
+    Flatten,
+    GlobalAvgPool1d,
+    GlobalAvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+)
+from .corefacts import GLU_GATES
 from .errors import ShapeError
-from .module import Module
+from .layer_base import _bias_init, _check_size, _glorot, _SameSize, _Sized, _swish_beta_init
 from .program import Act, Op, ProgramBuilder
-
-
-def _glorot(rng: np.random.Generator, n_in: int, n_out: int, count: int, scale: float) -> np.ndarray:
-    """Glorot/Xavier normal: std sqrt(2 / (fan_in + fan_out)), times scale."""
-    return (rng.normal(0.0, math.sqrt(2.0 / (n_in + n_out)), count) * scale).astype(np.float32)
-
-
-def _bias_init(rng: np.random.Generator, n: int, scale: float) -> np.ndarray:
-    """Small normal biases, std 1 / (8 n), times scale (as minidx)."""
-    return (rng.normal(0.0, 1.0 / (8.0 * n), n) * scale).astype(np.float32)
-
-
-def _swish_beta_init(rng: np.random.Generator, n: int, scale: float) -> np.ndarray:
-    """Swish's learned betas: normal around 1 with std 1 / (2 sqrt(2) n), times scale."""
-    return (rng.normal(1.0, 1.0 / (2.0 * math.sqrt(2.0) * n), n) * scale).astype(np.float32)
-
-
-def _check_size(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1 or value > 65535:
-        raise ShapeError(f"{name} must be a whole number from 1 to 65535, got {value!r}")
-    return int(value)
-
-
-class _CoreLayer(Module):
-    """A layer that is one op of the C core. Its sizes (parameter count, aux trace) come from the op's own C
-    code through corefacts.layer_size; a layer class says only which op it is (`op`), the op's fields
-    (`_op_fields`: kind, k, alpha) and how many of its parameters are connection weights (`_n_weights`, the
-    ones L1/L2 regularize; they come first)."""
-
-    op: Op
-
-    def _op_fields(self) -> Dict[str, Any]:
-        """The op-specific fields of its row in the layer table (kind, k, alpha)."""
-        return {}
-
-    def _n_weights(self) -> int:
-        """How many of the parameters (the first ones) are connection weights."""
-        return 0
-
-    def param_count(self) -> int:
-        if self.n_in is None:
-            return 0
-        n = self.__dict__.get("_n_p")
-        if n is None:
-            size = layer_size(self.op, self.n_in, self.n_out, **self._op_fields())
-            if not size.valid:
-                raise ShapeError(f"{self.describe()}: the C core does not accept these sizes or settings")
-            n = self._n_p = size.params
-        return n
-
-    def _emit(self, b: ProgramBuilder) -> None:
-        b.add(self.op, self.n_in, self.n_out, n_w=self._n_weights(), name=self.describe(), **self._op_fields())
-
-
-class _Sized(_CoreLayer):
-    """A layer with an input and output size fixed at construction."""
-
-    def __init__(self, n_in: int, n_out: int) -> None:
-        super().__init__()
-        self.n_in = _check_size(f"{type(self).__name__} input size", n_in)
-        self.n_out = _check_size(f"{type(self).__name__} output size", n_out)
-
-    def describe(self) -> str:
-        return f"{type(self).__name__}({self.n_in}, {self.n_out})"
-
-    def architecture(self) -> Dict[str, Any]:
-        return {"type": type(self).__name__, "n_in": self.n_in, "n_out": self.n_out}
-
-
-class _SameSize(_CoreLayer):
-    """A layer whose output has its input's size; the size may be left to the Sequential."""
-
-    def __init__(self, n: Optional[int] = None) -> None:
-        super().__init__()
-        if n is not None:
-            n = _check_size(f"{type(self).__name__} size", n)
-        self.n_in = self.n_out = n
-
-    def _resolve(self, n: int) -> None:
-        if self.n_in is None:
-            self.n_in = self.n_out = n
-        elif self.n_in != n:
-            raise ShapeError(f"{self.describe()} takes {self.n_in} values, the layer before gives {n}")
-
-    def describe(self) -> str:
-        return f"{type(self).__name__}({self.n_in if self.n_in is not None else ''})"
-
-    def architecture(self) -> Dict[str, Any]:
-        return {"type": type(self).__name__, "n": self.n_in}
-
 
 # ---------------------------------------------------------------- parameterized layers
 
@@ -232,22 +154,23 @@ class DyT(_SameSize):
         return p
 
 
-class Conv1d(_Sized):
-    """Single-channel valid cross-correlation (stride 1, no padding): Conv1d(I, O, F) needs O = I - F + 1."""
+class SingleChannelConv1d(_Sized):
+    """minidx's Conv1d: a single-channel valid cross-correlation (stride 1, no padding) of a flat input:
+    SingleChannelConv1d(I, O, F) needs O = I - F + 1. (Conv1d is the multi-channel convolution of series.)"""
 
     op = Op.CONV1D
 
     def __init__(self, n_in: int, n_out: int, filter_size: int) -> None:
         super().__init__(n_in, n_out)
-        self.filter_size = _check_size("Conv1d filter size", filter_size)
+        self.filter_size = _check_size("SingleChannelConv1d filter size", filter_size)
         if self.n_out != self.n_in - self.filter_size + 1:
             raise ShapeError(
-                f"Conv1d({n_in}, {n_out}, {filter_size}): a filter of {filter_size} over {n_in} "
+                f"SingleChannelConv1d({n_in}, {n_out}, {filter_size}): a filter of {filter_size} over {n_in} "
                 f"inputs gives {n_in - filter_size + 1} outputs, not {n_out}"
             )
 
     def describe(self) -> str:
-        return f"Conv1d({self.n_in}, {self.n_out}, {self.filter_size})"
+        return f"SingleChannelConv1d({self.n_in}, {self.n_out}, {self.filter_size})"
 
     def _op_fields(self) -> Dict[str, Any]:
         return {"k": self.filter_size}
@@ -404,6 +327,37 @@ class Cosine(_Activation):
     act = Act.COSINE
 
 
+class Relu6(_Activation):
+    """min(max(x, 0), 6) (MobileNet's activation; ONNX Clip(0, 6))."""
+
+    act = Act.RELU6
+
+
+class Dropout(_SameSize):
+    """Dropout(rate, seed=0): while training on the host each value is zeroed with probability `rate` and the rest
+    scaled by 1 / (1 - rate), new masks every step (drawn from the seed and a step counter, the layer's one
+    parameter, so a resumed run draws the same ones); elsewhere (forward, the device) the identity. Export and
+    import leave it out. A network with Dropout trains on one host thread."""
+
+    op = Op.DROPOUT
+
+    def __init__(self, rate: float = 0.5, n: Optional[int] = None, seed: int = 0) -> None:
+        super().__init__(n)
+        self.rate = number("Dropout rate", rate, 0.0, 1.0, hi_open=True, error=ShapeError)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 65535:
+            raise ShapeError(f"Dropout seed must be a whole number from 0 to 65535, got {seed!r}")
+        self.seed = seed
+
+    def _op_fields(self) -> Dict[str, Any]:
+        return {"alpha": self.rate, "k": self.seed}
+
+    def _emit(self, b: ProgramBuilder) -> None:
+        b.add(self.op, self.n_in, self.n_out, kind=1 if b.training else 0, name=self.describe(), **self._op_fields())  # type: ignore[arg-type]
+
+    def architecture(self) -> Dict[str, Any]:
+        return {**super().architecture(), "rate": self.rate, "seed": self.seed}
+
+
 class Softmax(_SameSize):
     """exp(x / T) / sum(exp(x / T)) with temperature T (1.0 by default)."""
 
@@ -433,7 +387,18 @@ LAYER_TYPES = {
         ScalarScale,
         RMSNorm,
         DyT,
+        SingleChannelConv1d,
         Conv1d,
+        Conv2d,
+        DepthwiseConv2d,
+        MaxPool2d,
+        AvgPool2d,
+        GlobalAvgPool2d,
+        MaxPool1d,
+        AvgPool1d,
+        GlobalAvgPool1d,
+        Flatten,
+        BatchNorm,
         GLU,
         SwiGLU,
         GLULeakyRelu,
@@ -447,6 +412,8 @@ LAYER_TYPES = {
         Softplus,
         Sine,
         Cosine,
+        Relu6,
+        Dropout,
         Softmax,
     )
 }

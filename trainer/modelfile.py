@@ -16,7 +16,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 
@@ -24,8 +24,10 @@ from .architecture import MAX_NESTING, from_architecture
 from .corefacts import MODEL_VERSION
 from .errors import ArchitectureError, ConfigError, ModelFileError
 from .files import atomic_write, read_bounded
+from .modelschema import check_header
 from .module import Module, as_optimizer
 from .optim import TRAIN_STATE_DTYPE, Optimizer, TrainParams
+from .plaindata import nesting
 from .version import __version__
 
 __all__ = [
@@ -135,74 +137,45 @@ def _field(cond: bool, name: str, where: str, what: str) -> None:
         raise ModelFileError(f"{name}: header field {where} {what}")
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _nesting(v: Any, limit: int) -> int:
-    """How deeply lists and mappings nest in v, counting no further than limit + 1."""
-    depth, level = 0, [v]
-    while level and depth <= limit:
-        nxt: List[Any] = []
-        for item in level:
-            if isinstance(item, dict):
-                nxt.extend(item.values())
-            elif isinstance(item, list):
-                nxt.extend(item)
-        level, depth = nxt, depth + 1 if nxt else depth
-    return depth
-
-
 def _check_header(header: Any, payload: int, name: str) -> Dict[str, Tuple[int, int]]:
-    """Validate the header's fields and types against the payload's size; returns (offset, bytes) of each
-    array. Every violation is a ModelFileError that names the field."""
-    _field(isinstance(header, dict), name, "(the header)", "must be a JSON object")
-    for key in ("architecture", "n_params", "arrays"):
-        _field(key in header, name, key, "is missing")
-    _field(isinstance(header["architecture"], dict), name, "architecture", "must be an object")
+    """Validate the header against the schema (mcutrain.modelschema: every field's type and range) and its
+    fields against each other and the payload's size; returns (offset, bytes) of each array. Every violation
+    is a ModelFileError that names the field."""
     _field(
-        _nesting(header["architecture"], MAX_NESTING) <= MAX_NESTING,
+        nesting(header, MAX_NESTING + 4) <= MAX_NESTING + 4,
+        name,
+        "(the header)",
+        f"nests deeper than {MAX_NESTING + 4} levels",
+    )
+    check_header(header, name)
+    _field(
+        nesting(header["architecture"], MAX_NESTING) <= MAX_NESTING,
         name,
         "architecture",
         f"nests deeper than {MAX_NESTING} levels",
     )
     n = header["n_params"]
     _field(
-        _is_int(n) and 0 <= n <= payload // 4,
+        n <= payload // 4,
         name,
         "n_params",
         f"must be a whole number of parameters the file can hold (at most {payload // 4}), got {n!r}",
     )
     opt = header.get("optimizer")
-    _field(opt is None or isinstance(opt, dict), name, "optimizer", "must be an object or null")
-    _field(isinstance(header.get("metadata", {}), dict), name, "metadata", "must be an object")
-    arrays = header["arrays"]
-    _field(isinstance(arrays, dict), name, "arrays", "must be an object")
     out: Dict[str, Tuple[int, int]] = {}
-    for key, info in arrays.items():
+    for key, info in header["arrays"].items():
         where = f"arrays.{key}"
-        _field(key in ARRAY_DTYPES, name, where, f"is not an array of a model file ({', '.join(ARRAY_DTYPES)})")
-        _field(isinstance(info, dict), name, where, "must be an object")
-        o, nb, shape, dt = info.get("offset"), info.get("bytes"), info.get("shape"), info.get("dtype")
+        o, nb, shape, dt = info["offset"], info["bytes"], info["shape"], info["dtype"]
         _field(
-            _is_int(o) and 0 <= o <= payload and o % 4 == 0,
+            o <= payload and o % 4 == 0,
             name,
             f"{where}.offset",
             f"must be a multiple of 4 within the file's {payload} bytes of arrays, got {o!r}",
         )
         _field(
-            _is_int(nb) and 0 <= nb <= payload - o,
-            name,
-            f"{where}.bytes",
-            f"must fit the {payload - o} bytes after its offset, got {nb!r}",
+            nb <= payload - o, name, f"{where}.bytes", f"must fit the {payload - o} bytes after its offset, got {nb!r}"
         )
         _field(dt == ARRAY_DTYPES[key], name, f"{where}.dtype", f"must be {ARRAY_DTYPES[key]!r}, got {dt!r}")
-        _field(
-            isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape),
-            name,
-            f"{where}.shape",
-            f"must be a list of sizes, got {shape!r}",
-        )
         itemsize = TRAIN_STATE_DTYPE.itemsize if key == "train_state" else 4
         _field(
             math.prod(shape) * itemsize == nb,  # Python integers: no int64 overflow
@@ -211,8 +184,14 @@ def _check_header(header: Any, payload: int, name: str) -> Dict[str, Tuple[int, 
             f"{shape} does not hold {nb} bytes",
         )
         out[key] = (o, nb)
-    _field("params" in out, name, "arrays.params", "is missing")
     _field(out["params"][1] == 4 * n, name, "arrays.params.bytes", f"must be 4 * n_params = {4 * n}")
+    if "train_state" in out:
+        _field(
+            header["arrays"]["train_state"]["shape"] == [1],
+            name,
+            "arrays.train_state.shape",
+            f"must be [1] (one record), got {header['arrays']['train_state']['shape']}",
+        )
     if opt is not None:
         for key in ("opt_state", "train_state"):
             _field(key in out, name, f"arrays.{key}", "is missing (the file names an optimizer)")

@@ -29,7 +29,7 @@ from .fitloop import DEFAULT_CALLBACK_EVERY, FitProgress, FitResult, run_fit
 from .locking import OwnLock
 from .losses import Loss
 from .optim import Optimizer, TrainParams
-from .program import Program, ProgramBuilder, core_net
+from .program import Op, Program, ProgramBuilder, core_net
 
 __all__ = ["Module", "Trace", "Gradients", "as_optimizer", "core_net", "as_batch", "ShapeError"]
 
@@ -65,12 +65,33 @@ class Module(OwnLock):
 
     n_in: Optional[int] = None
     n_out: Optional[int] = None
+    _shape: Optional[Tuple[int, ...]] = None  # the input's shape when it is not flat (spatial layers, set by them)
 
     def __init__(self) -> None:
         self._buf: Optional[np.ndarray] = None
         self._program: Optional[Program] = None
+        self._train_program: Optional[Program] = None
         self._core: Any = None
+        self._train_core: Any = None
         OwnLock.__init__(self)
+
+    # ---- shapes ----
+    @property
+    def in_shape(self) -> Optional[Tuple[int, ...]]:
+        """The shape of one input sample: (H, W, C) for images, (T, C) for series, (n_in,) when flat; None while
+        the size is not known."""
+        if self._shape is not None:
+            return self._shape
+        return None if self.n_in is None else (self.n_in,)
+
+    @property
+    def out_shape(self) -> Optional[Tuple[int, ...]]:
+        """The shape of one output sample (see in_shape)."""
+        return None if self.n_out is None else (self.n_out,)
+
+    def _resolve_shape(self, shape: Tuple[int, ...]) -> None:
+        """Adopt an input of this shape (spatial and size-agnostic layers); fixed layers check its size."""
+        self._resolve(int(np.prod(shape)))
 
     # ---- description (overridden by layers) ----
     def param_count(self) -> int:
@@ -127,6 +148,11 @@ class Module(OwnLock):
 
     def _require_sizes(self) -> None:
         if self.n_in is None:
+            if self.children():
+                raise ShapeError(
+                    f"{self.describe()} does not know its input's size yet: give its first layer "
+                    f"input_shape=(...), e.g. (8, 8, 1) for 8x8 images with one channel"
+                )
             raise ShapeError(
                 f"{self.describe()} does not know its size yet: give it one, "
                 f"e.g. {type(self).__name__}(20), or put it after a sized layer"
@@ -193,16 +219,43 @@ class Module(OwnLock):
     # ---- compiled form ----
     @property
     def program(self) -> Program:
-        """The C core's layer table for this module alone."""
+        """The C core's layer table for this module alone (for inference: BatchNorm uses its running statistics)."""
         if self._program is None:
-            self._require_sizes()
-            assert self.n_in is not None
-            b = ProgramBuilder(self.n_in)
-            self._emit(b)
-            self._program = b.build()
+            self._program = self._build_program(training=False)
         return self._program
 
-    def _corenet(self) -> Any:
+    @property
+    def train_program(self) -> Program:
+        """The layer table training runs: BatchNorm normalises with the batch's statistics and moves its running
+        ones; the same table as `program` when the module has no BatchNorm."""
+        if self._train_program is None:
+            t = self._build_program(training=True)
+            self._train_program = self.program if t.table().tobytes() == self.program.table().tobytes() else t
+        return self._train_program
+
+    def _build_program(self, training: bool) -> Program:
+        self._require_sizes()
+        assert self.n_in is not None
+        b = ProgramBuilder(self.n_in, training=training)
+        self._emit(b)
+        return b.build()
+
+    def _check_threads(self, threads: int) -> None:
+        """BatchNorm's batch statistics and Dropout's step counter need the whole batch on one thread."""
+        if threads > 1:
+            for d in self.train_program.layers:
+                if d.op in (Op.BATCHNORM, Op.DROPOUT):
+                    raise ConfigError(
+                        f"{d.name} needs the whole batch on one thread (its statistics or its masks): train with "
+                        f"threads=1 (--threads 1)"
+                    )
+
+    def _corenet(self, training: bool = False) -> Any:
+        """The C core running `program` (training: `train_program`)."""
+        if training and self.train_program is not self.program:
+            if self._train_core is None:
+                self._train_core = core_net(self.train_program)
+            return self._train_core
         if self._core is None:
             p = self.program
             self._core = core_net(p)
@@ -211,7 +264,7 @@ class Module(OwnLock):
     # ---- the five operations ----
     def forward(self, x: Any) -> np.ndarray:
         """Output for one sample (n_in,) -> (n_out,) or a batch (nb, n_in) -> (nb, n_out)."""
-        xb, single = as_batch(x, self._in_width())
+        xb, single = as_batch(x, self._in_width(), shape=self.in_shape)
         with self._lock:
             y = self._corenet().forward(self._ensure_buf(), xb)
         return y[0] if single else y
@@ -220,7 +273,7 @@ class Module(OwnLock):
 
     def traced_forward(self, x: Any) -> Tuple[np.ndarray, Trace]:
         """(output, trace): the trace is what backprop needs."""
-        xb, single = as_batch(x, self._in_width())
+        xb, single = as_batch(x, self._in_width(), shape=self.in_shape)
         with self._lock:
             y, arena = self._corenet().traced_forward(self._ensure_buf(), xb)
         return (y[0] if single else y), Trace(arena, xb.shape[0], single)
@@ -263,8 +316,11 @@ class Module(OwnLock):
                 opt._cfg, opt._ts, self._ensure_buf(), g, opt._state_buf, float(self_grads.samples), float(loss)
             )
         if rc != Status.OK:
-            what = "the loss" if rc == Status.E_NONFINITE else "a gradient"
-            raise TrainingError(f"{what} is NaN or inf: update {opt.step + 1} was not applied")
+            what = {
+                Status.E_NONFINITE: "the loss is NaN or inf",
+                Status.E_NONFINITE_STATE: "the update overflowed (a parameter or the optimizer state is NaN or inf)",
+            }.get(rc, "a gradient is NaN or inf")
+            raise TrainingError(f"{what}: update {opt.step + 1} was not applied; lower the learning rate")
 
     def fit(
         self,
@@ -297,8 +353,10 @@ class Module(OwnLock):
         callback. Returns a FitResult: steps done (counting start), each step's mean loss, stopped or not."""
         opt = as_optimizer(optimizer, self)
         xb, tb = samples(self, x, y)
+        if isinstance(threads, int):
+            self._check_threads(threads)
         return run_fit(
-            self._corenet(),
+            self._corenet(training=True),
             self._lock,
             self._ensure_buf(),
             opt,
@@ -356,23 +414,39 @@ class Module(OwnLock):
         return self.n_out
 
     def summary(self) -> List[Dict[str, Any]]:
-        """One row per C-core layer: name, sizes, parameters and multiply-accumulates per sample."""
+        """One row per C-core layer: name, op, input and output sizes (shapes 'HxWxC' for spatial ops),
+        parameters and multiply-accumulates per sample (pooling counts none)."""
         rows = []
         for d in self.program.layers:
+            g = d.geometry
             macs = 0
             if d.n_w and d.op.name in ("DENSE", "GLU"):
                 macs = d.n_w
             elif d.op.name == "CONV1D":
                 macs = d.n_out * d.k
+            elif d.op.name == "CONV2D":
+                macs = d.n_out * int(g["kh"] * g["kw"] * g["c_in"])
+            elif d.op.name == "DWCONV2D":
+                macs = d.n_out * int(g["kh"] * g["kw"])
+            spatial = "h_in" in g
+            shape_in = f"{int(g['h_in'])}x{int(g['w_in'])}x{int(g['c_in'])}" if spatial else d.n_in
+            shape_out = f"{int(g['h_out'])}x{int(g['w_out'])}x{int(g['c_out'])}" if spatial else d.n_out
             rows.append(
-                {"layer": d.name, "op": d.op.name.lower(), "in": d.n_in, "out": d.n_out, "params": d.n_p, "macs": macs}
+                {
+                    "layer": d.name,
+                    "op": d.op.name.lower(),
+                    "in": shape_in,
+                    "out": shape_out,
+                    "params": d.n_p,
+                    "macs": macs,
+                }
             )
         return rows
 
 
 def samples(net: Module, x: Any, y: Any) -> Tuple[np.ndarray, np.ndarray]:
     """Inputs and targets as checked float32 batches of equal length."""
-    xb, _ = as_batch(x, net._in_width(), "input")
+    xb, _ = as_batch(x, net._in_width(), "input", shape=net.in_shape)
     tb, _ = as_batch(y, net._out_width(), "target")
     if xb.shape[0] != tb.shape[0]:
         raise ShapeError(f"{xb.shape[0]} inputs but {tb.shape[0]} targets")

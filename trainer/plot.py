@@ -158,3 +158,16 @@ def plot_weights(net: Module, title: str = "") -> bytes:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _png(fig)
+
+
+def features_png(values: np.ndarray, title: str, row_label: str, col_label: str) -> bytes:
+    """A heat map of one window's features (rows x values per row), e.g. MFCC frames over time."""
+    plt = _pyplot()
+    v = np.asarray(values, np.float64)
+    fig, ax = plt.subplots(figsize=(max(4.0, min(12.0, v.shape[0] / 5 + 2)), 3.6))
+    im = ax.imshow(v.T, aspect="auto", origin="lower", cmap="viridis", interpolation="nearest")
+    ax.set_xlabel(row_label)
+    ax.set_ylabel(col_label)
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax)
+    return _png(fig)

@@ -7,12 +7,12 @@ and the exporter writes the same table into the firmware as C source.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List
+from typing import Any, Dict, List
 
 import numpy as np
 
 from . import _core
-from .corefacts import LAYER_DTYPE, Act, Op, Storage, layer_size
+from .corefacts import GEOMETRY_FIELDS, LAYER_DTYPE, Act, Op, Storage, layer_size
 
 __all__ = ["Op", "Act", "LAYER_DTYPE", "LayerDesc", "Program", "ProgramBuilder", "core_net"]
 
@@ -38,6 +38,8 @@ class LayerDesc:
     trainable: bool = True
     storage: int = int(Storage.RAM)  # enum mct_storage (corefacts.Storage)
     name: str = ""  # the Python layer it came from, for messages and generated comments
+    # a spatial op's fields of struct mct_layer (corefacts.GEOMETRY_FIELDS: h_in, w_in, c_in, ..., beta), by name
+    geometry: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,6 +65,8 @@ class Program:
         for name in LAYER_DTYPE.names:  # the core's fields, by name (reserved ones stay 0)
             if name == "op" or name == "trainable":
                 t[name] = [int(getattr(d, name)) for d in self.layers]
+            elif name in GEOMETRY_FIELDS:
+                t[name] = [d.geometry.get(name, 0) for d in self.layers]
             elif hasattr(LayerDesc, name) or name in LayerDesc.__dataclass_fields__:
                 t[name] = [getattr(d, name) for d in self.layers]
         return t
@@ -75,7 +79,8 @@ class Program:
 class ProgramBuilder:
     """Appends layers in execution order, giving each its parameter range and arena regions."""
 
-    def __init__(self, n_in: int) -> None:
+    def __init__(self, n_in: int, training: bool = False) -> None:
+        self.training = training  # the table training runs (BatchNorm on batch statistics)
         self.layers: List[LayerDesc] = []
         self.n_in = n_in
         self.arena = n_in  # the network input sits at offset 0
@@ -96,13 +101,14 @@ class ProgramBuilder:
         n_w: int = 0,
         alias: bool = False,
         name: str = "",
+        **geometry: float,
     ) -> int:
         """Append a layer reading the current activation; returns its index. Its parameter count, aux trace
         and output floats are what the op's own C code says (corefacts.layer_size); alias: its output is its
-        input (a residual block's start)."""
+        input (a residual block's start); geometry: a spatial op's fields (corefacts.GEOMETRY_FIELDS)."""
         if n_in != self.cur_n:
             raise AssertionError(f"internal: {name} reads {n_in} values, {self.cur_n} are there")
-        size = layer_size(op, n_in, n_out, kind=kind, k=k, alpha=alpha)
+        size = layer_size(op, n_in, n_out, kind=kind, k=k, alpha=alpha, **geometry)
         if not size.valid:
             raise AssertionError(f"internal: the C core does not accept {name} ({op.name} {n_in} -> {n_out})")
         d = LayerDesc(
@@ -119,6 +125,7 @@ class ProgramBuilder:
             in_off=self.cur_off,
             aux=size.aux,
             name=name,
+            geometry=dict(geometry),
         )
         if alias:
             d.out_off = self.cur_off

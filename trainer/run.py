@@ -81,9 +81,13 @@ class RunSettings:
         return self.eval_every if self.eval_every > 0 else max(1, self.steps // 20)
 
 
-def run_metadata(settings: RunSettings, batches: int, fingerprint: Optional[int]) -> Dict[str, Any]:
-    """What the model file records about the run (the loss also tells the exporter what to train with)."""
-    return {"loss": settings.loss, "train": {**settings.to_dict(), "batches": batches, "data_crc": fingerprint}}
+def run_metadata(
+    settings: RunSettings, batches: int, fingerprint: Optional[int], base: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
+    """What the model file records about the run (the loss also tells the exporter what to train with), on top
+    of base: what else the model remembers (class names, input steps, the device it came from)."""
+    run = {"loss": settings.loss, "train": {**settings.to_dict(), "batches": batches, "data_crc": fingerprint}}
+    return {**(base or {}), **run}
 
 
 class StopRequest:
@@ -134,11 +138,13 @@ class TrainingRun:
         on_progress: Optional[Callable[[int, str], None]] = None,
         checkpoint_every: int = 0,
         stop_after: int = 0,
+        metadata: Optional[Dict[str, Any]] = None,
     ) -> None:
         self.net, self.opt, self.loss, self.source, self.s = net, opt, loss, source, settings
         self.out, self.batches, self.recorder = out, start, recorder
         self.on_progress = on_progress or (lambda n, text: None)
         self.checkpoint_every, self.stop_after = checkpoint_every, stop_after
+        self.metadata = metadata or {}  # kept in the model file besides the run (mcutrain.modelmeta)
         self.fingerprint = settings.data.fingerprint()
         self.val_set = source.validation()
         self.val: Dict[str, float] = {}
@@ -146,7 +152,11 @@ class TrainingRun:
 
     def save(self) -> None:
         """Write the model file (atomically) with the run's state."""
-        save_model(self.out, self.net, self.opt, run_metadata(self.s, self.batches, self.fingerprint))
+        meta = run_metadata(self.s, self.batches, self.fingerprint, self.metadata)
+        frontend = getattr(self.source, "frontend", None)
+        if frontend is not None:  # raw data through a feature pipeline: the model keeps the pipeline
+            meta["frontend"] = frontend.to_dict()
+        save_model(self.out, self.net, self.opt, meta)
 
     def validate(self) -> Dict[str, float]:
         """Loss (and accuracy) on the held-out samples; {} without them."""

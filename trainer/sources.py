@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -41,6 +41,7 @@ class DataSettings:
     x_key: str = "x"
     y_key: str = "y"
     classify: bool = False
+    features: Optional[str] = None  # a feature pipeline (mcutrain.features spec text): the data are raw windows
 
     def to_dict(self) -> Dict[str, Any]:
         """Plain data for the model file's metadata."""
@@ -84,9 +85,17 @@ def file_format(path: str) -> str:
     raise DataError(f"don't know how to read {p}: use a .csv, .npz or IDX (MNIST-style) file")
 
 
-def load_dataset(spec: DataSettings) -> Dataset:
-    """Read the file a DataSettings names, with the options that fit its format."""
+def load_dataset(spec: DataSettings, classes: Optional[List[str]] = None) -> Dataset:
+    """Read the file a DataSettings names, with the options that fit its format. classes: the class names text
+    labels map to (a model's; default: the labels' own, sorted)."""
     assert spec.path is not None
+    if spec.features:
+        return load_feature_data(spec)[0]
+    if Path(spec.path).is_dir():
+        raise DataError(
+            f"{spec.path} is a folder: a folder of WAV label folders is raw audio, give its --features "
+            "(e.g. --features kws)"
+        )
     fmt = file_format(spec.path)
     wrong = {
         "csv": [("--labels", spec.labels), ("--x-key", spec.x_key != "x"), ("--y-key", spec.y_key != "y")],
@@ -104,12 +113,27 @@ def load_dataset(spec: DataSettings) -> Dataset:
     if not Path(spec.path).exists():
         raise DataError(f"data file {spec.path} does not exist")
     if fmt == "csv":
-        return datasets.load_csv(spec.path, inputs=spec.inputs, targets=spec.targets or "-1", classify=spec.classify)
+        return datasets.load_csv(
+            spec.path, inputs=spec.inputs, targets=spec.targets or "-1", classify=spec.classify, classes=classes
+        )
     if fmt == "npz":
-        return datasets.load_npz(spec.path, spec.x_key, spec.y_key, classify=spec.classify)
+        return datasets.load_npz(spec.path, spec.x_key, spec.y_key, classify=spec.classify, classes=classes)
     if not spec.labels:
         raise DataError(f"{spec.path} holds IDX images: give the labels file with --labels")
     return datasets.load_idx(spec.path, spec.labels)
+
+
+def load_feature_data(spec: DataSettings, frontend: Any = None) -> Tuple[Dataset, Any]:
+    """(normalised features dataset, its mcutrain.featdata.FrontEnd) of raw windows and a --features spec; with a
+    model's frontend, its normalisation instead of one fitted to these data."""
+    from .featdata import load_feature_dataset
+    from .features import FeatureSpec
+
+    for opt, used in (("--inputs", spec.inputs), ("--targets", spec.targets), ("--labels", spec.labels)):
+        if used:
+            raise DataError(f"{opt} does not apply to raw windows with --features")
+    assert spec.path is not None and spec.features is not None
+    return load_feature_dataset(spec.path, FeatureSpec.parse(spec.features), frontend)
 
 
 class Source:
@@ -175,9 +199,22 @@ class ProblemSource(Source):
 class FileSource(Source):
     """A data file, split into training and validation parts, shuffled every epoch."""
 
-    def __init__(self, data: Dataset, val: float, seed: int) -> None:
+    def __init__(
+        self,
+        data: Dataset,
+        val: float,
+        seed: int,
+        classify: bool = False,
+        spec: Optional[DataSettings] = None,
+        frontend: Any = None,
+    ) -> None:
+        self.frontend = frontend  # mcutrain.featdata.FrontEnd of raw data with --features, else None
         self.full = data
+        self.classify = classify  # the targets were class labels made one-hot
+        self.classes = data.classes  # their names, for text labels
+        self.spec = spec
         self.train, self.val = data.split(val, seed)
+        self.train_rows, self.val_rows = datasets.split_indices(len(data), val, seed) if val else (None, None)
         self._x = np.ascontiguousarray(self.train.x, np.float32)  # what fit takes without a copy
         self._y = np.ascontiguousarray(self.train.y, np.float32)
         self.seed = seed
@@ -189,6 +226,11 @@ class FileSource(Source):
 
     def batches_per_epoch(self, size: int) -> int:
         return -(-len(self.train) // size)
+
+    @property
+    def fingerprint(self) -> Optional[int]:
+        """CRC-32 of the data file(s) (DataSettings.fingerprint), None when the source was not opened from one."""
+        return self.spec.fingerprint() if self.spec is not None else None
 
     def batch(self, index: int, size: int) -> Batch:
         epoch, j = divmod(index, self.batches_per_epoch(size))
@@ -209,15 +251,45 @@ class FileSource(Source):
         return self.full.x, self.full.y
 
 
-def open_source(spec: DataSettings, seed: int, val: float = 0.0) -> Source:
-    """The Source a DataSettings names."""
+def open_source(
+    spec: DataSettings, seed: int, val: float = 0.0, classes: Optional[List[str]] = None, frontend: Any = None
+) -> Source:
+    """The Source a DataSettings names (classes: the names text labels map to, a model's; frontend: a model's
+    mcutrain.featdata.FrontEnd for raw windows)."""
     if spec.problem and spec.path:
         raise DataError("give either --data or --problem, not both")
     if spec.problem:
         return ProblemSource(spec.problem, seed)
+    if spec.path and spec.features:
+        data, frontend = load_feature_data(spec, frontend)
+        return FileSource(data, val, seed, True, spec, frontend)
     if spec.path:
-        return FileSource(load_dataset(spec), val, seed)
+        return FileSource(load_dataset(spec, classes), val, seed, spec.classify, spec)
     raise DataError("say where the samples come from: --data FILE or --problem NAME (e.g. --problem modadd10)")
+
+
+def stream_rows(
+    n_rows: int, count: Optional[int], shuffle: bool, seed: int, rows: Optional[np.ndarray] = None
+) -> np.ndarray:
+    """The file rows `mcutrain device train` sends, in order: `rows` (default: all n_rows) in file order, or
+    in a seeded random order (shuffle), pass after pass up to count samples (default: each row once)."""
+    allowed = np.arange(n_rows) if rows is None else np.sort(np.asarray(rows, np.int64))
+    if allowed.size == 0:
+        raise DataError("there are no rows to send")
+    count = count or allowed.size
+    passes = -(-count // allowed.size)
+    rng = np.random.default_rng(seed)
+    order = np.concatenate([allowed[rng.permutation(allowed.size)] if shuffle else allowed for _ in range(passes)])
+    return order[:count]
+
+
+def device_rows(record: Dict[str, Any], n_rows: int) -> np.ndarray:
+    """The distinct rows of a data file that a `device train` record (mcutrain.modelmeta.device_trained_on) says
+    were sent to the device."""
+    held = record.get("held_out")
+    rows = datasets.split_indices(n_rows, float(held["val"]), int(held["seed"]))[0] if held else None
+    sent = stream_rows(n_rows, int(record["count"]), bool(record.get("shuffle")), int(record.get("seed", 0)), rows)
+    return np.unique(sent)
 
 
 def check_widths(
@@ -236,7 +308,7 @@ def check_widths(
         raise DataError(
             f"{what} outputs {n_out} values but {source.name} has {source.n_out} targets per sample: "
             + (advice or f"make the last layer output {source.n_out}")
-            + (" (for integer class labels, add --classify)" if from_file else "")
+            + (" (for class labels, add --classify)" if from_file and not getattr(source, "classify", False) else "")
         )
 
 

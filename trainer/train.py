@@ -44,8 +44,9 @@ def train_batch(
     opt = as_optimizer(optimizer, net)
     check_loss(loss)
     xb, tb = samples(net, x, y)
+    net._check_threads(threads)
     with net._lock, opt._lock:
-        status, value = net._corenet().train_batch(
+        status, value = net._corenet(training=True).train_batch(
             opt._cfg, opt._ts, net._ensure_buf(), opt._state_buf, loss.kind, loss.param, xb, tb, threads
         )
         if status != Status.OK:
@@ -55,7 +56,7 @@ def train_batch(
 
 def train_step(optimizer: Union[Optimizer, TrainParams], net: Module, loss: Loss, x: Any, y: Any) -> float:
     """One update from a single sample (x: (n_in,), y: (n_out,)); returns its loss."""
-    xb, _ = as_batch(x, net._in_width(), "input")
+    xb, _ = as_batch(x, net._in_width(), "input", shape=net.in_shape)
     tb, _ = as_batch(y, net._out_width(), "target")
     if xb.shape[0] != 1 or tb.shape[0] != 1:
         raise ShapeError(

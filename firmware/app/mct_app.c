@@ -110,8 +110,27 @@ int mct_app_load(mct_app *a, uint32_t *seq_out) {
     return MCT_ST_OK;
 }
 
+#if MCT_MODEL_FEAT
+void mct_app_features(mct_app *a) {
+    float *in = a->arena + mct_model.in_off;
+#if MCT_MODEL_RAW_I16
+    mct_feat_run_i16(&mct_model_feat, a->feat_tab, a->raw, in, a->feat_scratch);
+#else
+    mct_feat_run(&mct_model_feat, a->feat_tab, a->raw, in, a->feat_scratch);
+#endif
+#if MCT_MODEL_NORM
+    const uint8_t *norm = (const uint8_t *)mct_model_norm;   /* mean [N_IN], then scale [N_IN] */
+    for (uint32_t i = 0; i < MCT_MODEL_N_IN; i++)
+        in[i] = (in[i] - mct_cload_f32(norm + 4u * i)) * mct_cload_f32(norm + 4u * (MCT_MODEL_N_IN + i));
+#endif
+}
+#endif
+
 void mct_app_init(mct_app *a) {
     uint32_t seq;
+#if MCT_MODEL_FEAT
+    mct_feat_tables(&mct_model_feat, a->feat_tab);
+#endif
     mct_app_reset(a);
     a->saves = 0;
     a->loaded = mct_app_load(a, &seq) == MCT_ST_OK;

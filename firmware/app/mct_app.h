@@ -6,6 +6,20 @@
 #include "mct.h"
 #include "model.h"
 
+/* A model trained on raw windows (`mcutrain train --features`) computes its own features: model.h then defines
+ * MCT_MODEL_FEAT 1, the raw window's size and type, and the pipeline's table and scratch sizes. */
+#ifndef MCT_MODEL_FEAT
+#define MCT_MODEL_FEAT 0
+#endif
+#if MCT_MODEL_FEAT
+#include "mct_feat.h"
+#if MCT_MODEL_RAW_I16
+typedef int16_t mct_raw_t;   /* raw samples: int16 (audio), times the pipeline's in_scale */
+#else
+typedef float mct_raw_t;     /* raw samples: floats (motion) */
+#endif
+#endif
+
 #define MCT_PROTOCOL_VERSION MCT_FORMAT_PROTOCOL
 #define MCT_STATE_FLOATS (MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS > 0 ? MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS : 1)
 #ifndef MCT_MODEL_SAVE_SLOTS                 /* model.h of older exports: saves keep every optimizer slot */
@@ -29,6 +43,11 @@ typedef struct mct_app {
     float scratch[MCT_MODEL_SCRATCH];
     float target[MCT_MODEL_N_OUT];
     uint8_t rx[MCT_MODEL_RX_MAX];
+#if MCT_MODEL_FEAT
+    mct_raw_t raw[MCT_MODEL_RAW_IN];             /* the raw window of PREDICT_RAW / TRAIN_RAW / FEATURES */
+    float feat_tab[MCT_MODEL_FEAT_TABLES];        /* the pipeline's constant tables, computed at boot */
+    float feat_scratch[MCT_MODEL_FEAT_SCRATCH];
+#endif
     uint32_t saves;        /* saves done since boot */
     uint8_t loaded;        /* a saved state was loaded at boot */
 } mct_app;
@@ -57,6 +76,10 @@ void mct_put_u32(uint8_t *p, uint32_t v);
 uint16_t mct_get_u16(const uint8_t *p);
 /* See mct_put_u16. */
 uint32_t mct_get_u32(const uint8_t *p);
+#if MCT_MODEL_FEAT
+/* The network input of the raw window in a->raw: its features, normalised, into the arena's input. */
+void mct_app_features(mct_app *a);
+#endif
 /* Receive one frame from the host and answer it. */
 void mct_app_poll(mct_app *a);
 /* Fill the free stack area with a pattern so STATS can report the peak use (call first in main). */

@@ -13,7 +13,14 @@
 #define STACK_PATTERN 0xA5u
 /* The longest payload any valid frame has (TRAIN's, or the frame buffer's). */
 #define TRAIN_PAYLOAD ((MCT_MODEL_N_IN + MCT_MODEL_N_OUT) * 4)
-#define MAX_FRAME (TRAIN_PAYLOAD > MCT_MODEL_RX_MAX ? TRAIN_PAYLOAD : MCT_MODEL_RX_MAX)
+#if MCT_MODEL_FEAT
+#define RAW_BYTES (MCT_MODEL_RAW_IN * (uint32_t)sizeof(mct_raw_t))
+#define TRAIN_RAW_PAYLOAD (RAW_BYTES + MCT_MODEL_N_OUT * 4u)
+#else
+#define TRAIN_RAW_PAYLOAD 0u
+#endif
+#define MAX_FRAME0 (TRAIN_PAYLOAD > MCT_MODEL_RX_MAX ? TRAIN_PAYLOAD : MCT_MODEL_RX_MAX)
+#define MAX_FRAME (TRAIN_RAW_PAYLOAD > MAX_FRAME0 ? TRAIN_RAW_PAYLOAD : MAX_FRAME0)
 #define put_u16 mct_put_u16
 #define put_u32 mct_put_u32
 #define get_u16 mct_get_u16
@@ -115,17 +122,28 @@ static void cmd_info(mct_app *a) {
     reply_end(&r);
 }
 
-static void cmd_predict(mct_app *a) {
+static void cmd_predict(mct_app *a, uint8_t cmd) {
     port_mark(0, 1);
     float *y = mct_app_predict(a);
     port_mark(0, 0);
     reply_t r;
-    reply_begin(&r, MCT_CMD_PREDICT, MCT_ST_OK, MCT_MODEL_N_OUT * 4);
+    reply_begin(&r, cmd, MCT_ST_OK, MCT_MODEL_N_OUT * 4);
     reply_bytes(&r, y, MCT_MODEL_N_OUT * 4);
     reply_end(&r);
 }
 
-static void cmd_train(mct_app *a) {
+#if MCT_MODEL_FEAT
+/* FEATURES: the network input the raw window gives (what PREDICT_RAW and TRAIN_RAW feed the network). */
+static void cmd_features(mct_app *a) {
+    mct_app_features(a);
+    reply_t r;
+    reply_begin(&r, MCT_CMD_FEATURES, MCT_ST_OK, MCT_MODEL_N_IN * 4);
+    reply_bytes(&r, a->arena + mct_model.in_off, MCT_MODEL_N_IN * 4);
+    reply_end(&r);
+}
+#endif
+
+static void cmd_train(mct_app *a, uint8_t cmd) {
     float loss = 0.0f;
     port_mark(1, 1);
     int rc = mct_app_train(a, &loss);
@@ -134,7 +152,7 @@ static void cmd_train(mct_app *a) {
     memcpy(d, &loss, 4);
     put_u32(d + 4, a->ts.step);
     reply_t r;
-    reply_begin(&r, MCT_CMD_TRAIN, mct_app_status(rc), 8);
+    reply_begin(&r, cmd, mct_app_status(rc), 8);
     reply_bytes(&r, d, 8);
     reply_end(&r);
 }
@@ -228,6 +246,16 @@ void mct_app_poll(mct_app *a) {
         dst = (uint8_t *)(a->arena + mct_model.in_off);
         dst2 = (uint8_t *)a->target;
         split = MCT_MODEL_N_IN * 4;
+#if MCT_MODEL_FEAT
+    } else if ((cmd == MCT_CMD_PREDICT_RAW || cmd == MCT_CMD_FEATURES) && len == RAW_BYTES) {
+        dst = (uint8_t *)a->raw;
+    } else if (cmd == MCT_CMD_TRAIN_RAW && len == TRAIN_RAW_PAYLOAD) {
+        dst = (uint8_t *)a->raw;
+        dst2 = (uint8_t *)a->target;
+        split = (uint16_t)RAW_BYTES;
+    } else if (cmd == MCT_CMD_PREDICT_RAW || cmd == MCT_CMD_TRAIN_RAW || cmd == MCT_CMD_FEATURES) {
+        dst = 0;   /* a raw window of the wrong size */
+#endif
     } else if (cmd != MCT_CMD_PREDICT && cmd != MCT_CMD_TRAIN && len <= MCT_MODEL_RX_MAX) {
         dst = a->rx;
     }
@@ -242,8 +270,9 @@ void mct_app_poll(mct_app *a) {
     uint8_t c0 = (uint8_t)next_byte(), c1 = (uint8_t)next_byte();
     if ((uint16_t)(c0 | (c1 << 8)) != crc) { reply_status(cmd, MCT_ST_BAD_CRC); return; }
     if (!dst) {
-        reply_status(cmd, (cmd >= MCT_CMD_INFO && cmd <= MCT_CMD_BLOB) || cmd == MCT_CMD_QUIT ? MCT_ST_BAD_LENGTH
-                                                                                                 : MCT_ST_UNKNOWN);
+        int known = (cmd >= MCT_CMD_INFO && cmd <= MCT_CMD_BLOB) || cmd == MCT_CMD_QUIT ||
+                    (MCT_MODEL_FEAT && cmd >= MCT_CMD_PREDICT_RAW && cmd <= MCT_CMD_FEATURES);
+        reply_status(cmd, known ? MCT_ST_BAD_LENGTH : MCT_ST_UNKNOWN);
         return;
     }
     if (dst == a->rx && !length_ok(cmd, len)) { reply_status(cmd, MCT_ST_BAD_LENGTH); return; }
@@ -251,8 +280,13 @@ void mct_app_poll(mct_app *a) {
     int st;
     switch (cmd) {
     case MCT_CMD_INFO: cmd_info(a); break;
-    case MCT_CMD_PREDICT: cmd_predict(a); break;
-    case MCT_CMD_TRAIN: cmd_train(a); break;
+    case MCT_CMD_PREDICT: cmd_predict(a, cmd); break;
+    case MCT_CMD_TRAIN: cmd_train(a, cmd); break;
+#if MCT_MODEL_FEAT
+    case MCT_CMD_PREDICT_RAW: mct_app_features(a); cmd_predict(a, cmd); break;
+    case MCT_CMD_TRAIN_RAW: mct_app_features(a); cmd_train(a, cmd); break;
+    case MCT_CMD_FEATURES: cmd_features(a); break;
+#endif
     case MCT_CMD_READ: cmd_read(a); break;
     case MCT_CMD_WRITE: cmd_write(a, len); break;
     case MCT_CMD_SAVE: st = mct_app_save(a, &seq); cmd_seq(cmd, st, seq); break;

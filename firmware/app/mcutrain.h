@@ -26,6 +26,16 @@ int mct_model_train(const float *x, const float *target, float *loss);
 int mct_model_save(void);
 /* Go back to the newest valid save; MCT_ST_OK, MCT_ST_NO_SAVE (model unchanged), or an error (model reset). */
 int mct_model_load(void);
+#if MCT_MODEL_FEAT
+/* Raw windows (a model trained with `mcutrain train --features`): MCT_RAW_IN samples of type mct_raw_t. */
+#define MCT_RAW_IN MCT_MODEL_RAW_IN
+/* Predict from a raw window: the model computes its features (and their normalisation) first. */
+void mct_model_predict_raw(const mct_raw_t *raw, float *y);
+/* One training step on a raw window and its target; as mct_model_train. */
+int mct_model_train_raw(const mct_raw_t *raw, const float *target, float *loss);
+/* The network input (MCT_N_IN floats: normalised features) of a raw window into x. */
+void mct_model_features(const mct_raw_t *raw, float *x);
+#endif
 /* Go back to the exported model: its parameters, no optimizer state, step 0. */
 void mct_model_reset(void);
 /* Training steps applied so far (kept across save and load). */

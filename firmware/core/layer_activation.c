@@ -1,5 +1,5 @@
 /* layer_activation.c - elementwise activations without parameters: ReLU, LeakyReLU(alpha),
- * Sigmoid, Tanh, SiLU, Softplus, Sine, Cosine (kind = enum mct_act). Each kind has its own loop
+ * Sigmoid, Tanh, SiLU, Softplus, Sine, Cosine, ReLU6 (kind = enum mct_act). Each kind has its own loop
  * over the batch calling its own inline function, so a host compiler inlines and vectorises it. */
 #include "mct_layers.h"
 
@@ -20,6 +20,7 @@ void mct_act_forward(const mct_layer *L, const float *p, const float *x, float *
     case MCT_ACT_SILU: MAP(MCT_ACT_SILU, mct_silu(x[j])); break;
     case MCT_ACT_SOFTPLUS: MAP(MCT_ACT_SOFTPLUS, mct_softplus(x[j])); break;
     case MCT_ACT_SINE: MAP(MCT_ACT_SINE, mct_sinf(x[j])); break;
+    case MCT_ACT_RELU6: MAP(MCT_ACT_RELU6, mct_relu6(x[j])); break;
     default: MAP(MCT_ACT_COSINE, mct_cosf(x[j])); break;
     }
 }
@@ -38,6 +39,7 @@ void mct_act_backward(const mct_layer *L, float *p, const mct_bwd *b) {
     case MCT_ACT_SILU: GRAD(MCT_ACT_SILU, mct_dsilu(x[j])); break;
     case MCT_ACT_SOFTPLUS: GRAD(MCT_ACT_SOFTPLUS, mct_sigmoidf(x[j])); break;
     case MCT_ACT_SINE: GRAD(MCT_ACT_SINE, mct_cosf(x[j])); break;
+    case MCT_ACT_RELU6: GRAD(MCT_ACT_RELU6, mct_drelu6(x[j])); break;
     default: GRAD(MCT_ACT_COSINE, -mct_sinf(x[j])); break;
     }
 }

@@ -155,6 +155,21 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
  *                   mult[o] / 2^shift[o] = sx * sw[o] / sy with mult in [2^30, 2^31).
  *   MCT_OP_QLUT     int8 -> int8 elementwise table: y = T[x + 128]; kind = the activation it stands for
  *                   (informational). Blob: int8 T[256] (256 bytes). */
+/* Spatial ops (MCT_OP_CONV2D ... MCT_OP_BATCHNORM) read and write channels-last tensors, as TFLite and CMSIS-NN do:
+ * a sample is [h][w][c] (a 1-D series [t][c] is h = 1), so n_in = h_in * w_in * c_in and n_out = h_out * w_out *
+ * c_out. A window of kh x kw taps starts at row oy * sh - pt and column ox * sw - pl of the input; taps outside the
+ * input (padding) are skipped, never read as zeros; the padding below and right follows from the output size and is
+ * less than the window. Every sum runs over the taps row by row, column by column, channel by channel, ascending.
+ *   MCT_OP_CONV2D    y[oy][ox][o] = sum_{ky,kx,c} x[iy][ix][c] W[ky][kx][c][o] (+ b[o]); parameters W [kh][kw][c_in]
+ *                    [c_out] (connection weights; a 1x1 convolution's W is a Dense layer's), then b [c_out] if kind 1.
+ *   MCT_OP_DWCONV2D  y[oy][ox][o] = sum_{ky,kx} x[iy][ix][o / m] W[ky][kx][o] (+ b[o]), m = c_out / c_in; W [kh][kw]
+ *                    [c_out] (TFLite's depthwise layout), then b [c_out] if kind 1.
+ *   MCT_OP_MAXPOOL2D y = the largest tap (the first of equal ones gets the gradient); c_out = c_in.
+ *   MCT_OP_AVGPOOL2D y = (sum of the taps inside the input) / their count; c_out = c_in.
+ *   MCT_OP_BATCHNORM y = g[c] (x - mean[c]) / sqrt(var[c] + alpha) + b[c] over the channels c of [..][c_in];
+ *                    parameters g, b, then the running mean and variance (c_in each; only g and b are learned).
+ *                    kind 0 uses the running statistics; kind 1 (host training) the batch's, over all samples and
+ *                    positions, and its backward pass moves the running ones by momentum beta (the variance unbiased). */
 
 /* Ops (bit op) whose input / output is an int8 tensor, and the full-integer ops, as bit masks. */
 #define MCT_OP_READS_I8_BIT(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8) MCT_BIT(IN_I8, VALUE)

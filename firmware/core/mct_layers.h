@@ -151,6 +151,10 @@ static inline float mct_sigmoidf(float x) { return mct_div(1.0f, 1.0f + mct_expf
 static inline float mct_relu(float x) { return x > 0.0f ? x : 0.0f; }
 /* ReLU's derivative at x. */
 static inline float mct_drelu(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+/* ReLU6: min(max(x, 0), 6). */
+static inline float mct_relu6(float x) { return x > 6.0f ? 6.0f : mct_relu(x); }
+/* ReLU6's derivative at x. */
+static inline float mct_drelu6(float x) { return x > 0.0f && x < 6.0f ? 1.0f : 0.0f; }
 /* Leaky ReLU with slope alpha below zero. */
 static inline float mct_leaky(float x, float alpha) { return x < 0.0f ? alpha * x : x; }
 /* Leaky ReLU's derivative at x. */
@@ -179,6 +183,7 @@ static inline float mct_act1(uint8_t kind, float alpha, float x) {
     case MCT_ACT_SOFTPLUS: if (!MCT_WITH_ACT(MCT_ACT_SOFTPLUS)) return 0.0f; return mct_softplus(x);
     case MCT_ACT_SINE: if (!MCT_WITH_ACT(MCT_ACT_SINE)) return 0.0f; return mct_sinf(x);
     case MCT_ACT_COSINE: if (!MCT_WITH_ACT(MCT_ACT_COSINE)) return 0.0f; return mct_cosf(x);
+    case MCT_ACT_RELU6: if (!MCT_WITH_ACT(MCT_ACT_RELU6)) return 0.0f; return mct_relu6(x);
     default: return x;
     }
 }
@@ -194,6 +199,7 @@ static inline float mct_dact1(uint8_t kind, float alpha, float x, float y) {
     case MCT_ACT_SOFTPLUS: if (!MCT_WITH_ACT(MCT_ACT_SOFTPLUS)) return 0.0f; return mct_sigmoidf(x);
     case MCT_ACT_SINE: if (!MCT_WITH_ACT(MCT_ACT_SINE)) return 0.0f; return mct_cosf(x);
     case MCT_ACT_COSINE: if (!MCT_WITH_ACT(MCT_ACT_COSINE)) return 0.0f; return -mct_sinf(x);
+    case MCT_ACT_RELU6: if (!MCT_WITH_ACT(MCT_ACT_RELU6)) return 0.0f; return mct_drelu6(x);
     default: return 1.0f;
     }
 }
@@ -215,6 +221,18 @@ static inline uint32_t mct_matmul_scratch(const mct_layer *L, uint32_t nb, int h
     uint32_t I = L->n_in, O = L->n_out;
     return host ? (I * O > nb * I ? I * O : nb * I) + nb * O : 0;
 }
+
+/* ---- spatial ops (see "Spatial ops" in mct.h) ---- */
+/* Taps [*k0, *k1) of the window of output index o along one axis (stride st, padding pad, window k, input
+ * size n) that fall inside the input; the tap kk reads input index o * st - pad + kk. */
+static inline void mct_window(uint32_t o, uint32_t st, uint32_t pad, uint32_t k, uint32_t n, uint32_t *k0,
+                              uint32_t *k1) {
+    int32_t start = (int32_t)(o * st) - (int32_t)pad;
+    *k0 = start < 0 ? (uint32_t)(-start) : 0u;
+    *k1 = start + (int32_t)k > (int32_t)n ? (uint32_t)((int32_t)n - start) : k;
+}
+/* Are a spatial layer's geometry fields consistent (sizes, windows, padding less than the window)? 1 = yes. */
+int mct_spatial_check(const mct_layer *L);
 
 /* Dense / Linear forward (layer_dense.c). */
 void mct_dense_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
@@ -267,6 +285,38 @@ void mct_dyt_backward(const mct_layer *L, float *p, const mct_bwd *b);
 void mct_conv1d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
 /* Conv1d backward. */
 void mct_conv1d_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Conv2d forward (layer_conv2d.c). */
+void mct_conv2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Conv2d backward. */
+void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Forward of a frozen Conv2d kept in the const blob at c (f32, the RAM layout). */
+void mct_conv2d_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* Input gradient of a frozen Conv2d kept in the const blob. */
+void mct_conv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b);
+/* Depthwise Conv2d forward (layer_dwconv2d.c). */
+void mct_dwconv2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Depthwise Conv2d backward. */
+void mct_dwconv2d_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Forward of a frozen depthwise Conv2d kept in the const blob at c (f32, the RAM layout). */
+void mct_dwconv2d_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* Input gradient of a frozen depthwise Conv2d kept in the const blob. */
+void mct_dwconv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b);
+/* Max pooling forward (layer_pool2d.c). */
+void mct_maxpool2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Max pooling backward. */
+void mct_maxpool2d_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Average pooling forward (layer_pool2d.c). */
+void mct_avgpool2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Average pooling backward. */
+void mct_avgpool2d_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* BatchNorm forward (layer_batchnorm.c). */
+void mct_batchnorm_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* BatchNorm backward (kind 1 also moves the running statistics). */
+void mct_batchnorm_backward(const mct_layer *L, float *p, const mct_bwd *b);
+/* Dropout forward (layer_dropout.c). */
+void mct_dropout_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
+/* Dropout backward (kind 1 also advances its step counter). */
+void mct_dropout_backward(const mct_layer *L, float *p, const mct_bwd *b);
 /* Residual blocks (layer_residual.c): RES_BEGIN forward (nothing: its output is its input). */
 void mct_res_begin_forward(const mct_net *net, const mct_layer *L, const float *x, float *y, float *arena,
                            uint32_t nb);

@@ -59,7 +59,19 @@
     /* int8 -> int8 dense with integer requantization */                                                      \
     X(QDENSE, 16, qdense, QOP, 1, 1)                                                                          \
     /* int8 -> int8 elementwise table */                                                                      \
-    X(QLUT, 17, qlut, QOP, 1, 1)
+    X(QLUT, 17, qlut, QOP, 1, 1)                                                                              \
+    /* 2-D convolution, channels last (see "Spatial ops" in mct.h); kind 1: with bias */                      \
+    X(CONV2D, 18, conv2d, CONST, 0, 0)                                                                        \
+    /* depthwise 2-D convolution, c_out = c_in * multiplier; kind 1: with bias */                             \
+    X(DWCONV2D, 19, dwconv2d, CONST, 0, 0)                                                                    \
+    /* max pooling over kh x kw windows (padding taps skipped) */                                             \
+    X(MAXPOOL2D, 20, maxpool2d, PARAM, 0, 0)                                                                  \
+    /* average pooling over kh x kw windows (the mean of the taps inside the input) */                        \
+    X(AVGPOOL2D, 21, avgpool2d, PARAM, 0, 0)                                                                  \
+    /* batch normalisation per channel (c_in channels, last): kind 0 running statistics, 1 batch statistics */ \
+    X(BATCHNORM, 22, batchnorm, PARAM, 0, 0)                                                                  \
+    /* dropout at rate alpha (seed k): kind 0 the identity, kind 1 (host training) zeroes and rescales */    \
+    X(DROPOUT, 23, dropout, PARAM, 0, 0)
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU): X(NAME, value, layer, gate);
  * layer = 1: usable as an ACT layer, gate = 1: usable as a GLU gate. Values stay below 16. */
@@ -72,7 +84,8 @@
     X(SOFTPLUS, 5, 1, 1)                                                                                      \
     X(SINE, 6, 1, 0)                                                                                          \
     X(COSINE, 7, 1, 0)                                                                                        \
-    X(SWISH, 8, 0, 1) /* learned beta per output */
+    X(SWISH, 8, 0, 1) /* learned beta per output */                                                           \
+    X(RELU6, 9, 1, 0) /* min(max(x, 0), 6) */
 
 /* Losses (loss.c): X(NAME, value). HUBER takes a parameter (beta). */
 #define MCT_LOSS_LIST(X)                                                                                      \
@@ -111,7 +124,8 @@
     X(E_NONFINITE, 3)        /* the loss is not finite */                                                     \
     X(E_UNSUPPORTED, 4)      /* not in this path or build (similarity penalty, fused; MCT_REGULARIZE=0) */    \
     X(E_NONFINITE_GRAD, 5)   /* the loss was finite, a gradient was not */                                    \
-    X(E_NONFINITE_INPUT, 6)  /* an input or target is not finite */
+    X(E_NONFINITE_INPUT, 6)  /* an input or target is not finite */                                           \
+    X(E_NONFINITE_STATE, 7)  /* host: the update left a parameter or optimizer state not finite (undone) */
 
 /* Format versions: X(NAME, value). Each format that crosses a boundary between a host and a device (or
  * between two versions of mcutrain) carries its version, and a reader refuses another one:
@@ -137,6 +151,9 @@
     X(STATS, 8)                                                                                               \
     X(RESET, 9)                                                                                               \
     X(BLOB, 10)              /* announce the blob a pull or push moves: its version and sizes */              \
+    X(PREDICT_RAW, 11)       /* a model with a feature pipeline (MCT_MODEL_FEAT): predict from a raw window */ \
+    X(TRAIN_RAW, 12)         /* ... one training step on a raw window and its target */                       \
+    X(FEATURES, 13)          /* ... the network input a raw window gives */                                   \
     X(QUIT, 0x7F)
 
 /* Reply statuses of the device protocol (the status byte of a reply): X(NAME, value). */
@@ -171,7 +188,20 @@
     X(uint32_t, n_w, 'u')        /* the first n_w parameters are connection weights (get L1/L2) */            \
     X(uint32_t, in_off, 'u')     /* arena offset of the input */                                              \
     X(uint32_t, out_off, 'u')    /* arena offset of the output */                                             \
-    X(uint32_t, aux_off, 'u')    /* arena offset of op-specific trace (GLU pre-activations, RMSNorm rms) */
+    X(uint32_t, aux_off, 'u')    /* arena offset of op-specific trace (GLU pre-activations, RMSNorm rms) */  \
+    X(uint16_t, h_in, 'u')       /* spatial ops: input height (1 for 1-D), width, channels (last) */          \
+    X(uint16_t, w_in, 'u')                                                                                    \
+    X(uint16_t, c_in, 'u')                                                                                    \
+    X(uint16_t, h_out, 'u')      /* spatial ops: output height, width, channels */                            \
+    X(uint16_t, w_out, 'u')                                                                                   \
+    X(uint16_t, c_out, 'u')                                                                                   \
+    X(uint16_t, kh, 'u')         /* spatial ops: window (kernel) height and width */                          \
+    X(uint16_t, kw, 'u')                                                                                      \
+    X(uint8_t, sh, 'u')          /* spatial ops: stride down and across */                                    \
+    X(uint8_t, sw, 'u')                                                                                       \
+    X(uint8_t, pt, 'u')          /* spatial ops: padding rows above and columns left (below/right follow) */  \
+    X(uint8_t, pl, 'u')                                                                                       \
+    X(float, beta, 'f')          /* BatchNorm: momentum of the running statistics */
 
 /* Optimizer configuration (mct_opt): TrainParams plus the optimizer's coefficients. */
 #define MCT_OPT_FIELDS(X)                                                                                     \

@@ -3,7 +3,7 @@
  * Build:  gcc -O2 -I/usr/include/simavr avr_run.c -o avr_run -lsimavr -lutil
  *         (Debian/Ubuntu: apt-get install simavr libsimavr-dev)
  * Usage:  avr_run FIRMWARE.elf [mcu=atmega328p] [freq=16000000] [serial=pty|stdio] [eeprom=FILE]
- *                 [ram_floor=ADDR|auto] [max_cycles=N] [cut_after_eeprom_writes=N] [report=FILE]
+ *                 [ram_floor=ADDR|auto] [max_cycles=N] [cut_after_eeprom_writes=N] [report=FILE] [serve=1]
  *
  * What it does (the firmware side is firmware/app/ports/port_simavr.c):
  *  - serial: USART0 is bridged to a pseudo terminal (serial=pty: prints "PTY /dev/pts/N" on stdout,
@@ -11,6 +11,9 @@
  *    simavr's flow control: never more than its FIFO holds (XOFF), more after it drained (XON).
  *    GPIOR2 = 1 from the firmware means "waiting for a byte": the harness then blocks on the host
  *    instead of simulating a busy loop, and answers GPIOR2 = 0xFF once the host has closed the line.
+ *    With serve=1 (a pty only) a host that closes the line ends nothing: the harness drops what the
+ *    firmware still had for it and waits for the next host, client after client, until a signal
+ *    (or the firmware's exit) ends the run.
  *  - markers: GPIOR1 = 2r+1 begins region r, 2r+2 ends it (r = 0..3, not nested); the report has the
  *    exact cycle count of every region (total, pairs, min and max per pair, peak stack inside).
  *  - exit: the firmware writes its exit code to GPIOR0 and sleeps with interrupts off; simavr stops
@@ -106,6 +109,7 @@ static struct {
     int rx_drained;                  /* the UART FIFO ran empty (XON) since the last byte we fed */
     int host_seen, host_gone;        /* host_gone: no more input will come */
     int out_gone;                    /* the host's side cannot take output any more */
+    int serve;                       /* serve=1: a closed line waits for the next host instead of ending */
     int fw_waiting;                  /* the firmware wrote the wait hint */
     unsigned long long rx_bytes, tx_bytes;
     unsigned exit_code;
@@ -138,12 +142,20 @@ static void logger(avr_t *avr, const int level, const char *fmt, va_list ap) {
 /* ---- UART bridge ---- */
 static void flush_tx(void);
 
+/* Nobody reads the line: the run's output ends there, or (serve=1) what was pending for the host that left
+ * is dropped and later output goes to the next host. */
+static void no_listener(void) {
+    if (!S.serve) { S.out_gone = 1; return; }
+    S.tx.head = 0;
+    S.tx.len = 0;
+}
+
 static void uart_output(struct avr_irq_t *irq, uint32_t value, void *param) {
     (void)irq; (void)param;
     S.tx_bytes++;
     while (!S.out_gone && !q_put(&S.tx, (uint8_t)value)) {    /* full: wait for the host to read */
         struct pollfd p = {S.fd_out, POLLOUT, 0};
-        if (poll(&p, 1, 1000) <= 0 || (p.revents & (POLLERR | POLLHUP))) S.out_gone = 1;
+        if (poll(&p, 1, 1000) <= 0 || (p.revents & (POLLERR | POLLHUP))) no_listener();
         else flush_tx();
     }
 }
@@ -165,12 +177,18 @@ static void flush_tx(void) {
         ssize_t w = write(S.fd_out, S.tx.buf + S.tx.head, n);
         if (w > 0) { S.tx.head = (S.tx.head + (size_t)w) % S.tx.cap; S.tx.len -= (size_t)w; continue; }
         if (w < 0 && (errno == EAGAIN || errno == EINTR)) return;
-        S.out_gone = 1;                               /* EIO / EPIPE: nobody listens any more */
+        no_listener();                                /* EIO / EPIPE: nobody listens any more */
     }
 }
 
 /* The host's line is closed (or, on a pty nobody has opened yet, not open: then just wait a little). */
 static void host_hangup(void) {
+    if (S.serve) {                                    /* wait for the next host (a firmware at work goes on) */
+        if (S.host_seen) no_listener();
+        S.host_seen = 0;
+        if (S.fw_waiting) usleep(20000);
+        return;
+    }
     if (S.host_seen || !S.pty) S.host_gone = 1;
     else usleep(2000);
     if (S.host_gone && S.pty) S.out_gone = 1;
@@ -313,7 +331,7 @@ static int open_serial(const char *kind) {
     struct termios t;
     if (openpty(&master, &slave, S.pty_name, NULL, NULL) < 0) { perror("avr_run: openpty"); return -1; }
     if (tcgetattr(slave, &t) == 0) { cfmakeraw(&t); tcsetattr(slave, TCSANOW, &t); }
-    close(slave);                                    /* the host opens it; its close ends the run */
+    close(slave);                                    /* the host opens it; its close ends the run (not with serve=1) */
     fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK);
     S.fd_in = S.fd_out = master;
     S.pty = 1;
@@ -428,7 +446,7 @@ static void write_report(const char *path, const char *reason, int status, const
 
 static void usage(const char *argv0) {
     fprintf(stderr, "usage: %s FIRMWARE.elf [mcu=atmega328p] [freq=16000000] [serial=pty|stdio] [eeprom=FILE]\n"
-                    "       [ram_floor=ADDR|auto] [max_cycles=N] [cut_after_eeprom_writes=N] [report=FILE]\n", argv0);
+                    "       [ram_floor=ADDR|auto] [max_cycles=N] [cut_after_eeprom_writes=N] [report=FILE] [serve=1]\n", argv0);
 }
 
 int main(int argc, char **argv) {
@@ -448,6 +466,7 @@ int main(int argc, char **argv) {
         else if (!strncmp(a, "max_cycles=", 11)) max_cycles = strtoull(v, NULL, 0);
         else if (!strncmp(a, "cut_after_eeprom_writes=", 24)) S.cut_after = strtoull(v, NULL, 0);
         else if (!strncmp(a, "report=", 7)) report = v;
+        else if (!strncmp(a, "serve=", 6)) S.serve = atoi(v) != 0;
         else { usage(argv[0]); return EXIT_USAGE; }
     }
 
@@ -498,6 +517,7 @@ int main(int argc, char **argv) {
     q_init(&S.rx, 4096);
     q_init(&S.tx, 65536);
     if (open_serial(serial)) { fprintf(stderr, "avr_run: serial must be pty or stdio\n"); return EXIT_USAGE; }
+    if (S.serve && !S.pty) { fprintf(stderr, "avr_run: serve=1 needs serial=pty\n"); return EXIT_USAGE; }
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

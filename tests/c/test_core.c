@@ -276,9 +276,10 @@ static void init_params(const mct_net *net, float *p) {
 /* Linear(3, 2) then Dense(2, 1) with small integers and halves, so every result is exact. */
 static void test_linear_forward_by_hand(void) {
     static const mct_layer layers[2] = {
-        /* op, kind, trainable, reserved, n_in, n_out, k, reserved2, alpha, lr_div, p_off, n_p, n_w, in, out, aux */
-        {MCT_OP_DENSE, 1, 1, 0, 3, 2, 0, 0, 0.0f, 1.0f, 0, 8, 6, 0, 3, 0},
-        {MCT_OP_DENSE, 0, 1, 0, 2, 1, 0, 0, 0.0f, 1.0f, 8, 2, 2, 3, 5, 0},
+        {.op = MCT_OP_DENSE, .kind = 1, .trainable = 1, .n_in = 3, .n_out = 2, .lr_div = 1.0f, .p_off = 0, .n_p = 8,
+         .n_w = 6, .in_off = 0, .out_off = 3},
+        {.op = MCT_OP_DENSE, .trainable = 1, .n_in = 2, .n_out = 1, .lr_div = 1.0f, .p_off = 8, .n_p = 2, .n_w = 2,
+         .in_off = 3, .out_off = 5},
     };
     mct_net net;
     memset(&net, 0, sizeof net);
@@ -483,7 +484,7 @@ static void test_net_check_rejects_size_errors(void) {
     n = mut_reset(); g_mut[0].op = 14; expect_rejected("unknown op 14");
     n = mut_reset(); g_mut[0].kind = 2; expect_rejected("Dense kind 2");
     n = mut_reset(); g_mut[1].kind = MCT_ACT_SWISH; expect_rejected("activation kind Swish (GLU gate only)");
-    n = mut_reset(); g_mut[1].kind = 9; expect_rejected("activation kind 9");
+    n = mut_reset(); g_mut[1].kind = MCT_ACT_END_; expect_rejected("activation kind past the list");
     n = mut_reset(); g_mut[2].kind = MCT_ACT_SINE; expect_rejected("GLU with a sine gate");
     n = mut_reset(); g_mut[2].kind = 9; expect_rejected("GLU gate 9");
     n = mut_reset(); g_mut[1].n_in = 0; g_mut[1].n_out = 0; expect_rejected("zero-width layer");
@@ -1414,6 +1415,39 @@ static void test_op_list_dispatch(void) {
     const mct_net *qnet = hand_q_net(&b);
     CHECK(mct_net_check(qnet) == MCT_OK);
     check_dispatch(qnet, NULL, seen);
+    /* the spatial ops, on a 4x3x2 input */
+    static const mct_layer S[6] = {
+        {.op = MCT_OP_CONV2D, .kind = 1, .trainable = 1, .n_in = 24, .n_out = 18, .lr_div = 1.0f, .n_p = 57, .n_w = 54,
+         .out_off = 24, .h_in = 4, .w_in = 3, .c_in = 2, .h_out = 2, .w_out = 3, .c_out = 3, .kh = 3, .kw = 3, .sh = 2,
+         .sw = 1, .pt = 1, .pl = 1},
+        {.op = MCT_OP_DWCONV2D, .kind = 1, .trainable = 1, .n_in = 18, .n_out = 36, .lr_div = 1.0f, .p_off = 57,
+         .n_p = 42, .n_w = 36, .in_off = 24, .out_off = 42, .h_in = 2, .w_in = 3, .c_in = 3, .h_out = 2, .w_out = 3,
+         .c_out = 6, .kh = 2, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1},
+        {.op = MCT_OP_BATCHNORM, .trainable = 1, .n_in = 36, .n_out = 36, .alpha = 1e-3f, .lr_div = 1.0f, .p_off = 99,
+         .n_p = 24, .in_off = 42, .out_off = 78, .c_in = 6, .beta = 0.1f},
+        {.op = MCT_OP_MAXPOOL2D, .n_in = 36, .n_out = 12, .lr_div = 1.0f, .in_off = 78, .out_off = 114, .h_in = 2,
+         .w_in = 3, .c_in = 6, .h_out = 1, .w_out = 2, .c_out = 6, .kh = 2, .kw = 2, .sh = 2, .sw = 2},
+        {.op = MCT_OP_AVGPOOL2D, .n_in = 12, .n_out = 6, .lr_div = 1.0f, .in_off = 114, .out_off = 126, .h_in = 1,
+         .w_in = 2, .c_in = 6, .h_out = 1, .w_out = 1, .c_out = 6, .kh = 1, .kw = 2, .sh = 1, .sw = 1},
+        {.op = MCT_OP_DROPOUT, .kind = 1, .trainable = 1, .n_in = 6, .n_out = 6, .k = 7, .alpha = 0.25f,
+         .lr_div = 1.0f, .p_off = 123, .n_p = 1, .in_off = 126, .out_off = 132},
+    };
+    mct_net snet;
+    memset(&snet, 0, sizeof snet);
+    snet.layers = S;
+    snet.n_layers = 6;
+    snet.n_in = 24;
+    snet.n_out = 6;
+    snet.max_width = 36;
+    snet.n_params = 124;
+    snet.arena = 138;
+    snet.out_off = 132;
+    CHECK(mct_net_check(&snet) == MCT_OK);
+    float *sp = falloc(124);
+    for (uint32_t j = 0; j < 124; j++) sp[j] = rng_uniform(0.5f, 1.0f); /* BatchNorm's variances stay positive */
+    sp[123] = 3.0f;                                                         /* Dropout's step counter */
+    check_dispatch(&snet, sp, seen);
+    free(sp);
     /* every op of the list was covered, and every value fits the 32-bit op masks */
 #define COVERED(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8)                                             \
     CHECKF(VALUE > 0 && VALUE < 32 && seen[VALUE], "op %s (%d) has no dispatch example", #NAME, VALUE);
@@ -1577,7 +1611,104 @@ static void test_quant_prefix_trains(void) {
 
 /* ------------------------------------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Conv2d, depthwise Conv2d and pooling on numbers a person can check                               */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A one-layer network around layer L (input at arena 0, output after it). */
+static mct_net one_layer_net(const mct_layer *L) {
+    mct_net net;
+    memset(&net, 0, sizeof net);
+    net.layers = L;
+    net.n_layers = 1;
+    net.n_in = L->n_in;
+    net.n_out = L->n_out;
+    net.max_width = L->n_in > L->n_out ? L->n_in : L->n_out;
+    net.n_params = L->n_p;
+    net.arena = L->n_in + L->n_out;
+    net.out_off = L->n_in;
+    return net;
+}
+
+/* Conv2d 1 -> 2 channels, 2x2 kernel, stride 1, padding 1 above and left (the window at output (0, 0) has only its
+ * bottom-right tap inside) on a 2x2 input, channels last. */
+static void test_conv2d_by_hand(void) {
+    static const mct_layer L[1] = {{.op = MCT_OP_CONV2D, .kind = 1, .trainable = 1, .n_in = 4, .n_out = 8,
+                                    .lr_div = 1.0f, .n_p = 10, .n_w = 8, .in_off = 0, .out_off = 4, .h_in = 2,
+                                    .w_in = 2, .c_in = 1, .h_out = 2, .w_out = 2, .c_out = 2, .kh = 2, .kw = 2,
+                                    .sh = 1, .sw = 1, .pt = 1, .pl = 1}};
+    mct_net net = one_layer_net(L);
+    CHECK(mct_net_check(&net) == MCT_OK);
+    /* W[ky][kx][c][o]: tap (0,0) -> (1, 10), (0,1) -> (2, 20), (1,0) -> (3, 30), (1,1) -> (4, 40); b = (0.5, -1) */
+    const float p[10] = {1, 10, 2, 20, 3, 30, 4, 40, 0.5f, -1};
+    const float x[4] = {1, 2, /* row 1 */ 3, 4};
+    /* out (0,0): only tap (1,1) on x(0,0) = 1: (4 + 0.5, 40 - 1)
+     * out (0,1): taps (1,0) on x(0,0), (1,1) on x(0,1): 3*1 + 4*2 = 11 -> (11.5, 109)
+     * out (1,0): taps (0,1) on x(0,0), (1,1) on x(1,0): 2*1 + 4*3 = 14 -> (14.5, 139)
+     * out (1,1): all four: 1*1 + 2*2 + 3*3 + 4*4 = 30 -> (30.5, 299) */
+    const float want[8] = {4.5f, 39, 11.5f, 109, 14.5f, 139, 30.5f, 299};
+    float arena[12];
+    float *y = mct_forward(&net, p, x, arena, 1);
+    CHECK(same_bits(y, want, 8));
+    /* dL/dx for dL/dy = 1 on channel 0 only: x(0,0) is read by every window through taps (1,1), (1,0), (0,1),
+     * (0,0): 4 + 3 + 2 + 1 = 10; x(0,1) by out (0,1) tap (1,1) and out (1,1) tap (0,1): 4 + 2 = 6; x(1,0): 4 + 3 = 7;
+     * x(1,1): 4 */
+    const float gy[8] = {1, 0, 1, 0, 1, 0, 1, 0};
+    const float want_gx[4] = {10, 6, 7, 4};
+    float gx[4], grads[10], scratch[64];
+    mct_sink sink;
+    memset(&sink, 0, sizeof sink);
+    sink.grads = grads;
+    CHECK(mct_scratch_size(&net, 1, 0, 1) <= 64);
+    float params[10];
+    memcpy(params, p, sizeof params);
+    mct_backward(&net, params, arena, 1, gy, gx, &sink, scratch, 64, 0);
+    CHECK(same_bits(gx, want_gx, 4));
+    /* dW[tap][0] = sum of the inputs each tap saw: (0,0) sees x(0,0) at out (1,1): 1; (0,1) sees x(0,0), x(0,1): 3;
+     * (1,0) sees x(0,0), x(1,0): 4; (1,1) sees all: 10. Channel 1 gets 0; db = (4, 0). */
+    const float want_g[10] = {1, 0, 3, 0, 4, 0, 10, 0, 4, 0};
+    CHECK(same_bits(grads, want_g, 10));
+}
+
+/* Depthwise 3x1 kernel with multiplier 2 over a 3x1x1 input, 'same' padding; then max and average pooling. */
+static void test_dwconv_and_pool_by_hand(void) {
+    static const mct_layer D[1] = {{.op = MCT_OP_DWCONV2D, .trainable = 1, .n_in = 3, .n_out = 6, .lr_div = 1.0f,
+                                    .n_p = 6, .n_w = 6, .in_off = 0, .out_off = 3, .h_in = 3, .w_in = 1, .c_in = 1,
+                                    .h_out = 3, .w_out = 1, .c_out = 2, .kh = 3, .kw = 1, .sh = 1, .sw = 1, .pt = 1}};
+    mct_net net = one_layer_net(D);
+    CHECK(mct_net_check(&net) == MCT_OK);
+    const float p[6] = {1, -1, 2, 0, 3, 1}; /* W[ky][o]: tap 0 (1, -1), tap 1 (2, 0), tap 2 (3, 1) */
+    const float x[3] = {1, 2, 4};
+    /* row 0: taps 1, 2 on x0, x1: (2*1 + 3*2, 0*1 + 1*2) = (8, 2); row 1: (1 + 4 + 12, -1 + 0 + 4) = (17, 3);
+     * row 2: taps 0, 1 on x1, x2: (2 + 8, -2 + 0) = (10, -2) */
+    const float want[6] = {8, 2, 17, 3, 10, -2};
+    float arena[9];
+    CHECK(same_bits(mct_forward(&net, p, x, arena, 1), want, 6));
+
+    /* max pool 2x2 stride 2 over 2x4x1 -> 1x2x1, and average pool 3x3 stride 1 padding 1 -> the corner mean */
+    static const mct_layer M[1] = {{.op = MCT_OP_MAXPOOL2D, .n_in = 8, .n_out = 2, .lr_div = 1.0f, .out_off = 8,
+                                    .h_in = 2, .w_in = 4, .c_in = 1, .h_out = 1, .w_out = 2, .c_out = 1, .kh = 2,
+                                    .kw = 2, .sh = 2, .sw = 2}};
+    net = one_layer_net(M);
+    CHECK(mct_net_check(&net) == MCT_OK);
+    const float xm[8] = {1, 5, -2, 0, 3, 2, -1, -3};
+    const float want_m[2] = {5, 0};
+    float am[10];
+    CHECK(same_bits(mct_forward(&net, NULL, xm, am, 1), want_m, 2));
+    static const mct_layer A[1] = {{.op = MCT_OP_AVGPOOL2D, .n_in = 4, .n_out = 4, .lr_div = 1.0f, .out_off = 4,
+                                    .h_in = 2, .w_in = 2, .c_in = 1, .h_out = 2, .w_out = 2, .c_out = 1, .kh = 3,
+                                    .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1}};
+    net = one_layer_net(A);
+    CHECK(mct_net_check(&net) == MCT_OK);
+    const float xa[4] = {1, 2, 3, 6};
+    const float want_a[4] = {3, 3, 3, 3}; /* every window holds all four taps (padding not counted): 12 / 4 */
+    float aa[8];
+    CHECK(same_bits(mct_forward(&net, NULL, xa, aa, 1), want_a, 4));
+}
+
 int main(void) {
+    RUN(test_conv2d_by_hand);
+    RUN(test_dwconv_and_pool_by_hand);
     RUN(test_linear_forward_by_hand);
     RUN(test_linear_forward_matches_loop);
     RUN(test_net_check_accepts_valid);

@@ -60,6 +60,8 @@ int port_getc(void) {
 void port_write(const uint8_t *p, uint16_t n) {
     while (n) {
         ssize_t w = write(fd_out, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (pty_mode && w < 0 && errno == EIO) return;   /* the client left: the next one gets the next reply */
         if (w <= 0) exit(0);       /* nobody listens any more */
         p += w;
         n = (uint16_t)(n - w);

@@ -56,16 +56,23 @@ void port_write(const uint8_t *p, uint16_t n) {
 
 void port_flush(void) { loop_until_bit_is_set(UCSR0A, UDRE0); }
 
-uint32_t port_store_size(void) { return (uint32_t)E2END + 1u; }
+/* The EEPROM, or the part of it the board file gives (MCT_STORE_BYTES: the real board's storage). */
+#if defined(MCT_STORE_BYTES) && MCT_STORE_BYTES < E2END + 1UL
+#define STORE_BYTES ((uint32_t)MCT_STORE_BYTES)
+#else
+#define STORE_BYTES ((uint32_t)E2END + 1u)
+#endif
+
+uint32_t port_store_size(void) { return STORE_BYTES; }
 
 int port_store_read(uint32_t off, void *dst, uint32_t n) {
-    if (off > E2END + 1UL || n > E2END + 1UL - off) return 1;
+    if (off > STORE_BYTES || n > STORE_BYTES - off) return 1;
     eeprom_read_block(dst, (const void *)(uint16_t)off, (size_t)n);
     return 0;
 }
 
 int port_store_write(uint32_t off, const void *src, uint32_t n) {
-    if (off > E2END + 1UL || n > E2END + 1UL - off) return 1;
+    if (off > STORE_BYTES || n > STORE_BYTES - off) return 1;
     eeprom_update_block(src, (void *)(uint16_t)off, (size_t)n);
     return 0;
 }
