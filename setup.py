@@ -13,21 +13,29 @@ as a data package (mcutrain.firmware.<folder>) with all its files as package dat
 wants data in sub-folders declared (without it, it warns that each would be ignored as a package).
 
 The C core's flags for the host build are trainer/host_build.py's (HOST_CORE_FLAGS, which says why
-each is there); the C core tests build the host variant with the same list. MCUTRAIN_MARCH selects the
--march flag (default: native; set it to e.g. x86-64-v2 for a portable wheel).
+each is there); the C core tests build the host variant with the same list. The extension is built for the
+machine's baseline instruction set, and the hot kernels (host_build.DISPATCHED_SOURCES) once more per wider
+one (host_build.ISA_VARIANTS), chosen at run time (trainer/isa_dispatch.c). MCUTRAIN_MARCH=<arch> adds
+-march=<arch> to the whole build (e.g. native: a build for this machine only, as before the dispatch).
 """
 
 import glob
 import os
+import platform
+import shutil
+import subprocess
 import sys
 from runpy import run_path
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, find_namespace_packages, setup
+from setuptools.command.build_ext import build_ext
 
-HOST_CORE_FLAGS = run_path(os.path.join("trainer", "host_build.py"))["HOST_CORE_FLAGS"]
-march = os.environ.get("MCUTRAIN_MARCH", "native")
+HOST_BUILD = run_path(os.path.join("trainer", "host_build.py"))
+HOST_CORE_FLAGS = HOST_BUILD["HOST_CORE_FLAGS"]
+ISA_VARIANTS = HOST_BUILD["isa_variants"](platform.machine())
+march = os.environ.get("MCUTRAIN_MARCH", "")
 cflags = [
     "-std=c99",
     *HOST_CORE_FLAGS,
@@ -36,21 +44,71 @@ cflags = [
     "-Wextra",
     "-Wno-unused-function",
     "-Wno-unreachable-code",
+    "-Wno-sign-compare",  # Cython's generated code compares Py_ssize_t with size_t; the C core's own builds
+    # (tests/c, the firmware) keep -Wextra -Werror, which includes it
 ]
 if march:
     cflags.append("-march=" + march)
 if sys.platform == "darwin":
     cflags.remove("-fopenmp")
 
-core_sources = sorted(glob.glob("firmware/core/*.c"))
+dispatched = HOST_BUILD["DISPATCHED_SOURCES"]
+core_sources = [c for c in sorted(glob.glob("firmware/core/*.c")) if c not in dispatched]
 ext = Extension(
     "mcutrain._core",
-    sources=["trainer/_core.pyx"] + core_sources,
-    include_dirs=["firmware/core", numpy.get_include()],
-    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    sources=["trainer/_core.pyx", "trainer/isa_dispatch.c"] + core_sources,
+    include_dirs=["firmware/core", "trainer", numpy.get_include()],
+    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+    + [("MCT_ISA_HAVE_" + name.upper(), "1") for name in ISA_VARIANTS if name != "baseline"],
     extra_compile_args=cflags,
     extra_link_args=[] if sys.platform == "darwin" else ["-fopenmp"],
 )
+
+
+class BuildExt(build_ext):
+    """build_ext that first compiles the dispatched kernels once per instruction-set variant (each into a
+    folder of its own, with MCT_ISA_SUFFIX naming its functions) and links those objects in."""
+
+    def build_extension(self, ext: Extension) -> None:
+        objects = []
+        for name, flags in ISA_VARIANTS.items():
+            objects += self.compiler.compile(
+                dispatched,
+                output_dir=os.path.join(self.build_temp, "isa_" + name),
+                macros=[("MCT_ISA_SUFFIX", name)],
+                include_dirs=ext.include_dirs,
+                extra_postargs=cflags + flags,
+                debug=self.debug,
+            )
+        ext.extra_objects = [*(ext.extra_objects or []), *objects]
+        super().build_extension(ext)
+
+    def run(self) -> None:
+        super().run()
+        self.build_host_tools()
+
+    def build_host_tools(self) -> None:
+        """The simulators' host tools (host_build.HOST_TOOLS) into firmware/host_tools/bin of the package, named
+        as exporter/sim.py looks for them; one that cannot be built here (Linux only; avr_run needs libsimavr)
+        is left to the simulators, which compile it with the host gcc on first use."""
+        cc = os.environ.get("CC", "gcc").split()[0]
+        if not sys.platform.startswith("linux") or shutil.which(cc) is None:
+            return
+        if self.inplace:
+            firmware = self.get_finalized_command("build_py").get_package_dir("mcutrain.firmware")
+        else:
+            firmware = os.path.join(self.build_lib, "mcutrain", "firmware")
+        out = os.path.join(firmware, "host_tools", "bin")
+        os.makedirs(out, exist_ok=True)
+        for name, (source, flags, libs, suffix) in HOST_BUILD["HOST_TOOLS"].items():
+            with open(source, "rb") as f:
+                target = os.path.join(out, HOST_BUILD["host_tool_file"](name, f.read(), flags, libs, suffix))
+            r = subprocess.run([cc, *flags, source, "-o", target + ".tmp", *libs], capture_output=True, text=True)
+            if r.returncode == 0:
+                os.replace(target + ".tmp", target)
+            else:
+                print(f"note: {name} not built into the package ({r.stderr.strip().splitlines()[-1:]})")
+
 
 PACKAGE_DIRS = {
     "mcutrain": "trainer",
@@ -66,6 +124,7 @@ NOT_DATA = ["__pycache__/*", "*.pyc", "*.so"]
 
 setup(
     ext_modules=cythonize([ext], language_level=3),
+    cmdclass={"build_ext": BuildExt},
     package_dir=PACKAGE_DIRS,
     packages=[*PACKAGE_DIRS, *FIRMWARE_DATA],
     package_data={"mcutrain.firmware": ["*.json", "*.properties"], "mcutrain.boards": ["*.toml"]}

@@ -15,6 +15,12 @@ NumPy's BLAS runs on one thread (threadpoolctl, when installed) so that "x numpy
 one core. The machine may be shared: every figure is the best of --rounds interleaved measurements.
 
     python bench/train_throughput.py [--seconds 2] [--rounds 3] [--json out.json]
+
+--builds compares the installed (dispatched) build with one built for this CPU only (MCUTRAIN_MARCH=native,
+the way the extension was built before the runtime dispatch), each in a child process, rounds interleaved:
+the dispatched build's mcutrain rows as a ratio of the native build's (the goal: within 5%).
+
+    python bench/train_throughput.py --builds [--seconds 2] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -22,7 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -266,6 +278,74 @@ def report(results: Dict[str, Dict[str, float]], cores: int) -> List[str]:
     return lines
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def mcutrain_rows(seconds: float, threads: int) -> Dict[str, float]:
+    """{network row: samples/s} of mcutrain's own rows (train_batch and fit, 1 and `threads` threads)."""
+    out: Dict[str, float] = {}
+    for name, (sizes, acts, batch) in NETS.items():
+        data = make_data(sizes, batch)
+        ex, ey = np.concatenate([x for x, _ in data]), np.concatenate([y for _, y in data])
+        for th in sorted({1, threads}):
+            out[f"{name} train_batch {th}t"] = timed(mcutrain_step(sizes, acts, th), data, seconds)
+            out[f"{name} fit {th}t"] = timed_epochs(
+                mcutrain_epochs(sizes, acts, batch, th, ex, ey), ex.shape[0], seconds
+            )
+    return out
+
+
+def native_package(work: Path) -> Path:
+    """A copy of the package whose extension is built for this CPU only (MCUTRAIN_MARCH=native); the folder
+    to put on PYTHONPATH."""
+    env = dict(os.environ, MCUTRAIN_MARCH="native")
+    build, temp = work / "build", work / "temp"
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(build), "--build-temp", str(temp)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    (so,) = list(build.glob("mcutrain/_core*" + sysconfig.get_config_var("EXT_SUFFIX")))
+    pkg = work / "pkg" / "mcutrain"
+    shutil.copytree(ROOT / "trainer", pkg, ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
+    shutil.copy(so, pkg / so.name)
+    return pkg.parent
+
+
+def compare_builds(seconds: float, rounds: int, threads: int) -> List[str]:
+    """The dispatched (installed) build against the native one, interleaved child processes; table lines."""
+    with tempfile.TemporaryDirectory() as tmp:
+        native = native_package(Path(tmp))
+        builds = {"dispatched": os.environ.get("PYTHONPATH", ""), "native": str(native)}
+        best: Dict[str, Dict[str, float]] = {b: {} for b in builds}
+        variant: Dict[str, str] = {}
+        for _ in range(rounds):
+            for b, path in builds.items():
+                env = {k: v for k, v in os.environ.items() if k != "MCUTRAIN_ISA"}
+                env["PYTHONPATH"] = path
+                r = subprocess.run(
+                    [sys.executable, __file__, "--child", "--seconds", str(seconds), "--threads", str(threads)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                res = json.loads(r.stdout)
+                variant[b] = res.pop("_variant")
+                for k, v in res.items():
+                    best[b][k] = max(best[b].get(k, 0.0), v)
+    lines = [
+        f"samples/s, best of {rounds} interleaved runs: the dispatched build (kernels: {variant['dispatched']}) "
+        f"against the native build (-march=native, kernels: {variant['native']})",
+        f"  {'row':22s} {'dispatched':>12s} {'native':>12s}  {'ratio':>6s}",
+    ]
+    for k, v in best["dispatched"].items():
+        ref = best["native"][k]
+        lines.append(f"  {k:22s} {v:>12,.0f} {ref:>12,.0f}  {v / ref:6.3f}")
+
+
 CNN_TARGETS = {("digits_cnn", "mcutrain fit 1 thread"): 5.0, ("ds_cnn", "mcutrain fit 1 thread"): 1.0}
 
 
@@ -363,11 +443,22 @@ def report_cnn(results: Dict[str, Dict[str, float]]) -> List[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--builds", action="store_true", help="compare the dispatched build with a native one")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurements per row (the best counts)")
     ap.add_argument("--threads", type=int, default=2, help="the multi-threaded rows' thread count")
     ap.add_argument("--json", help="also write the figures as JSON")
     args = ap.parse_args()
+    if args.child:  # one measurement of mcutrain's rows in this interpreter's build, as JSON
+        from mcutrain import isa
+
+        with one_blas_thread():
+            print(json.dumps({"_variant": isa.active(), **mcutrain_rows(args.seconds, args.threads)}))
+        return
+    if args.builds:
+        print("\n".join(compare_builds(args.seconds, max(1, args.rounds), args.threads)))
+        return
     cores = os.cpu_count() or 1
     results: Dict[str, Dict[str, float]] = {}
     for name, (sizes, acts, batch) in NETS.items():

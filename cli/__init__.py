@@ -9,7 +9,9 @@ from __future__ import annotations
 import sys
 from typing import Any, List, Optional
 
-from .exit_codes import EXIT_INTERRUPTED, EXIT_TERMINATED
+from mcutrain.errors import McuTrainError
+
+from .exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED
 
 
 def run(argv: Optional[List[str]] = None) -> None:
@@ -18,8 +20,11 @@ def run(argv: Optional[List[str]] = None) -> None:
         from mcutrain.processes import terminate_like_interrupt
 
         terminate_like_interrupt()  # SIGTERM and SIGHUP clean up as Ctrl-C does
-        from .commands import main
-
+        try:
+            from .commands import main
+        except McuTrainError as e:  # a setting read while loading (MCUTRAIN_ISA): one line, as every error
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(EXIT_ERROR)
         main.main(args=argv, prog_name="mcutrain")
     except KeyboardInterrupt:  # before the commands' own error policy took over
         from mcutrain.processes import was_terminated

@@ -10,8 +10,33 @@ from mcutrain.version import __version__
 from .common import EXIT_CODES_HELP, ErrorPolicyGroup
 
 
+def version_text() -> str:
+    """What `mcutrain --version` prints: the version, the kernel variant that runs (and the ones this CPU
+    runs), and the format versions this mcutrain reads and writes."""
+    from mcutrain import corefacts, isa
+
+    formats = ", ".join(f"{k.lower()} {v}" for k, v in corefacts.FORMAT_VERSIONS.items())
+    return (
+        f"mcutrain {__version__}\nkernels: {isa.active()} (this CPU runs: {', '.join(isa.runnable())}; "
+        f"MCUTRAIN_ISA selects one)\nformats: {formats}"
+    )
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_text())
+        ctx.exit()
+
+
 @click.group(cls=ErrorPolicyGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="mcutrain")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version, the kernel variant that runs and the format versions, and exit.",
+)
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
@@ -33,6 +58,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 def _register() -> None:
     """Add every command to the group."""
     from .device import device
+    from .doctor import doctor
     from .export import build, export, flash, sim
     from .features import features
     from .fleet import fleet
@@ -48,6 +74,7 @@ def _register() -> None:
         main.add_command(cmd)
     main.add_command(fleet)
     main.add_command(features)
+    main.add_command(doctor)
 
 
 _register()

@@ -11,7 +11,6 @@ Each simulator kind is a `Simulator` subclass registered in SIMULATORS by `kind`
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -23,9 +22,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import processes
 from ..errors import McuTrainError
+from ..host_build import host_tool_file
 from . import pio
 from .boards import Board
 from .client import Device
+from .paths import firmware_dir
 
 
 class SimError(McuTrainError, RuntimeError):
@@ -67,15 +68,28 @@ def cache_dir() -> Path:
     return d
 
 
+def prebuilt_host_tool(
+    source: Path, name: str, cflags: Sequence[str], libs: Sequence[str] = (), suffix: str = ""
+) -> Optional[Path]:
+    """The copy of a host tool built into the package (firmware/host_tools/bin, by setup.py) for exactly this
+    source and these flags, or None."""
+    file = host_tool_file(name, Path(source).read_bytes(), list(cflags), list(libs), suffix)
+    f = firmware_dir() / "host_tools" / "bin" / file
+    return f if f.is_file() else None
+
+
 def build_host_tool(source: Path, name: str, cflags: Sequence[str], libs: Sequence[str] = (), suffix: str = "") -> Path:
-    """A host tool (a program, or a shared object with cflags -shared -fPIC) compiled with the host gcc from
-    one C file, once per version of the source and the flags: cache_dir()/NAME-DIGEST+SUFFIX. It is
+    """A host tool (a program, or a shared object with cflags -shared -fPIC): the package's prebuilt copy
+    (prebuilt_host_tool), else compiled with the host gcc from one C file, once per version of the source
+    and the flags: cache_dir()/NAME-DIGEST+SUFFIX. It is
     compiled under a temporary name and renamed, so a parallel session never runs half a file. SimError
     with gcc's messages when it does not compile."""
+    prebuilt = prebuilt_host_tool(source, name, cflags, libs, suffix)
+    if prebuilt is not None:
+        return prebuilt
     require_tools("gcc")
     source = Path(source)
-    digest = hashlib.sha256(source.read_bytes() + "\0".join([*cflags, *libs]).encode()).hexdigest()[:12]
-    out = cache_dir() / f"{name}-{digest}{suffix}"
+    out = cache_dir() / host_tool_file(name, source.read_bytes(), list(cflags), list(libs), suffix)
     if not out.is_file():
         tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
         run_checked(["gcc", *cflags, str(source), "-o", str(tmp), *libs])

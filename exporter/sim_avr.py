@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from ..host_build import HOST_TOOLS
 from .boards import Board
 from .paths import firmware_dir
 from .sim import (
@@ -28,6 +29,7 @@ from .sim import (
     Simulator,
     build_host_tool,
     launch_process,
+    prebuilt_host_tool,
     quit_process,
     require_tools,
     section_sizes,
@@ -43,14 +45,14 @@ EXIT_OVERFLOW = 97  # the harness's status for a stack overflow
 def build_harness() -> Path:
     """The harness (firmware/host_tools/avr_run.c, linked against libsimavr), built once per version into
     sim.cache_dir()."""
+    source, cflags, libs, suffix = HOST_TOOLS["avr_run"]
+    path = firmware_dir() / Path(source).relative_to("firmware")
+    prebuilt = prebuilt_host_tool(path, "avr_run", cflags, libs, suffix)
+    if prebuilt is not None:
+        return prebuilt
     if not SIMAVR_HEADER.is_file():
         raise SimError("libsimavr not found: install it (Debian/Ubuntu: sudo apt-get install simavr libsimavr-dev)")
-    return build_host_tool(
-        firmware_dir() / "host_tools" / "avr_run.c",
-        "avr_run",
-        ["-O2", "-Wall", f"-I{SIMAVR_HEADER.parent}"],
-        libs=["-lsimavr", "-lutil"],
-    )
+    return build_host_tool(path, "avr_run", cflags, libs, suffix)
 
 
 def avr_sizes(elf: Path) -> Dict[str, int]:

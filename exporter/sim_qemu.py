@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from ..host_build import HOST_TOOLS
 from .boards import Board
 from .paths import firmware_dir
 from .sim import (
@@ -51,12 +52,8 @@ def _qemu_opt(value: str) -> str:
 def build_plugin() -> Path:
     """The instruction-counting TCG plugin (firmware/host_tools/insn_plugin.c), built once per version
     into sim.cache_dir()."""
-    return build_host_tool(
-        firmware_dir() / "host_tools" / "insn_plugin.c",
-        "insn_plugin",
-        ["-shared", "-fPIC", "-O2", "-Wall"],
-        suffix=".so",
-    )
+    source, cflags, libs, suffix = HOST_TOOLS["insn_plugin"]
+    return build_host_tool(firmware_dir() / Path(source).relative_to("firmware"), "insn_plugin", cflags, libs, suffix)
 
 
 def symbol_addresses(nm: str, elf: Path, names: List[str]) -> Dict[str, int]:

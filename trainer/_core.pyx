@@ -115,7 +115,48 @@ cdef extern from "mct_math.h" nogil:
     float mct_sqrtf(float)
     float mct_sqrtf_soft(float)
 
+cdef extern from "isa_dispatch.h" nogil:
+    int mct_isa_count()
+    const char *mct_isa_name(int i)
+    int mct_isa_runs(int i)
+    int mct_isa_select(const char *name)
+    const char *mct_isa_active()
+
 cnp.import_array()
+
+
+# ---- which copy of the hot kernels runs (trainer/isa_dispatch.c; mcutrain.isa is the public face) ----
+
+def isa_variants():
+    """[(name, this CPU runs it)] of the kernel variants built in, the baseline first."""
+    return [(mct_isa_name(i).decode(), bool(mct_isa_runs(i))) for i in range(mct_isa_count())]
+
+
+def isa_select(name=None):
+    """Run the named variant (None: the widest this CPU runs); False when it is unknown or cannot run here."""
+    if name is None:
+        return mct_isa_select(NULL) >= 0
+    b = name.encode()
+    return mct_isa_select(b) >= 0
+
+
+def isa_active():
+    """The name of the variant that runs."""
+    return mct_isa_active().decode()
+
+
+def _isa_from_env():
+    """At import: the widest variant this CPU runs, or the one MCUTRAIN_ISA names (ConfigError if it cannot)."""
+    import os
+    want = os.environ.get("MCUTRAIN_ISA")
+    isa_select(None)
+    if want and not isa_select(want):
+        from mcutrain.errors import ConfigError
+        runs = ", ".join(n for n, r in isa_variants() if r)
+        raise ConfigError(f"MCUTRAIN_ISA={want}: no kernel variant of that name runs here; choose one of {runs}")
+
+
+_isa_from_env()
 
 LAYER_SIZE = MCT_LAYER_SIZE
 OPT_SIZE = MCT_OPT_SIZE
