@@ -21,38 +21,32 @@ int mct_spatial_check(const mct_layer *L) {
 /* Weight j of a layer whose parameters are p in RAM, or c in the const blob (f32, the same layout) when c is set. */
 static MCT_INLINE float wget(const float *p, const uint8_t *c, size_t j) { return c ? mct_cload_f32(c + 4 * j) : p[j]; }
 
+/* Where tap (ky, kx) of the window at (oy, ox) reads: the offset of its channel 0 in one sample of L's input. */
+static MCT_INLINE size_t tap_at(const mct_layer *L, uint32_t oy, uint32_t ox, uint32_t ky, uint32_t kx) {
+    return ((size_t)(oy * L->sh + ky - L->pt) * L->w_in + (ox * L->sw + kx - L->pl)) * L->c_in;
+}
+
 /* The forward pass with the parameters in RAM (p) or in the const blob (c). */
 static MCT_INLINE void conv2d_fwd(const mct_layer *L, const float *p, const uint8_t *c, const float *x, float *y,
                                   uint32_t nb) {
-    const uint32_t Hi = L->h_in, Wi = L->w_in, Ci = L->c_in, Ho = L->h_out, Wo = L->w_out, Co = L->c_out;
-    const uint32_t KW = L->kw, nw = (uint32_t)L->kh * KW * Ci * Co;
-    for (uint32_t s = 0; s < nb; s++) {
+    const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw, nw = (uint32_t)L->kh * KW * Ci * Co;
+    MCT_FOR_WINDOWS(L, nb, {
         const float *xs = x + (size_t)s * L->n_in;
-        for (uint32_t oy = 0; oy < Ho; oy++) {
-            uint32_t ky0, ky1;
-            mct_window(oy, L->sh, L->pt, L->kh, Hi, &ky0, &ky1);
-            for (uint32_t ox = 0; ox < Wo; ox++) {
-                uint32_t kx0, kx1;
-                mct_window(ox, L->sw, L->pl, KW, Wi, &kx0, &kx1);
-                float *restrict yo = y + (size_t)s * L->n_out + ((size_t)oy * Wo + ox) * Co;
-                for (uint32_t o = 0; o < Co; o++) yo[o] = 0.0f;
-                for (uint32_t ky = ky0; ky < ky1; ky++) {
-                    uint32_t iy = oy * L->sh + ky - L->pt;
-                    for (uint32_t kx = kx0; kx < kx1; kx++) {
-                        const float *xp = xs + ((size_t)iy * Wi + (ox * L->sw + kx - L->pl)) * Ci;
-                        const size_t wp = ((size_t)ky * KW + kx) * Ci * Co;
-                        for (uint32_t ci = 0; ci < Ci; ci++) {
-                            const float xv = xp[ci];
-                            const size_t wr = wp + (size_t)ci * Co;
-                            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xv * wget(p, c, wr + o);
-                        }
-                    }
+        float *restrict yo = y + (size_t)s * L->n_out + ((size_t)oy * L->w_out + ox) * Co;
+        for (uint32_t o = 0; o < Co; o++) yo[o] = 0.0f;
+        for (uint32_t ky = ky0; ky < ky1; ky++)
+            for (uint32_t kx = kx0; kx < kx1; kx++) {
+                const float *xp = xs + tap_at(L, oy, ox, ky, kx);
+                const size_t wp = ((size_t)ky * KW + kx) * Ci * Co;
+                for (uint32_t ci = 0; ci < Ci; ci++) {
+                    const float xv = xp[ci];
+                    const size_t wr = wp + (size_t)ci * Co;
+                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xv * wget(p, c, wr + o);
                 }
-                if (L->kind)
-                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + wget(p, c, nw + o);
             }
-        }
-    }
+        if (L->kind)
+            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + wget(p, c, nw + o);
+    })
 }
 
 void mct_conv2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb) {
@@ -65,45 +59,32 @@ void mct_conv2d_const_forward(const mct_layer *L, const uint8_t *c, const float 
 }
 
 /* dL/dx into b->gx (parameters in RAM or in the const blob; wt: on the host, W transposed per tap to [o][c_in],
- * which gives the same sums in the same order with the inner loop over contiguous values). */
+ * which gives the same sums in the same order with the inner loop over contiguous values). dx[c] gets, per output
+ * position and tap, gy[o] W[c][o] for o ascending. */
 static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8_t *c, const float *wt,
                                  const mct_bwd *b) {
-    const uint32_t Hi = L->h_in, Wi = L->w_in, Ci = L->c_in, Ho = L->h_out, Wo = L->w_out, Co = L->c_out;
-    const uint32_t KW = L->kw, nb = b->nb;
-    {
-        /* dx[c] gets, per output position and tap, gy[o] W[c][o] for o ascending */
-        for (size_t j = 0; j < (size_t)L->n_in * nb; j++) b->gx[j] = 0.0f;
-        for (uint32_t s = 0; s < nb; s++)
-            for (uint32_t oy = 0; oy < Ho; oy++) {
-                uint32_t ky0, ky1;
-                mct_window(oy, L->sh, L->pt, L->kh, Hi, &ky0, &ky1);
-                for (uint32_t ox = 0; ox < Wo; ox++) {
-                    uint32_t kx0, kx1;
-                    mct_window(ox, L->sw, L->pl, KW, Wi, &kx0, &kx1);
-                    const float *gyo = b->gy + (size_t)s * L->n_out + ((size_t)oy * Wo + ox) * Co;
-                    for (uint32_t ky = ky0; ky < ky1; ky++) {
-                        uint32_t iy = oy * L->sh + ky - L->pt;
-                        for (uint32_t kx = kx0; kx < kx1; kx++) {
-                            float *restrict gxp =
-                                b->gx + (size_t)s * L->n_in + ((size_t)iy * Wi + (ox * L->sw + kx - L->pl)) * Ci;
-                            const size_t wp = ((size_t)ky * KW + kx) * Ci * Co;
-                            if (wt)
-                                for (uint32_t o = 0; o < Co; o++) {
-                                    const float g = gyo[o];
-                                    const float *restrict wr = wt + wp + (size_t)o * Ci;
-                                    for (uint32_t ci = 0; ci < Ci; ci++) gxp[ci] = gxp[ci] + g * wr[ci];
-                                }
-                            else
-                                for (uint32_t o = 0; o < Co; o++) {
-                                    const float g = gyo[o];
-                                    for (uint32_t ci = 0; ci < Ci; ci++)
-                                        gxp[ci] = gxp[ci] + g * wget(p, c, wp + (size_t)ci * Co + o);
-                                }
-                        }
+    const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw;
+    for (size_t j = 0; j < (size_t)L->n_in * b->nb; j++) b->gx[j] = 0.0f;
+    MCT_FOR_WINDOWS(L, b->nb, {
+        const float *gyo = b->gy + (size_t)s * L->n_out + ((size_t)oy * L->w_out + ox) * Co;
+        for (uint32_t ky = ky0; ky < ky1; ky++)
+            for (uint32_t kx = kx0; kx < kx1; kx++) {
+                float *restrict gxp = b->gx + (size_t)s * L->n_in + tap_at(L, oy, ox, ky, kx);
+                const size_t wp = ((size_t)ky * KW + kx) * Ci * Co;
+                if (wt)
+                    for (uint32_t o = 0; o < Co; o++) {
+                        const float g = gyo[o];
+                        const float *restrict wr = wt + wp + (size_t)o * Ci;
+                        for (uint32_t ci = 0; ci < Ci; ci++) gxp[ci] = gxp[ci] + g * wr[ci];
                     }
-                }
+                else
+                    for (uint32_t o = 0; o < Co; o++) {
+                        const float g = gyo[o];
+                        for (uint32_t ci = 0; ci < Ci; ci++)
+                            gxp[ci] = gxp[ci] + g * wget(p, c, wp + (size_t)ci * Co + o);
+                    }
             }
-    }
+    })
 }
 
 void mct_conv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b) {
@@ -111,13 +92,13 @@ void mct_conv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_b
 }
 
 void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
-    const uint32_t Hi = L->h_in, Wi = L->w_in, Ci = L->c_in, Ho = L->h_out, Wo = L->w_out, Co = L->c_out;
-    const uint32_t KW = L->kw, nw = (uint32_t)L->kh * KW * Ci * Co, nb = b->nb;
+    const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw, nw = (uint32_t)L->kh * KW * Ci * Co;
     if (b->gx) {
         float *wt = NULL;
         if (MCT_HOST && b->host) { /* the host: W per tap transposed into scratch after the gradient sums */
             wt = b->tmp + nw + Co;
-            for (uint32_t t = 0; t < (uint32_t)L->kh * KW; t++) mct_transpose(p + (size_t)t * Ci * Co, wt + (size_t)t * Ci * Co, Ci, Co);
+            for (uint32_t t = 0; t < (uint32_t)L->kh * KW; t++)
+                mct_transpose(p + (size_t)t * Ci * Co, wt + (size_t)t * Ci * Co, Ci, Co);
         }
         conv2d_gx(L, p, NULL, wt, b);
     }
@@ -125,31 +106,21 @@ void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
     /* parameter gradients summed in tmp (nw + c_out floats), then handed to the sink */
     float *restrict gw = b->tmp, *restrict gb = b->tmp + nw;
     for (uint32_t j = 0; j < nw + Co; j++) gw[j] = 0.0f;
-    for (uint32_t s = 0; s < nb; s++) {
+    MCT_FOR_WINDOWS(L, b->nb, {
         const float *xs = b->x + (size_t)s * L->n_in;
-        for (uint32_t oy = 0; oy < Ho; oy++) {
-            uint32_t ky0, ky1;
-            mct_window(oy, L->sh, L->pt, L->kh, Hi, &ky0, &ky1);
-            for (uint32_t ox = 0; ox < Wo; ox++) {
-                uint32_t kx0, kx1;
-                mct_window(ox, L->sw, L->pl, KW, Wi, &kx0, &kx1);
-                const float *restrict gyo = b->gy + (size_t)s * L->n_out + ((size_t)oy * Wo + ox) * Co;
-                for (uint32_t ky = ky0; ky < ky1; ky++) {
-                    uint32_t iy = oy * L->sh + ky - L->pt;
-                    for (uint32_t kx = kx0; kx < kx1; kx++) {
-                        const float *xp = xs + ((size_t)iy * Wi + (ox * L->sw + kx - L->pl)) * Ci;
-                        float *gwp = gw + ((size_t)ky * KW + kx) * Ci * Co;
-                        for (uint32_t c = 0; c < Ci; c++) {
-                            const float xv = xp[c];
-                            float *restrict gr = gwp + (size_t)c * Co;
-                            for (uint32_t o = 0; o < Co; o++) gr[o] = gr[o] + xv * gyo[o];
-                        }
-                    }
+        const float *restrict gyo = b->gy + (size_t)s * L->n_out + ((size_t)oy * L->w_out + ox) * Co;
+        for (uint32_t ky = ky0; ky < ky1; ky++)
+            for (uint32_t kx = kx0; kx < kx1; kx++) {
+                const float *xp = xs + tap_at(L, oy, ox, ky, kx);
+                float *gwp = gw + ((size_t)ky * KW + kx) * Ci * Co;
+                for (uint32_t ci = 0; ci < Ci; ci++) {
+                    const float xv = xp[ci];
+                    float *restrict gr = gwp + (size_t)ci * Co;
+                    for (uint32_t o = 0; o < Co; o++) gr[o] = gr[o] + xv * gyo[o];
                 }
-                for (uint32_t o = 0; o < Co; o++) gb[o] = gb[o] + gyo[o];
             }
-        }
-    }
+        for (uint32_t o = 0; o < Co; o++) gb[o] = gb[o] + gyo[o];
+    })
     uint32_t n = L->kind ? nw + Co : nw;
     for (uint32_t j = 0; j < n; j++) mct_sink_put(b->sink, L, p, j, gw[j]);
 }

@@ -7,37 +7,31 @@
 /* Weight j of a layer whose parameters are p in RAM, or c in the const blob (f32, the same layout) when c is set. */
 static MCT_INLINE float wget(const float *p, const uint8_t *c, size_t j) { return c ? mct_cload_f32(c + 4 * j) : p[j]; }
 
+/* Where tap (ky, kx) of the window at (oy, ox) reads: the offset of its channel 0 in one sample of L's input. */
+static MCT_INLINE size_t tap_at(const mct_layer *L, uint32_t oy, uint32_t ox, uint32_t ky, uint32_t kx) {
+    return ((size_t)(oy * L->sh + ky - L->pt) * L->w_in + (ox * L->sw + kx - L->pl)) * L->c_in;
+}
+
 /* The forward pass with the parameters in RAM (p) or in the const blob (c). */
 static MCT_INLINE void dwconv2d_fwd(const mct_layer *L, const float *p, const uint8_t *c, const float *x, float *y,
                                     uint32_t nb) {
-    const uint32_t Hi = L->h_in, Wi = L->w_in, Ci = L->c_in, Ho = L->h_out, Wo = L->w_out, Co = L->c_out;
-    const uint32_t KW = L->kw, m = Co / Ci, nw = (uint32_t)L->kh * KW * Co;
-    for (uint32_t s = 0; s < nb; s++) {
+    const uint32_t Co = L->c_out, KW = L->kw, m = Co / L->c_in, nw = (uint32_t)L->kh * KW * Co;
+    MCT_FOR_WINDOWS(L, nb, {
         const float *xs = x + (size_t)s * L->n_in;
-        for (uint32_t oy = 0; oy < Ho; oy++) {
-            uint32_t ky0, ky1;
-            mct_window(oy, L->sh, L->pt, L->kh, Hi, &ky0, &ky1);
-            for (uint32_t ox = 0; ox < Wo; ox++) {
-                uint32_t kx0, kx1;
-                mct_window(ox, L->sw, L->pl, KW, Wi, &kx0, &kx1);
-                float *restrict yo = y + (size_t)s * L->n_out + ((size_t)oy * Wo + ox) * Co;
-                for (uint32_t o = 0; o < Co; o++) yo[o] = 0.0f;
-                for (uint32_t ky = ky0; ky < ky1; ky++) {
-                    uint32_t iy = oy * L->sh + ky - L->pt;
-                    for (uint32_t kx = kx0; kx < kx1; kx++) {
-                        const float *restrict xp = xs + ((size_t)iy * Wi + (ox * L->sw + kx - L->pl)) * Ci;
-                        const size_t wp = ((size_t)ky * KW + kx) * Co;
-                        if (m == 1)
-                            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o] * wget(p, c, wp + o);
-                        else
-                            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o / m] * wget(p, c, wp + o);
-                    }
-                }
-                if (L->kind)
-                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + wget(p, c, nw + o);
+        float *restrict yo = y + (size_t)s * L->n_out + ((size_t)oy * L->w_out + ox) * Co;
+        for (uint32_t o = 0; o < Co; o++) yo[o] = 0.0f;
+        for (uint32_t ky = ky0; ky < ky1; ky++)
+            for (uint32_t kx = kx0; kx < kx1; kx++) {
+                const float *restrict xp = xs + tap_at(L, oy, ox, ky, kx);
+                const size_t wp = ((size_t)ky * KW + kx) * Co;
+                if (m == 1)
+                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o] * wget(p, c, wp + o);
+                else
+                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o / m] * wget(p, c, wp + o);
             }
-        }
-    }
+        if (L->kind)
+            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + wget(p, c, nw + o);
+    })
 }
 
 void mct_dwconv2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb) {
@@ -51,51 +45,38 @@ void mct_dwconv2d_const_forward(const mct_layer *L, const uint8_t *c, const floa
 
 /* The backward pass: dL/dx (if asked), and with the parameters in RAM (c NULL) their gradients to the sink. */
 static MCT_INLINE void dwconv2d_bwd(const mct_layer *L, float *p, const uint8_t *c, const mct_bwd *b) {
-    const uint32_t Hi = L->h_in, Wi = L->w_in, Ci = L->c_in, Ho = L->h_out, Wo = L->w_out, Co = L->c_out;
-    const uint32_t KW = L->kw, m = Co / Ci, nw = (uint32_t)L->kh * KW * Co, nb = b->nb;
+    const uint32_t Co = L->c_out, KW = L->kw, m = Co / L->c_in, nw = (uint32_t)L->kh * KW * Co;
     const int grads = !c && b->sink;
     float *restrict gw = grads ? b->tmp : NULL, *restrict gb = grads ? b->tmp + nw : NULL;
     if (b->gx)
-        for (size_t j = 0; j < (size_t)L->n_in * nb; j++) b->gx[j] = 0.0f;
+        for (size_t j = 0; j < (size_t)L->n_in * b->nb; j++) b->gx[j] = 0.0f;
     if (gw)
         for (uint32_t j = 0; j < nw + Co; j++) gw[j] = 0.0f;
-    for (uint32_t s = 0; s < nb; s++) {
+    MCT_FOR_WINDOWS(L, b->nb, {
         const float *xs = b->x + (size_t)s * L->n_in;
-        for (uint32_t oy = 0; oy < Ho; oy++) {
-            uint32_t ky0, ky1;
-            mct_window(oy, L->sh, L->pt, L->kh, Hi, &ky0, &ky1);
-            for (uint32_t ox = 0; ox < Wo; ox++) {
-                uint32_t kx0, kx1;
-                mct_window(ox, L->sw, L->pl, KW, Wi, &kx0, &kx1);
-                const float *restrict gyo = b->gy + (size_t)s * L->n_out + ((size_t)oy * Wo + ox) * Co;
-                for (uint32_t ky = ky0; ky < ky1; ky++) {
-                    uint32_t iy = oy * L->sh + ky - L->pt;
-                    for (uint32_t kx = kx0; kx < kx1; kx++) {
-                        size_t at = ((size_t)iy * Wi + (ox * L->sw + kx - L->pl)) * Ci;
-                        const size_t wp = ((size_t)ky * KW + kx) * Co;
-                        if (b->gx) {
-                            float *restrict gxp = b->gx + (size_t)s * L->n_in + at;
-                            if (m == 1)
-                                for (uint32_t o = 0; o < Co; o++) gxp[o] = gxp[o] + gyo[o] * wget(p, c, wp + o);
-                            else
-                                for (uint32_t o = 0; o < Co; o++)
-                                    gxp[o / m] = gxp[o / m] + gyo[o] * wget(p, c, wp + o);
-                        }
-                        if (gw) {
-                            const float *restrict xp = xs + at;
-                            float *restrict gwp = gw + ((size_t)ky * KW + kx) * Co;
-                            if (m == 1)
-                                for (uint32_t o = 0; o < Co; o++) gwp[o] = gwp[o] + xp[o] * gyo[o];
-                            else
-                                for (uint32_t o = 0; o < Co; o++) gwp[o] = gwp[o] + xp[o / m] * gyo[o];
-                        }
-                    }
+        const float *restrict gyo = b->gy + (size_t)s * L->n_out + ((size_t)oy * L->w_out + ox) * Co;
+        for (uint32_t ky = ky0; ky < ky1; ky++)
+            for (uint32_t kx = kx0; kx < kx1; kx++) {
+                const size_t at = tap_at(L, oy, ox, ky, kx), wp = ((size_t)ky * KW + kx) * Co;
+                if (b->gx) {
+                    float *restrict gxp = b->gx + (size_t)s * L->n_in + at;
+                    if (m == 1)
+                        for (uint32_t o = 0; o < Co; o++) gxp[o] = gxp[o] + gyo[o] * wget(p, c, wp + o);
+                    else
+                        for (uint32_t o = 0; o < Co; o++) gxp[o / m] = gxp[o / m] + gyo[o] * wget(p, c, wp + o);
                 }
-                if (gb)
-                    for (uint32_t o = 0; o < Co; o++) gb[o] = gb[o] + gyo[o];
+                if (gw) {
+                    const float *restrict xp = xs + at;
+                    float *restrict gwp = gw + wp;
+                    if (m == 1)
+                        for (uint32_t o = 0; o < Co; o++) gwp[o] = gwp[o] + xp[o] * gyo[o];
+                    else
+                        for (uint32_t o = 0; o < Co; o++) gwp[o] = gwp[o] + xp[o / m] * gyo[o];
+                }
             }
-        }
-    }
+        if (gb)
+            for (uint32_t o = 0; o < Co; o++) gb[o] = gb[o] + gyo[o];
+    })
     if (!gw) return;
     uint32_t n = L->kind ? nw + Co : nw;
     for (uint32_t j = 0; j < n; j++) mct_sink_put(b->sink, L, p, j, gw[j]);

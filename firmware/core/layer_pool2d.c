@@ -4,22 +4,15 @@
  * dx of each of those taps += gy / count. A global pool is a window the size of the input. */
 #include "mct_layers.h"
 
-/* Calls BODY for every output value: s, oy, ox, the tap ranges and the offsets xo (first channel of the window's
- * top-left tap... computed per tap by the body) and yo (the output position's first channel). */
+/* Walks the windows (MCT_FOR_WINDOWS) with xs, the first value of sample s, yo, the output position's first channel,
+ * (iy0, ix0), the first tap inside the input, and nh x nw taps inside it. */
 #define POOL_LOOP(BODY)                                                                                       \
-    for (uint32_t s = 0; s < nb; s++)                                                                          \
-        for (uint32_t oy = 0; oy < L->h_out; oy++) {                                                           \
-            uint32_t ky0, ky1;                                                                                 \
-            mct_window(oy, L->sh, L->pt, L->kh, L->h_in, &ky0, &ky1);                                          \
-            for (uint32_t ox = 0; ox < L->w_out; ox++) {                                                       \
-                uint32_t kx0, kx1;                                                                             \
-                mct_window(ox, L->sw, L->pl, L->kw, L->w_in, &kx0, &kx1);                                      \
-                size_t xs = (size_t)s * L->n_in, yo = (size_t)s * L->n_out + ((size_t)oy * L->w_out + ox) * C; \
-                uint32_t iy0 = oy * L->sh + ky0 - L->pt, ix0 = ox * L->sw + kx0 - L->pl;                        \
-                uint32_t nh = ky1 - ky0, nw = kx1 - kx0;                                                       \
-                BODY                                                                                           \
-            }                                                                                                  \
-        }
+    MCT_FOR_WINDOWS(L, nb, {                                                                                  \
+        size_t xs = (size_t)s * L->n_in, yo = (size_t)s * L->n_out + ((size_t)oy * L->w_out + ox) * C;         \
+        uint32_t iy0 = oy * L->sh + ky0 - L->pt, ix0 = ox * L->sw + kx0 - L->pl;                                \
+        uint32_t nh = ky1 - ky0, nw = kx1 - kx0;                                                               \
+        BODY                                                                                                   \
+    })
 /* Offset of channel 0 of tap (r, q) of the window (r, q counted from the first tap inside the input). */
 #define TAP(r, q) (xs + ((size_t)(iy0 + (r)) * L->w_in + ix0 + (q)) * C)
 

@@ -233,6 +233,20 @@ static inline void mct_window(uint32_t o, uint32_t st, uint32_t pad, uint32_t k,
 }
 /* Are a spatial layer's geometry fields consistent (sizes, windows, padding less than the window)? 1 = yes. */
 int mct_spatial_check(const mct_layer *L);
+/* Runs the statements after L and nb for every sample s < nb and output position (oy, ox) of spatial layer L, in that
+ * order, with the taps of the window that fall inside the input: rows [ky0, ky1), columns [kx0, kx1) (mct_window);
+ * tap (ky, kx) reads input row oy sh - pt + ky, column ox sw - pl + kx. Every spatial kernel walks its windows here. */
+#define MCT_FOR_WINDOWS(L, nb, ...)                                                                           \
+    for (uint32_t s = 0; s < (nb); s++)                                                                       \
+        for (uint32_t oy = 0; oy < (L)->h_out; oy++) {                                                        \
+            uint32_t ky0, ky1;                                                                                \
+            mct_window(oy, (L)->sh, (L)->pt, (L)->kh, (L)->h_in, &ky0, &ky1);                                 \
+            for (uint32_t ox = 0; ox < (L)->w_out; ox++) {                                                    \
+                uint32_t kx0, kx1;                                                                            \
+                mct_window(ox, (L)->sw, (L)->pl, (L)->kw, (L)->w_in, &kx0, &kx1);                             \
+                __VA_ARGS__                                                                                   \
+            }                                                                                                 \
+        }
 
 /* Dense / Linear forward (layer_dense.c). */
 void mct_dense_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb);
