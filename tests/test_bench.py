@@ -29,7 +29,8 @@ def bench() -> ModuleType:
 
 
 def test_the_benchmark_runs_and_reports_both_networks(tmp_path: Path) -> None:
-    """A short run exits 0 and reports samples/s for both networks (NumPy and mcutrain rows), also as JSON."""
+    """A short run exits 0 and reports samples/s for both networks (NumPy and mcutrain rows) and for the two CNNs
+    (mcutrain and PyTorch rows), also as JSON."""
     out = tmp_path / "bench.json"
     r = subprocess.run(
         [sys.executable, str(BENCH), "--seconds", "0.05", "--rounds", "1", "--json", str(out)],
@@ -45,11 +46,17 @@ def test_the_benchmark_runs_and_reports_both_networks(tmp_path: Path) -> None:
     for section in r.stdout.split("\nnetwork ")[1:]:
         assert "numpy" in section and "mcutrain 1 thread" in section, section
     figures = json.loads(out.read_text())
-    assert set(figures) == {"A", "B"}
-    for row in figures.values():
+    assert set(figures) == {"A", "B", "digits_cnn", "ds_cnn"}
+    for name in ("A", "B"):
+        row = figures[name]
         assert row["numpy"] > 0 and row["mcutrain 1 thread"] > 0
         assert row["numpy epochs"] > 0 and row["mcutrain fit 1 thread"] > 0  # whole epochs through fit
+    for name in ("digits_cnn", "ds_cnn"):  # the CNNs beside PyTorch on one thread, with their targets
+        row = figures[name]
+        assert row["mcutrain fit 1 thread"] > 0 and row["pytorch 1 thread"] > 0
+        assert f"\n{name}: Adam, cross-entropy, batch 32" in r.stdout
     assert "mcutrain fit 1 thread" in r.stdout and ">= 25x" in r.stdout  # the row with its target beside it
+    assert ">= 5x" in r.stdout and ">= 1x" in r.stdout
 
 
 def bench_net(bench: ModuleType, sizes: List[int], acts: List[str]) -> Module:

@@ -38,9 +38,10 @@ def mlp() -> Checkpoint:
 
 
 def every_op() -> Checkpoint:
-    """A network with the heavier layers (Conv1d, GLU, RMSNorm, DyT, Swish, Diag, ScalarScale, Residual)."""
+    """A network with the heavier layers (SingleChannelConv1d, GLU, RMSNorm, DyT, Swish, Diag, ScalarScale,
+    Residual)."""
     net = Sequential(
-        L.Conv1d(8, 6, 3),
+        L.SingleChannelConv1d(8, 6, 3),
         L.Linear(6, 8),
         L.GLU(8, 6),
         L.RMSNorm(),

@@ -366,7 +366,8 @@ def load_csv(
                 )
         y = t.numbers(t_cols)
     x = t.numbers(i_cols).astype(np.float32)
-    return Dataset(x, y.astype(np.float32), p.name, names, [header[j] for j in i_cols] if header else None)
+    input_names = [header[j] if j < len(header) else "" for j in i_cols] if header else None  # header may be short
+    return Dataset(x, y.astype(np.float32), p.name, names, input_names)
 
 
 def npz_array(path: Union[str, Path], key: str, z: Any = None, text_ok: bool = False) -> np.ndarray:
