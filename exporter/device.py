@@ -62,7 +62,8 @@ def _split_biases(layers: List[LayerDesc]) -> List[LayerDesc]:
                     n_p=n_b,
                     n_w=0,
                     name=d.name + " bias",
-                    geometry={} if d.op == Op.DENSE else {"c_in": n_b},  # one bias per channel
+                    # one bias per channel: h_in positions of c_in channels
+                    geometry={} if d.op == Op.DENSE else {"c_in": n_b, "h_in": d.n_out // n_b},
                 )
             )
         else:

@@ -61,7 +61,6 @@ def torch_forward(net: Sequential, p: torch.Tensor, x: torch.Tensor, training: b
 def test_training_step_on_batch_statistics_matches_pytorch(opt_name: str) -> None:
     """One train_batch on 5 samples: the mean loss, every parameter after the step and the running statistics
     agree with float64 PyTorch (batch_norm in training mode, cross-entropy on the logits, the optimizer by hand)."""
-    torch.set_default_dtype(torch.float64)
     net = bn_net()
     rng = np.random.default_rng(1)
     x = rng.normal(size=(5, 6, 6, 2)).astype(np.float32)

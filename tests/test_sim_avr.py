@@ -220,7 +220,9 @@ def test_fully_trainable_networks_do_not_fit_the_uno(net: str, tmp_path: Path) -
     msg = str(e.value)
     m = re.search(r"needs ([\d,]+) B RAM, uno has 2,048 B", msg)
     assert m and int(m.group(1).replace(",", "")) > 2048, msg
-    assert "--trainable biases" in msg
+    # the way out: bias-only training, or for the 64-32-10 network (whose bias-only plan is 20 B over since the layer
+    # rows grew the spatial fields) predicting only
+    assert "--trainable biases" in msg or (net == "relu" and "--trainable none" in msg), msg
     assert not out.exists()
 
 
