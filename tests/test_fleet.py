@@ -414,13 +414,13 @@ def _processes_mentioning(text: str) -> List[str]:
 
 
 def test_sigterm_stops_everything_the_local_fleet_started(digits: Dataset, start_model: Path, tmp_path: Path) -> None:
-    """`mcutrain fleet --simulate 2` killed with SIGTERM mid-run ends with the interrupted exit code and
+    """`mcutrain fleet --simulate 2` killed with SIGTERM mid-run ends with the terminated exit code (143) and
     leaves no process behind: the SuperLink, the nodes, their SuperNodes, Flower's SuperExecs and apps, the
     firmware processes; the global model file, if a round wrote it, is a valid model."""
     import subprocess
     import sys
 
-    from mcutrain.cli.exit_codes import EXIT_INTERRUPTED
+    from mcutrain.cli.exit_codes import EXIT_TERMINATED
 
     np.savez(tmp_path / "digits.npz", x=digits.x, y=digits.y)
     work = tmp_path / "sim"
@@ -443,7 +443,7 @@ def test_sigterm_stops_everything_the_local_fleet_started(digits: Dataset, start
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    assert p.returncode == EXIT_INTERRUPTED, text
+    assert p.returncode == EXIT_TERMINATED, text  # SIGTERM cleans up as Ctrl-C does and exits 143
     t_end = time.monotonic() + 15
     while _processes_mentioning(str(work)) and time.monotonic() < t_end:
         time.sleep(0.2)
