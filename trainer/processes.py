@@ -96,6 +96,7 @@ def _popen(args: Sequence[str], kw: Any) -> subprocess.Popen:
     session = bool(kw.pop("start_new_session", False))
     kw.pop("process_group", None)
     args = [str(a) for a in args]
+    kw["env"] = {**(kw.get("env") or os.environ), "MCUTRAIN_FAMILY": FAMILY_TOKEN}  # the watchdog's mark
     prefix = _death_signal_prefix()
     if prefix:
         _check_program(args, kw)
@@ -178,7 +179,21 @@ for sig in (signal.SIGTERM, signal.SIGKILL):
         except OSError:
             pass
     time.sleep(0.5)
+# then every process that carries this mcutrain's mark in its environment: what a child started in a session of
+# its own (Flower's SuperExec starts the ServerApp so) is in none of the groups above
+mark = b"MCUTRAIN_FAMILY=" + sys.argv[1].encode() if len(sys.argv) > 1 else b""
+for sig in (signal.SIGTERM, signal.SIGKILL) if mark else ():
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                if mark in open(f"/proc/{d}/environ", "rb").read().split(b"\0"):
+                    os.kill(int(d), sig)
+            except OSError:
+                pass
+    time.sleep(0.5)
 """
+# The mark every child's environment carries (inherited by its own children): MCUTRAIN_FAMILY=<this token>.
+FAMILY_TOKEN = f"{os.getpid()}-{os.urandom(6).hex()}"
 
 
 class _Watchdog:
@@ -193,7 +208,7 @@ class _Watchdog:
         if self._proc is None and not self._failed and sys.platform.startswith("linux"):
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-S", "-c", _WATCHDOG_CODE],
+                    [sys.executable, "-S", "-c", _WATCHDOG_CODE, FAMILY_TOKEN],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
