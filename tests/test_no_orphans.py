@@ -177,6 +177,11 @@ def fleet_inputs(tmp_path_factory: pytest.TempPathFactory, pio_core: Path) -> Pa
     return d
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 25, open: a flwr-serverapp that Flower's SuperExec starts in a session of its own, with an "
+    "environment of its own, can outlive the fleet when the kill lands after the ServerApp started",
+)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_killing_a_simulated_fleet_mid_round_leaves_no_process(fleet_inputs: Path, sig: int) -> None:
     """`mcutrain fleet --simulate 4` killed while round 2 runs: every process it had (four native firmware
