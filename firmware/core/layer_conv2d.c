@@ -18,13 +18,7 @@ int mct_spatial_check(const mct_layer *L) {
     return 1;
 }
 
-/* Weight j of a layer whose parameters are p in RAM, or c in the const blob (f32, the same layout) when c is set. */
-static MCT_INLINE float wget(const float *p, const uint8_t *c, size_t j) { return c ? mct_cload_f32(c + 4 * j) : p[j]; }
 
-/* Where tap (ky, kx) of the window at (oy, ox) reads: the offset of its channel 0 in one sample of L's input. */
-static MCT_INLINE size_t tap_at(const mct_layer *L, uint32_t oy, uint32_t ox, uint32_t ky, uint32_t kx) {
-    return ((size_t)(oy * L->sh + ky - L->pt) * L->w_in + (ox * L->sw + kx - L->pl)) * L->c_in;
-}
 
 /* The forward pass with the parameters in RAM (p) or in the const blob (c). */
 static MCT_INLINE void conv2d_fwd(const mct_layer *L, const float *p, const uint8_t *c, const float *x, float *y,
@@ -36,16 +30,16 @@ static MCT_INLINE void conv2d_fwd(const mct_layer *L, const float *p, const uint
         for (uint32_t o = 0; o < Co; o++) yo[o] = 0.0f;
         for (uint32_t ky = ky0; ky < ky1; ky++)
             for (uint32_t kx = kx0; kx < kx1; kx++) {
-                const float *xp = xs + tap_at(L, oy, ox, ky, kx);
+                const float *xp = xs + mct_tap_at(L, oy, ox, ky, kx);
                 const size_t wp = ((size_t)ky * KW + kx) * Ci * Co;
                 for (uint32_t ci = 0; ci < Ci; ci++) {
                     const float xv = xp[ci];
                     const size_t wr = wp + (size_t)ci * Co;
-                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xv * wget(p, c, wr + o);
+                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xv * mct_wget(p, c, wr + o);
                 }
             }
         if (L->kind)
-            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + wget(p, c, nw + o);
+            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + mct_wget(p, c, nw + o);
     })
 }
 
@@ -69,7 +63,7 @@ static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8
         const float *gyo = b->gy + (size_t)s * L->n_out + ((size_t)oy * L->w_out + ox) * Co;
         for (uint32_t ky = ky0; ky < ky1; ky++)
             for (uint32_t kx = kx0; kx < kx1; kx++) {
-                float *restrict gxp = b->gx + (size_t)s * L->n_in + tap_at(L, oy, ox, ky, kx);
+                float *restrict gxp = b->gx + (size_t)s * L->n_in + mct_tap_at(L, oy, ox, ky, kx);
                 const size_t wp = ((size_t)ky * KW + kx) * Ci * Co;
                 if (wt)
                     for (uint32_t o = 0; o < Co; o++) {
@@ -81,7 +75,7 @@ static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8
                     for (uint32_t o = 0; o < Co; o++) {
                         const float g = gyo[o];
                         for (uint32_t ci = 0; ci < Ci; ci++)
-                            gxp[ci] = gxp[ci] + g * wget(p, c, wp + (size_t)ci * Co + o);
+                            gxp[ci] = gxp[ci] + g * mct_wget(p, c, wp + (size_t)ci * Co + o);
                     }
             }
     })
@@ -111,7 +105,7 @@ void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
         const float *restrict gyo = b->gy + (size_t)s * L->n_out + ((size_t)oy * L->w_out + ox) * Co;
         for (uint32_t ky = ky0; ky < ky1; ky++)
             for (uint32_t kx = kx0; kx < kx1; kx++) {
-                const float *xp = xs + tap_at(L, oy, ox, ky, kx);
+                const float *xp = xs + mct_tap_at(L, oy, ox, ky, kx);
                 float *gwp = gw + ((size_t)ky * KW + kx) * Ci * Co;
                 for (uint32_t ci = 0; ci < Ci; ci++) {
                     const float xv = xp[ci];

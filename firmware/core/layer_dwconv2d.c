@@ -4,13 +4,7 @@
  * Parameters: W [kh][kw][c_out] (connection weights, TFLite's depthwise layout), then b [c_out] if kind 1. */
 #include "mct_layers.h"
 
-/* Weight j of a layer whose parameters are p in RAM, or c in the const blob (f32, the same layout) when c is set. */
-static MCT_INLINE float wget(const float *p, const uint8_t *c, size_t j) { return c ? mct_cload_f32(c + 4 * j) : p[j]; }
 
-/* Where tap (ky, kx) of the window at (oy, ox) reads: the offset of its channel 0 in one sample of L's input. */
-static MCT_INLINE size_t tap_at(const mct_layer *L, uint32_t oy, uint32_t ox, uint32_t ky, uint32_t kx) {
-    return ((size_t)(oy * L->sh + ky - L->pt) * L->w_in + (ox * L->sw + kx - L->pl)) * L->c_in;
-}
 
 /* The forward pass with the parameters in RAM (p) or in the const blob (c). */
 static MCT_INLINE void dwconv2d_fwd(const mct_layer *L, const float *p, const uint8_t *c, const float *x, float *y,
@@ -22,15 +16,15 @@ static MCT_INLINE void dwconv2d_fwd(const mct_layer *L, const float *p, const ui
         for (uint32_t o = 0; o < Co; o++) yo[o] = 0.0f;
         for (uint32_t ky = ky0; ky < ky1; ky++)
             for (uint32_t kx = kx0; kx < kx1; kx++) {
-                const float *restrict xp = xs + tap_at(L, oy, ox, ky, kx);
+                const float *restrict xp = xs + mct_tap_at(L, oy, ox, ky, kx);
                 const size_t wp = ((size_t)ky * KW + kx) * Co;
                 if (m == 1)
-                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o] * wget(p, c, wp + o);
+                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o] * mct_wget(p, c, wp + o);
                 else
-                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o / m] * wget(p, c, wp + o);
+                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o / m] * mct_wget(p, c, wp + o);
             }
         if (L->kind)
-            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + wget(p, c, nw + o);
+            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + mct_wget(p, c, nw + o);
     })
 }
 
@@ -57,13 +51,13 @@ static MCT_INLINE void dwconv2d_bwd(const mct_layer *L, float *p, const uint8_t 
         const float *restrict gyo = b->gy + (size_t)s * L->n_out + ((size_t)oy * L->w_out + ox) * Co;
         for (uint32_t ky = ky0; ky < ky1; ky++)
             for (uint32_t kx = kx0; kx < kx1; kx++) {
-                const size_t at = tap_at(L, oy, ox, ky, kx), wp = ((size_t)ky * KW + kx) * Co;
+                const size_t at = mct_tap_at(L, oy, ox, ky, kx), wp = ((size_t)ky * KW + kx) * Co;
                 if (b->gx) {
                     float *restrict gxp = b->gx + (size_t)s * L->n_in + at;
                     if (m == 1)
-                        for (uint32_t o = 0; o < Co; o++) gxp[o] = gxp[o] + gyo[o] * wget(p, c, wp + o);
+                        for (uint32_t o = 0; o < Co; o++) gxp[o] = gxp[o] + gyo[o] * mct_wget(p, c, wp + o);
                     else
-                        for (uint32_t o = 0; o < Co; o++) gxp[o / m] = gxp[o / m] + gyo[o] * wget(p, c, wp + o);
+                        for (uint32_t o = 0; o < Co; o++) gxp[o / m] = gxp[o / m] + gyo[o] * mct_wget(p, c, wp + o);
                 }
                 if (gw) {
                     const float *restrict xp = xs + at;

@@ -231,6 +231,14 @@ static inline void mct_window(uint32_t o, uint32_t st, uint32_t pad, uint32_t k,
     *k0 = start < 0 ? (uint32_t)(-start) : 0u;
     *k1 = start + (int32_t)k > (int32_t)n ? (uint32_t)((int32_t)n - start) : k;
 }
+/* Where tap (ky, kx) of the window at output (oy, ox) reads: the offset of its channel 0 in one sample of L's input. */
+static MCT_INLINE size_t mct_tap_at(const mct_layer *L, uint32_t oy, uint32_t ox, uint32_t ky, uint32_t kx) {
+    return ((size_t)(oy * L->sh + ky - L->pt) * L->w_in + (ox * L->sw + kx - L->pl)) * L->c_in;
+}
+/* Parameter j of a layer kept in RAM (p), or in the const blob (c, f32 in the same layout) when c is set. */
+static MCT_INLINE float mct_wget(const float *p, const uint8_t *c, size_t j) {
+    return c ? mct_cload_f32(c + 4 * j) : p[j];
+}
 /* Are a spatial layer's geometry fields consistent (sizes, windows, padding less than the window)? 1 = yes. */
 int mct_spatial_check(const mct_layer *L);
 /* Runs the statements after L and nb for every sample s < nb and output position (oy, ox) of spatial layer L, in that
