@@ -250,3 +250,52 @@ def quant_tie_inputs(m: Any) -> np.ndarray:
     out = np.zeros(-(-len(vals) // n) * n, np.float32)
     out[: len(vals)] = vals
     return out.reshape(-1, n)
+
+
+# ---------------------------------------------------------------- the native firmware on a pty
+
+
+class NativeFirmware:
+    """A native project's firmware serving a pty, with its flash store in `store`. The test holds the pty open,
+    so the program keeps running between the commands that connect to it; close() lets go and ends it."""
+
+    def __init__(self, project: Path, store: Path) -> None:
+        import os
+        import subprocess
+
+        from mcutrain.exporter.client import read_pty_line
+
+        self.store = store
+        self.proc = subprocess.Popen(
+            [str(project / ".pio" / "build" / "native" / "program"), "--pty"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "MCUTRAIN_STORE": str(store)},
+        )
+        assert self.proc.stdout is not None
+        port = read_pty_line(self.proc.stdout.fileno(), 60)
+        if port is None:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"the native firmware offered no pty within 60 s (exit status {self.proc.returncode})")
+        self.port = port
+        self.hold = os.open(port, os.O_RDWR | os.O_NOCTTY)
+
+    def regions(self) -> tuple:
+        """(RAM parameters, optimizer slots, train state) as the device holds them now."""
+        from mcutrain.exporter.client import Device
+
+        with Device.open(self.port) as dev:
+            return dev.pull()
+
+    def close(self) -> None:
+        """Let go of the pty; the firmware then ends (killed if it has not within 5 s)."""
+        import os
+        import subprocess
+
+        os.close(self.hold)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

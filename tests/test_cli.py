@@ -21,9 +21,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from helpers import assert_same_bits, same_bits
+from helpers import NativeFirmware, assert_same_bits, same_bits
 from mcutrain.cli import main
-from mcutrain.exporter.client import read_pty_line
 from mcutrain.modelfile import load_model
 
 NET = "linear:20x35,sigmoid,linear:35x10,softmax"
@@ -154,39 +153,9 @@ def native_project(workdir: Path, model: Path) -> Path:
     return proj
 
 
-class Firmware:
-    """The native firmware serving a pty; the test keeps the pty open between commands (the native
-    program ends when the last user of its terminal closes it)."""
-
-    def __init__(self, program: Path, store: Path) -> None:
-        self.store = store
-        self.proc = subprocess.Popen(
-            [str(program), "--pty"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "MCUTRAIN_STORE": str(store)},
-        )
-        assert self.proc.stdout is not None
-        port = read_pty_line(self.proc.stdout.fileno(), 60)
-        if port is None:
-            self.proc.kill()
-            self.proc.wait()
-            pytest.fail(f"the native firmware offered no pty within 60 s (exit status {self.proc.returncode})")
-        self.port = port
-        self.hold = os.open(self.port, os.O_RDWR | os.O_NOCTTY)
-
-    def close(self) -> None:
-        os.close(self.hold)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture
-def firmware(native_project: Path, tmp_path: Path) -> Iterator[Firmware]:
-    fw = Firmware(native_project / ".pio" / "build" / "native" / "program", tmp_path / "store.bin")
+def firmware(native_project: Path, tmp_path: Path) -> Iterator[NativeFirmware]:
+    fw = NativeFirmware(native_project, tmp_path / "store.bin")
     yield fw
     fw.close()
 
@@ -769,7 +738,9 @@ def _write_samples(path: Path, n: int, seed: int) -> tuple:
     return x[idx], t
 
 
-def test_device_commands_in_process(firmware: Firmware, native_project: Path, model: Path, tmp_path: Path) -> None:
+def test_device_commands_in_process(
+    firmware: NativeFirmware, native_project: Path, model: Path, tmp_path: Path
+) -> None:
     port, proj = firmware.port, str(native_project)
     meta = json.loads((native_project / "mcutrain.json").read_text())
     r = cli("device", "info", "--port", port, "--project", proj)
@@ -811,7 +782,7 @@ def test_device_commands_in_process(firmware: Firmware, native_project: Path, mo
     assert firmware.store.stat().st_size > 0
 
 
-def test_device_errors(firmware: Firmware, model: Path, tmp_path: Path) -> None:
+def test_device_errors(firmware: NativeFirmware, model: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     assert cli("train", "--steps", "10", "--seed", "4", "-o", str(tmp_path / "o.mct")).exit_code == 0
     assert cli("export", str(tmp_path / "o.mct"), "--board", "native", "-o", str(other)).exit_code == 0
@@ -824,7 +795,7 @@ def test_device_errors(firmware: Firmware, model: Path, tmp_path: Path) -> None:
 
 
 def test_device_commands_through_the_entry_point(
-    firmware: Firmware, native_project: Path, model: Path, tmp_path: Path
+    firmware: NativeFirmware, native_project: Path, model: Path, tmp_path: Path
 ) -> None:
     port, proj = firmware.port, str(native_project)
     r = sub("device", "info", "--port", port, "--project", proj, cwd=tmp_path)

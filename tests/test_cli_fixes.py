@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import re
-import subprocess
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -18,6 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
+from helpers import NativeFirmware
 from mcutrain import Sequential, TrainParams, losses, train_batch
 from mcutrain import layers as L
 from mcutrain.cli import main
@@ -329,44 +327,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return proj
 
 
-class NativeDevice:
-    """The project's native firmware serving a pty. The test holds the pty open, so the program keeps
-    running between the commands that connect to it."""
-
-    def __init__(self, project: Path, store: Path) -> None:
-        program = project / ".pio" / "build" / "native" / "program"
-        self.proc = subprocess.Popen(
-            [str(program), "--pty"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "MCUTRAIN_STORE": str(store)},
-        )
-        assert self.proc.stdout is not None
-        m = re.match(r"PTY (\S+)", self.proc.stdout.readline().decode())
-        assert m, "the native firmware did not offer a pty"
-        self.port = m.group(1)
-        self.hold = os.open(self.port, os.O_RDWR | os.O_NOCTTY)
-
-    def regions(self) -> tuple:
-        """(RAM parameters, optimizer slots, train state) as the device holds them now."""
-        from mcutrain.exporter.client import Device
-
-        with Device.open(self.port) as dev:
-            return dev.pull()
-
-    def close(self) -> None:
-        """Let go of the pty; the firmware then ends."""
-        os.close(self.hold)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture
-def device(exported: Path, tmp_path: Path) -> Iterator[NativeDevice]:
-    d = NativeDevice(exported, tmp_path / "store.bin")
+def device(exported: Path, tmp_path: Path) -> Iterator[NativeFirmware]:
+    d = NativeFirmware(exported, tmp_path / "store.bin")
     yield d
     d.close()
 
@@ -378,7 +341,7 @@ def train_model(out: Path, *args: str) -> Path:
     return out
 
 
-def test_pull_checks_the_model(device: NativeDevice, exported: Path, tmp_path: Path) -> None:
+def test_pull_checks_the_model(device: NativeFirmware, exported: Path, tmp_path: Path) -> None:
     other = train_model(tmp_path / "other.mct", "--net", "linear:20x12,sigmoid,linear:12x10,softmax")
     out = tmp_path / "pulled.mct"
     r = cli("device", "pull", "--port", device.port, "--project", str(exported), "--model", str(other), "-o", str(out))
@@ -389,7 +352,7 @@ def test_pull_checks_the_model(device: NativeDevice, exported: Path, tmp_path: P
 
 
 def test_optimizer_state_of_another_kind_is_neither_pulled_nor_pushed(
-    device: NativeDevice, exported: Path, tmp_path: Path
+    device: NativeFirmware, exported: Path, tmp_path: Path
 ) -> None:
     # rmsprop_momentum keeps two slots per parameter, as the device's Adam does
     other = train_model(tmp_path / "rmsm.mct", "--opt", "rmsprop_momentum")
@@ -419,7 +382,7 @@ def test_optimizer_state_of_another_kind_is_neither_pulled_nor_pushed(
     assert same_bits(s2, state) and np.array_equal(ts2, ts)  # the device's Adam state was left alone
 
 
-def test_device_train_width_messages(device: NativeDevice, tmp_path: Path) -> None:
+def test_device_train_width_messages(device: NativeFirmware, tmp_path: Path) -> None:
     x, labels = modadd_samples(4, seed=2)
     f = write_csv(tmp_path / "labels.csv", [[*row, lab] for row, lab in zip(x.astype(int), labels)])
     r = cli("device", "train", "--port", device.port, "--data", str(f))
@@ -428,7 +391,7 @@ def test_device_train_width_messages(device: NativeDevice, tmp_path: Path) -> No
     assert_error(r, "the device's model takes 20 inputs but", "use data that fits the exported model")
 
 
-def test_device_predict_sends_a_batch(device: NativeDevice, exported: Path, tmp_path: Path) -> None:
+def test_device_predict_sends_a_batch(device: NativeFirmware, exported: Path, tmp_path: Path) -> None:
     x, _ = modadd_samples(9, seed=4)
     write_csv(tmp_path / "in.csv", x.astype(int).tolist())
     r = cli("device", "predict", "--port", device.port, "--data", str(tmp_path / "in.csv"))

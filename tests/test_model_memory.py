@@ -6,8 +6,6 @@ knows which of its samples the device trained on (the held-out split is not sent
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Iterator
 
@@ -15,9 +13,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from helpers import NativeFirmware
 from mcutrain.cli import main
 from mcutrain.datasets import split_indices
-from mcutrain.exporter.client import read_pty_line
 from mcutrain.modelfile import load_model
 
 
@@ -89,32 +87,6 @@ def test_eval_and_export_default_trainable_the_same_way(tmp_path: Path) -> None:
     assert "nothing is quantized" in r.stderr and "--trainable last:1" in r.stderr
 
 
-class NativeDevice:
-    """The native firmware of a project serving a pty (the pty is held open between commands)."""
-
-    def __init__(self, project: Path, store: Path) -> None:
-        program = project / ".pio" / "build" / "native" / "program"
-        self.proc = subprocess.Popen(
-            [str(program), "--pty"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "MCUTRAIN_STORE": str(store)},
-        )
-        assert self.proc.stdout is not None
-        port = read_pty_line(self.proc.stdout.fileno(), 60)
-        assert port is not None, "the native firmware offered no pty"
-        self.port = port
-        self.hold = os.open(port, os.O_RDWR | os.O_NOCTTY)
-
-    def close(self) -> None:
-        os.close(self.hold)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture
 def pulled_setup(tmp_path: Path) -> Iterator[tuple]:
     """A wine model exported for the native board with int8 weights and only the last layer trainable, built,
@@ -128,7 +100,7 @@ def pulled_setup(tmp_path: Path) -> Iterator[tuple]:
     fw = tmp_path / "fw"
     ok("export", str(m), "--board", "native", "--quant", "int8", "--trainable", "last:1", "-o", str(fw))
     ok("build", str(fw))
-    dev = NativeDevice(fw, tmp_path / "store.bin")
+    dev = NativeFirmware(fw, tmp_path / "store.bin")
     try:
         yield tmp_path, m, fw, dev
     finally:

@@ -7,7 +7,6 @@ and an MLP."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -15,10 +14,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from helpers import assert_same_bits
+from helpers import NativeFirmware, assert_same_bits
 from mcutrain.cli import main
 from mcutrain.datasets import DataError, load_csv, split_indices
-from mcutrain.exporter.client import Device, read_pty_line
+from mcutrain.exporter.client import Device
 from mcutrain.modelfile import load_model
 
 NAMES = np.array(["barolo", "grignolino", "barbera"])
@@ -162,29 +161,6 @@ def test_the_device_model_takes_raw_inputs_folded_or_not(tmp_path: Path) -> None
     assert np.max(np.abs(DeviceTwin(m).predict(x[:64]) - want)) < 1e-5
 
 
-class NativeDevice:
-    def __init__(self, project: Path, store: Path) -> None:
-        self.proc = subprocess.Popen(
-            [str(project / ".pio" / "build" / "native" / "program"), "--pty"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "MCUTRAIN_STORE": str(store)},
-        )
-        assert self.proc.stdout is not None
-        port = read_pty_line(self.proc.stdout.fileno(), 60)
-        assert port is not None
-        self.port = port
-        self.hold = os.open(port, os.O_RDWR | os.O_NOCTTY)
-
-    def close(self) -> None:
-        os.close(self.hold)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def test_a_normalized_model_with_text_labels_on_the_device(tmp_path: Path) -> None:
     """The native firmware standardises raw inputs exactly as the host, trains, is pulled and pushed without
     losing the statistics, and `device predict --project` names the classes."""
@@ -203,7 +179,7 @@ def test_a_normalized_model_with_text_labels_on_the_device(tmp_path: Path) -> No
     assert "standardisation applied by the firmware" in r.stdout
     ok("build", str(fw))
     ck = load_model(m)
-    dev = NativeDevice(fw, tmp_path / "store.bin")
+    dev = NativeFirmware(fw, tmp_path / "store.bin")
     try:
         with Device.open(dev.port) as d:
             assert_same_bits(d.predict(x[:20]), host_forward(ck, x[:20]), "device on raw inputs")
