@@ -299,3 +299,26 @@ class NativeFirmware:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+# ---------------------------------------------------------------- the command line in this process
+
+
+def cli(*args: str) -> Any:
+    """Run mcutrain's command line in this process (click's runner) and return click's Result; an unexpected
+    exception propagates, so a crash is never mistaken for an error exit."""
+    from click.testing import CliRunner
+
+    from mcutrain.cli import main
+
+    r = CliRunner().invoke(main, list(args))
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r
+
+
+def cli_ok(*args: str) -> Any:
+    """cli(*args), asserting that it exited 0 (the output is in the assertion's message)."""
+    r = cli(*args)
+    assert r.exit_code == 0, (args, r.output)
+    return r

@@ -19,10 +19,8 @@ from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 import pytest
-from click.testing import CliRunner, Result
 
-from helpers import NativeFirmware, assert_same_bits, same_bits
-from mcutrain.cli import main
+from helpers import NativeFirmware, assert_same_bits, cli, same_bits
 from mcutrain.modelfile import load_model
 
 NET = "linear:20x35,sigmoid,linear:35x10,softmax"
@@ -63,14 +61,6 @@ def entry_point() -> str:
     if not found:
         pytest.fail("the mcutrain entry point is not installed: run `pip install -e .`")
     return found
-
-
-def cli(*args: str) -> Result:
-    """Run the command line in this process (click's runner); unexpected exceptions propagate."""
-    r = CliRunner().invoke(main, list(args))
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r
 
 
 def sub(

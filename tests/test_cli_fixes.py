@@ -13,12 +13,11 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from helpers import NativeFirmware
+from helpers import NativeFirmware, cli
 from mcutrain import Sequential, TrainParams, losses, train_batch
 from mcutrain import layers as L
-from mcutrain.cli import main
 from mcutrain.cli.common import table
 from mcutrain.datasets import DataError, load_csv
 from mcutrain.modelfile import load_model
@@ -31,14 +30,6 @@ SMALL = "linear:3x8,tanh,linear:8x3,softmax"
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def cli(*args: str) -> Result:
-    """Run the command line in this process; unexpected exceptions propagate."""
-    r = CliRunner().invoke(main, list(args))
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r
 
 
 def assert_error(r: Result, *words: str) -> None:

@@ -9,17 +9,12 @@ import re
 from pathlib import Path
 
 import numpy as np
-from click.testing import CliRunner
 
+from helpers import cli
 from mcutrain import layers as L
 from mcutrain.architecture import from_architecture, load_architecture_file, parse_inline
-from mcutrain.cli import main
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "networks.md"
-
-
-def cli(*args: str):  # noqa: ANN201 - click's Result
-    return CliRunner().invoke(main, list(args))
 
 
 def test_layers_command_lists_every_registered_layer_with_a_working_inline_form() -> None:

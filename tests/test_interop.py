@@ -16,7 +16,6 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from foreign_models import (
     keras_mlp,
     ort_run,
@@ -31,10 +30,9 @@ from foreign_models import (
 from layer_table import mixed_layers
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers import same_bits
+from helpers import cli, same_bits
 from mcutrain import Residual, Sequential
 from mcutrain import layers as L
-from mcutrain.cli.commands import main
 from mcutrain.errors import ImportModelError, McuTrainError, MissingExtraError
 from mcutrain.exporter import from_keras, from_keras_model, from_onnx, from_sklearn, import_model, to_onnx
 from mcutrain.modelfile import load_model
@@ -595,13 +593,6 @@ def test_a_missing_extra_names_the_pip_command(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- the command line
-
-
-def cli(*args: str) -> Any:
-    r = CliRunner().invoke(main, list(args))
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r
 
 
 def _check_imported(mct: Path, reference: Callable[[np.ndarray], np.ndarray], n_in: int, loss: str) -> None:

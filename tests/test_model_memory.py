@@ -11,22 +11,10 @@ from typing import Iterator
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from helpers import NativeFirmware
-from mcutrain.cli import main
+from helpers import NativeFirmware, cli_ok
 from mcutrain.datasets import split_indices
 from mcutrain.modelfile import load_model
-
-
-def cli(*args: str):  # noqa: ANN201 - click's Result
-    return CliRunner().invoke(main, list(args))
-
-
-def ok(*args: str):  # noqa: ANN201
-    r = cli(*args)
-    assert r.exit_code == 0, (args, r.output)
-    return r
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -55,9 +43,9 @@ def test_resume_of_an_imported_model_uses_its_loss_and_the_usual_validation_spli
     x, labels = write_wine(tmp_path / "wine.csv")
     mlp = MLPClassifier(hidden_layer_sizes=(8,), max_iter=2000, random_state=0).fit(x, labels)
     joblib.dump(mlp, tmp_path / "mlp.joblib")
-    ok("import", str(tmp_path / "mlp.joblib"), "--trust-pickle", "-o", str(tmp_path / "m.mct"))
+    cli_ok("import", str(tmp_path / "mlp.joblib"), "--trust-pickle", "-o", str(tmp_path / "m.mct"))
     assert load_model(tmp_path / "m.mct").metadata["loss"] == "cross_entropy"
-    r = ok(
+    r = cli_ok(
         *f"train --resume {tmp_path}/m.mct --data {tmp_path}/wine.csv --classify --steps 30 -q".split(),
         "-o",
         str(tmp_path / "tuned.mct"),
@@ -74,13 +62,13 @@ def test_resume_of_an_imported_model_uses_its_loss_and_the_usual_validation_spli
 def test_eval_and_export_default_trainable_the_same_way(tmp_path: Path) -> None:
     write_wine(tmp_path / "wine.csv")
     m = str(tmp_path / "m.mct")
-    ok(
+    cli_ok(
         *f"train --net linear:13x8,relu,linear:8x3,softmax --data {tmp_path}/wine.csv --classify".split(),
         *f"--epochs 5 -q -o {m}".split(),
     )
-    r = ok("eval", m, "--quant", "int8", "--json")
+    r = cli_ok("eval", m, "--quant", "int8", "--json")
     ev = json.loads(r.stdout)
-    ok("export", m, "--board", "native", "--quant", "int8", "-o", str(tmp_path / "fw"))
+    cli_ok("export", m, "--board", "native", "--quant", "int8", "-o", str(tmp_path / "fw"))
     meta = json.loads((tmp_path / "fw" / "mcutrain.json").read_text())
     assert ev["trainable"] == meta["trainable"] == "all"
     # both say that nothing was quantized, and what to add
@@ -93,13 +81,13 @@ def pulled_setup(tmp_path: Path) -> Iterator[tuple]:
     running; yields (tmp_path, model, project, device)."""
     x, labels = write_wine(tmp_path / "wine.csv")
     m = tmp_path / "m.mct"
-    ok(
+    cli_ok(
         *f"train --net linear:13x12,tanh,linear:12x3,softmax --data {tmp_path}/wine.csv --classify".split(),
         *f"--epochs 4 --lr 0.005 -q -o {m}".split(),
     )
     fw = tmp_path / "fw"
-    ok("export", str(m), "--board", "native", "--quant", "int8", "--trainable", "last:1", "-o", str(fw))
-    ok("build", str(fw))
+    cli_ok("export", str(m), "--board", "native", "--quant", "int8", "--trainable", "last:1", "-o", str(fw))
+    cli_ok("build", str(fw))
     dev = NativeFirmware(fw, tmp_path / "store.bin")
     try:
         yield tmp_path, m, fw, dev
@@ -111,43 +99,43 @@ def test_a_pulled_model_remembers_its_export_and_what_the_device_trained_on(pull
     tmp, m, fw, dev = pulled_setup
     data = str(tmp / "wine.csv")
     train, held = split_indices(178, 0.1, 0)
-    r = ok("device", "train", "--port", dev.port, "--project", str(fw), "--data", data, "--classify", "-q")
+    r = cli_ok("device", "train", "--port", dev.port, "--project", str(fw), "--data", data, "--classify", "-q")
     # the 18 rows the model holds out are not sent
     assert f"trained on {len(train)} samples" in r.stdout and "left out the 10%" in r.stderr
     learned = str(tmp / "learned.mct")
-    ok("device", "pull", "--port", dev.port, "--project", str(fw), "-o", learned)
+    cli_ok("device", "pull", "--port", dev.port, "--project", str(fw), "-o", learned)
     ck = load_model(learned)
     assert ck.metadata["device"]["quant"] == "int8" and ck.metadata["device"]["trainable"] == "last:1"
     assert ck.metadata["device"]["trained_on"][0]["count"] == len(train)
 
     # eval reports what the device computes on the held-out rows: its int8 model with the trained last layer
-    ev = json.loads(ok("eval", learned, "--json").stdout)
+    ev = json.loads(cli_ok("eval", learned, "--json").stdout)
     assert ev["quant"] == "int8" and ev["trainable"] == "last:1" and ev["samples"] == len(held)
     np.savetxt(tmp / "held.csv", np.loadtxt(data, delimiter=",", skiprows=1)[np.sort(held), :13], delimiter=",")
-    out = ok("device", "predict", "--port", dev.port, "--data", str(tmp / "held.csv"), "--argmax").stdout
+    out = cli_ok("device", "predict", "--port", dev.port, "--data", str(tmp / "held.csv"), "--argmax").stdout
     predicted = np.array([int(line.split(",")[-1]) for line in out.strip().splitlines()[1:]])
     labels = np.loadtxt(data, delimiter=",", skiprows=1)[np.sort(held), 13].astype(int)
     assert ev["accuracy"] == pytest.approx(float(np.mean(predicted == labels)))
     assert "trained_on_by_device" not in ev  # the held-out rows were not sent
-    text = ok("eval", learned)
+    text = cli_ok("eval", learned)
     assert "as exported to native (--quant int8 --trainable last:1)" in text.stdout
     assert "device trained on" not in text.stderr
 
     # on the whole file, eval says how many of its samples the device trained on
-    r = ok("eval", learned, "--data", data, "--classify")
+    r = cli_ok("eval", learned, "--data", data, "--classify")
     assert f"the device trained on {len(train)} of these 178 samples" in r.stderr
 
     # step counters say whose steps they count
-    info = ok("info", learned).stdout
+    info = cli_ok("info", learned).stdout
     assert f"step {len(train)} (the device's count)" in info
     assert "20 of 20 steps on the host" in info and f"then        {len(train)} steps on the device" in info
 
     # a second export repeats the first unless told otherwise
-    r = ok("export", learned, "-o", str(tmp / "fw2"))
+    r = cli_ok("export", learned, "-o", str(tmp / "fw2"))
     meta2 = json.loads((tmp / "fw2" / "mcutrain.json").read_text())
     meta1 = json.loads((fw / "mcutrain.json").read_text())
     for key in ("board", "quant", "trainable", "device_optimizer", "save"):
         assert meta2[key] == meta1[key], key
     assert "--quant int8 --trainable last:1" in r.stderr
-    r = ok("export", learned, "--trainable", "all", "-o", str(tmp / "fw3"))
+    r = cli_ok("export", learned, "--trainable", "all", "-o", str(tmp / "fw3"))
     assert json.loads((tmp / "fw3" / "mcutrain.json").read_text())["trainable"] == "all"

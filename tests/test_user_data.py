@@ -12,25 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from helpers import NativeFirmware, assert_same_bits
-from mcutrain.cli import main
+from helpers import NativeFirmware, assert_same_bits, cli, cli_ok
 from mcutrain.datasets import DataError, load_csv, split_indices
 from mcutrain.exporter.client import Device
 from mcutrain.modelfile import load_model
 
 NAMES = np.array(["barolo", "grignolino", "barbera"])
-
-
-def cli(*args: str):  # noqa: ANN201 - click's Result
-    return CliRunner().invoke(main, list(args))
-
-
-def ok(*args: str):  # noqa: ANN201
-    r = cli(*args)
-    assert r.exit_code == 0, (args, r.output)
-    return r
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -76,18 +64,18 @@ def test_text_labels_in_a_semicolon_separated_file(tmp_path: Path) -> None:
     wine_csv(tmp_path / "comma.csv", decimal=",")
     assert np.array_equal(load_csv(tmp_path / "comma.csv", classify=True).x, d.x)
     m = str(tmp_path / "wine.mct")
-    ok(
+    cli_ok(
         *f"train --net linear:13x8,tanh,linear:8x3,softmax --data {tmp_path}/wine.csv --normalize".split(),
         *f"--classify --epochs 20 -q -o {m}".split(),
     )
     assert load_model(m).metadata["classes"] == ["barbera", "barolo", "grignolino"]
-    r = ok("eval", m)
+    r = cli_ok("eval", m)
     assert "true \\ predicted  barbera  barolo  grignolino" in r.stdout
-    assert json.loads(ok("eval", m, "--json").stdout)["classes"] == d.classes
+    assert json.loads(cli_ok("eval", m, "--json").stdout)["classes"] == d.classes
     # the model's classes map another file's labels, whatever labels that file has
     with open(tmp_path / "two.csv", "w") as f:
         f.write("\n".join(";".join(f"{v:g}" for v in x[i]) + f";{labels[i]}" for i in (0, 100)) + "\n")
-    res = json.loads(ok("eval", m, "--data", str(tmp_path / "two.csv"), "--classify", "--json").stdout)
+    res = json.loads(cli_ok("eval", m, "--data", str(tmp_path / "two.csv"), "--classify", "--json").stdout)
     assert res["samples"] == 2
     want = [d.classes.index(labels[0]), d.classes.index(labels[100])]
     assert np.array(res["confusion"]).sum(axis=1)[want].tolist() == [1, 1]
@@ -119,9 +107,9 @@ def test_csv_errors_name_the_column_from_1_and_its_header(tmp_path: Path) -> Non
 def test_normalize_stores_the_statistics_and_int8_keeps_the_outputs(tmp_path: Path) -> None:
     x, _ = breast_cancer_csv(tmp_path / "bc.csv")
     net = "linear:30x16,tanh,linear:16x2,softmax"
-    raw = ok(*f"train --net {net} --data {tmp_path}/bc.csv --classify --epochs 20 -q -o {tmp_path}/raw.mct".split())
+    raw = cli_ok(*f"train --net {net} --data {tmp_path}/bc.csv --classify --epochs 20 -q -o {tmp_path}/raw.mct".split())
     assert "the inputs' scales differ" in raw.stderr and "--normalize" in raw.stderr  # a warning, with the remedy
-    std = ok(
+    std = cli_ok(
         *f"train --net {net} --data {tmp_path}/bc.csv --classify --epochs 20 --normalize -q".split(),
         "-o",
         str(tmp_path / "std.mct"),
@@ -132,7 +120,7 @@ def test_normalize_stores_the_statistics_and_int8_keeps_the_outputs(tmp_path: Pa
     x64 = x[train_rows].astype(np.float64)
     assert np.allclose(step["mean"], x64.mean(axis=0), rtol=1e-6)
     assert np.allclose(step["scale"], 1 / x64.std(axis=0), rtol=1e-6)
-    r = ok("eval", str(tmp_path / "std.mct"), "--quant", "int8", "--trainable", "last:1", "--json")
+    r = cli_ok("eval", str(tmp_path / "std.mct"), "--quant", "int8", "--trainable", "last:1", "--json")
     q = json.loads(r.stdout)["quantization"]
     # standardised inputs: the int8 weights move the outputs little, and the accuracy is that of the f32 model
     assert 0 < q["max_abs_diff"] < 0.05
@@ -145,7 +133,7 @@ def test_the_device_model_takes_raw_inputs_folded_or_not(tmp_path: Path) -> None
     from mcutrain.inputsteps import host_forward
 
     x, _ = breast_cancer_csv(tmp_path / "bc.csv")
-    ok(
+    cli_ok(
         *f"train --net linear:30x8,tanh,linear:8x2,softmax --data {tmp_path}/bc.csv --classify --epochs 3".split(),
         *f"--normalize -q -o {tmp_path}/m.mct".split(),
     )
@@ -170,14 +158,14 @@ def test_a_normalized_model_with_text_labels_on_the_device(tmp_path: Path) -> No
 
     x, labels = wine_csv(tmp_path / "wine.csv")
     m = tmp_path / "m.mct"
-    ok(
+    cli_ok(
         *f"train --net linear:13x8,tanh,linear:8x3,softmax --data {tmp_path}/wine.csv --classify --normalize".split(),
         *f"--epochs 10 -q -o {m}".split(),
     )
     fw = tmp_path / "fw"
-    r = ok("export", str(m), "--board", "native", "-o", str(fw))
+    r = cli_ok("export", str(m), "--board", "native", "-o", str(fw))
     assert "standardisation applied by the firmware" in r.stdout
-    ok("build", str(fw))
+    cli_ok("build", str(fw))
     ck = load_model(m)
     dev = NativeFirmware(fw, tmp_path / "store.bin")
     try:
@@ -185,12 +173,12 @@ def test_a_normalized_model_with_text_labels_on_the_device(tmp_path: Path) -> No
             assert_same_bits(d.predict(x[:20]), host_forward(ck, x[:20]), "device on raw inputs")
         np.savetxt(tmp_path / "in.csv", x[:5], delimiter=",", fmt="%g")
         args = ["--port", dev.port, "--project", str(fw), "--data", str(tmp_path / "in.csv"), "--argmax"]
-        out = ok("device", "predict", *args).stdout.splitlines()
+        out = cli_ok("device", "predict", *args).stdout.splitlines()
         assert out[0] == "barbera,barolo,grignolino,class"
         sent = np.loadtxt(tmp_path / "in.csv", delimiter=",", dtype=np.float32)
         want = [ck.metadata["classes"][k] for k in host_forward(ck, sent).argmax(axis=1)]
         assert [line.split(",")[-1] for line in out[1:]] == want
-        ok(
+        cli_ok(
             "device",
             "train",
             "--port",
@@ -204,7 +192,7 @@ def test_a_normalized_model_with_text_labels_on_the_device(tmp_path: Path) -> No
             "40",
             "-q",
         )
-        ok("device", "pull", "--port", dev.port, "--project", str(fw), "-o", str(tmp_path / "learned.mct"))
+        cli_ok("device", "pull", "--port", dev.port, "--project", str(fw), "-o", str(tmp_path / "learned.mct"))
         learned = load_model(tmp_path / "learned.mct")
         twin = DeviceTwin(build_device_model(ck, "all"))
         rows = np.sort(split_indices(178, 0.1, 0)[0])[:40]
@@ -213,7 +201,7 @@ def test_a_normalized_model_with_text_labels_on_the_device(tmp_path: Path) -> No
             twin.train(xi, ti)
         assert_same_bits(learned.net.params, twin.model.to_host_params(twin.params, ck.net.params), "pulled")
         # push the exported weights back: the statistics in the device's RAM stay as they were
-        ok("device", "push", "--port", dev.port, "--project", str(fw), "--model", str(m))
+        cli_ok("device", "push", "--port", dev.port, "--project", str(fw), "--model", str(m))
         with Device.open(dev.port) as d:
             assert_same_bits(d.predict(x[:20]), host_forward(ck, x[:20]), "device after a push")
     finally:
@@ -223,12 +211,12 @@ def test_a_normalized_model_with_text_labels_on_the_device(tmp_path: Path) -> No
 def test_the_c_example_names_the_class(tmp_path: Path) -> None:
     wine_csv(tmp_path / "wine.csv")
     m = tmp_path / "m.mct"
-    ok(
+    cli_ok(
         *f"train --net linear:13x8,tanh,linear:8x3,softmax --data {tmp_path}/wine.csv --classify".split(),
         *f"--epochs 2 -q -o {m}".split(),
     )
     lib = tmp_path / "lib"
-    ok("export", str(m), "--board", "native", "--library", "-o", str(lib))
+    cli_ok("export", str(m), "--board", "native", "--library", "-o", str(lib))
     assert 'MCT_MODEL_CLASS_NAMES {"barbera", "barolo", "grignolino"}' in (lib / "src" / "model.h").read_text()
     src = lib / "src"
     exe = tmp_path / "example"
@@ -257,7 +245,7 @@ def test_a_scikit_learn_pipeline_of_a_scaler_and_an_mlp_imports(tmp_path: Path) 
     for scaler in (StandardScaler(), MinMaxScaler()):
         pipe = make_pipeline(scaler, MLPClassifier((10,), max_iter=2000, random_state=0)).fit(x, labels)
         joblib.dump(pipe, tmp_path / "pipe.joblib")
-        r = ok("import", str(tmp_path / "pipe.joblib"), "--trust-pickle", "-o", str(tmp_path / "p.mct"), "--force")
+        r = cli_ok("import", str(tmp_path / "pipe.joblib"), "--trust-pickle", "-o", str(tmp_path / "p.mct"), "--force")
         assert type(scaler).__name__ in r.stdout
         ck = load_model(tmp_path / "p.mct")
         assert ck.metadata["classes"] == list(pipe.classes_)
@@ -269,12 +257,12 @@ def test_a_scikit_learn_pipeline_of_a_scaler_and_an_mlp_imports(tmp_path: Path) 
             from_sklearn(pipe)
     # the ONNX export takes the raw inputs too
     ort = pytest.importorskip("onnxruntime")
-    ok("export-onnx", str(tmp_path / "p.mct"), "-o", str(tmp_path / "p.onnx"))
+    cli_ok("export-onnx", str(tmp_path / "p.mct"), "-o", str(tmp_path / "p.onnx"))
     s = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
     y = s.run(None, {"x": x})[0]
     assert np.max(np.abs(y - pipe.predict_proba(x))) < 1e-5
     # and evaluating on the user's own file gives the Pipeline's accuracy
     res = json.loads(
-        ok("eval", str(tmp_path / "p.mct"), "--data", str(tmp_path / "wine.csv"), "--classify", "--json").stdout
+        cli_ok("eval", str(tmp_path / "p.mct"), "--data", str(tmp_path / "wine.csv"), "--classify", "--json").stdout
     )
     assert res["accuracy"] == pytest.approx(float(np.mean(pipe.predict(x) == labels)))
