@@ -17,15 +17,14 @@ from .common import CliError, OutputPath, check_output, example
 from .data_options import data_options, pop_data_options
 
 
-def _round_line(rep: Any, rounds: int, n_devices: int) -> str:
-    """One line of progress for a round."""
+def _round_line(rep: Any, rounds: int, n_devices: int, lines: bool = True) -> str:
+    """One line of progress for a round (lines: the devices have serial lines whose bytes count)."""
     acc = f"accuracy {rep.accuracy:.3f}" if rep.accuracy is not None else "accuracy -"
     if rep.round == 0:
         return f"round 0/{rounds}  {acc}  (the starting model)"
     dev = f"  device accuracy {rep.device_accuracy:.3f}" if rep.device_accuracy is not None else ""
-    line = (
-        f"round {rep.round}/{rounds}  {acc}{dev}  devices {len(rep.answered)}/{n_devices}  "
-        f"{rep.seconds:.1f} s  {rep.bytes / 1024:.0f} KiB"
+    line = f"round {rep.round}/{rounds}  {acc}{dev}  devices {len(rep.answered)}/{n_devices}  {rep.seconds:.1f} s" + (
+        f"  {rep.bytes / 1024:.0f} KiB" if lines else ""
     )
     if rep.dropped:
         line += "\n  dropped: " + "; ".join(f"{v}" for v in rep.dropped.values())
@@ -66,7 +65,12 @@ def fleet() -> None:
     default=None,
     help="Simulate N devices: split --data non-IID over them and write a fleet file into --workdir.",
 )
-@click.option("--board", default="native", show_default=True, help="Board of the simulated devices.")
+@click.option(
+    "--board",
+    default="native",
+    show_default=True,
+    help="Board of the simulated devices; twin: host twins on Flower's Simulation Engine (thousands fit).",
+)
 @click.option(
     "--add-board",
     "extra_boards",
@@ -133,7 +137,9 @@ def local(fleet_file: Optional[str], **kw: Any) -> None:
     _check_outputs(cfg, kw["force"], kw["resume"])
     n = len(cfg.devices)
     echo = (lambda s: None) if kw["quiet"] else click.echo
-    run = Fleet(cfg, on_round=lambda r: echo(_round_line(r, cfg.rounds, n)), on_status=echo, tls=kw["tls"])
+    run = Fleet(
+        cfg, on_round=lambda r: echo(_round_line(r, cfg.rounds, n, not cfg.twins)), on_status=echo, tls=kw["tls"]
+    )
     run.prepare()
     echo(f"{n} devices, {cfg.rounds} rounds of {cfg.local_steps} steps, strategy {cfg.strategy} (Flower)")
     res = run.run(resume=kw["resume"])

@@ -21,6 +21,9 @@ the fleet simulates) with the data shard each one learns from, and how the Flowe
     board = "native"             # simulated: exported, built and started by the fleet
     data = "shard-1.npz"
 
+A fleet whose devices all say board = "twin" runs on Flower's Simulation Engine: every device is the host
+twin of the export (the same C core, bit for bit the board's arithmetic), so a thousand fit on one machine.
+
 A coordinator whose devices sit on other machines (`mcutrain fleet run`) lists no devices and says how
 many nodes it waits for instead: nodes = 4.
 
@@ -74,6 +77,7 @@ TOP_KEYS = {
     "device",
 }
 DEVICE_KEYS = {"name", "port", "baud", "board", "data", "eval"}
+TWIN_BOARD = "twin"  # a device that is the host twin of the export (no firmware; Flower's Simulation Engine)
 DATA_KEYS = {"classify", "x_key", "y_key", "inputs", "targets"}
 
 
@@ -93,6 +97,11 @@ class DeviceSpec:
     def simulated(self) -> bool:
         """Is the device a simulated board (started by the fleet) rather than a port?"""
         return self.board is not None
+
+    @property
+    def twin(self) -> bool:
+        """Is the device the host twin of the export (board = "twin"), run without firmware?"""
+        return self.board == TWIN_BOARD
 
 
 @dataclass
@@ -118,6 +127,11 @@ class FleetConfig:
     eval_samples: int = 200
     nodes: int = 0  # SuperNodes the coordinator waits for (0: one per device listed)
     data: DataSettings = field(default_factory=DataSettings)
+
+    @property
+    def twins(self) -> bool:
+        """Is every device a host twin (the fleet runs on Flower's Simulation Engine)?"""
+        return bool(self.devices) and all(d.twin for d in self.devices)
 
     @property
     def n_nodes(self) -> int:
@@ -226,6 +240,13 @@ def parse_config(doc: Dict[str, Any], base: Union[str, Path], name: str = "fleet
     names = [d.name for d in devices]
     dup = sorted({n for n in names if names.count(n) > 1})
     _want(not dup, name, f"device names must differ; {', '.join(dup)} appear more than once")
+    twins = sum(d.twin for d in devices)
+    _want(
+        twins in (0, len(devices)),
+        name,
+        f'{twins} of the {len(devices)} devices say board = "{TWIN_BOARD}": a fleet of twins runs on Flower\'s '
+        "Simulation Engine, the others on its Deployment Engine; make them all twins or none",
+    )
     strategy = _str(doc.get("strategy", "fedavg"), f"{name}: strategy").lower()
     _want(
         strategy in STRATEGIES,

@@ -10,6 +10,7 @@ A real deployment uses the same parts from the command line: `mcutrain fleet lin
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from .server import FleetModel, FleetResult, RoundReport
 
 LINK_START = 120.0  # seconds a SuperLink has to answer /health (its first start imports a lot)
 CONNECTION = "fleet"  # the name of the SuperLink connection in FLWR_HOME/config.toml
+SIM_CPUS_PER_NODE = 1  # CPUs the Simulation Engine reserves per virtual node (its default, 2, runs one at a time here)
 
 
 @dataclass
@@ -45,9 +47,13 @@ class LinkSecurity:
         return self.ca is None
 
 
-def superlink_command(host: str, port: int, sec: LinkSecurity, database: Optional[Path] = None) -> List[str]:
-    """The flower-superlink command line."""
+def superlink_command(
+    host: str, port: int, sec: LinkSecurity, database: Optional[Path] = None, simulation: bool = False
+) -> List[str]:
+    """The flower-superlink command line (with simulation: its runs go to Flower's Simulation Engine)."""
     cmd = ["flower-superlink", "--host", host, "--port", str(port), "--disable-runtime-dependency-installation"]
+    if simulation:
+        cmd.append("--simulation")
     if sec.insecure:
         cmd.append("--insecure")
     else:
@@ -123,12 +129,18 @@ def run_app(
     resume: bool = False,
     on_record: Optional[Callable[[Dict[str, Any]], None]] = None,
     watch: Optional[Callable[[], None]] = None,
+    federation_config: Optional[str] = None,
 ) -> List[Dict[str, Any]]:
     """`flwr run` the fleet's app on the connection in env's FLWR_HOME and wait for the run to end, handing
     every new log record to on_record (and calling watch() meanwhile); the run's log records. FleetError
-    when the ServerApp failed (`flwr run` itself says 0 then too: the log's last event tells)."""
+    when the ServerApp failed (`flwr run` itself says 0 then too: the log's last event tells).
+    federation_config goes to `flwr run --federation-config` (a simulation's virtual nodes)."""
     app = app_folder(folder / "app")
-    run_config = f'fleet-config="{encode_config(cfg.to_json())}" resume={"true" if resume else "false"}'
+    # the run config as a file: a fleet of a thousand devices is longer than a command line's argument may be
+    run_config = folder / "run-config.toml"
+    run_config.write_text(
+        f"fleet-config = {json.dumps(encode_config(cfg.to_json()))}\nresume = {'true' if resume else 'false'}\n"
+    )
     log = folder / "flwr-run.log"
     pos = 0
     if cfg.log is not None and cfg.log.is_file():
@@ -143,7 +155,10 @@ def run_app(
         if on_record is not None:
             on_record(rec)
 
-    p = start_process(["flwr", "run", str(app), CONNECTION, "--stream", "--run-config", run_config], log, env)
+    cmd = ["flwr", "run", str(app), CONNECTION, "--stream", "--run-config", str(run_config)]
+    if federation_config:
+        cmd += ["--federation-config", federation_config]
+    p = start_process(cmd, log, env)
     try:
         while p.poll() is None:
             pos = follow_log(cfg.log, pos, take)
@@ -225,13 +240,17 @@ class Fleet:
         cfg = self.cfg
         if not cfg.devices:
             raise FleetError("a local fleet needs its devices listed in [[device]] tables")
+        if cfg.twins:  # Flower's Simulation Engine runs on Ray: without it the run would fail after starting
+            from mcutrain.extras import require
+
+            require("ray", "fleet-sim")
         self.fm = FleetModel(cfg)
         for d in cfg.devices:
             self.fm.load(d.data)
             if d.eval:
                 self.fm.load(d.eval)
         cfg.workdir.mkdir(parents=True, exist_ok=True)
-        self.projects = {d.board: self._export(d.board) for d in cfg.devices if d.board}
+        self.projects = {d.board: self._export(d.board) for d in cfg.devices if d.board and not d.twin}
 
     # ---- processes ----
     def _start(self, name: str, cmd: List[str]) -> subprocess.Popen:
@@ -274,6 +293,8 @@ class Fleet:
         self.env = flower_env(self.folder, self.folder / "flwr-home")
         self.certs = None
         sec = LinkSecurity()
+        if cfg.twins and self.tls:
+            raise FleetError("a fleet of twins runs on this machine's Simulation Engine: it has no TLS to turn on")
         if self.tls:
             self.certs = make_certs(self.folder / "certs", ["127.0.0.1", "localhost"], [d.name for d in cfg.devices])
             sec = LinkSecurity(self.certs.ca, self.certs.server_cert, self.certs.server_key, auth=True)
@@ -282,7 +303,7 @@ class Fleet:
         self.on_status(
             f"starting the SuperLink on {self.address}" + (" (TLS, node authentication)" if self.tls else "")
         )
-        link = self._start("superlink", superlink_command("127.0.0.1", port, sec))
+        link = self._start("superlink", superlink_command("127.0.0.1", port, sec, simulation=cfg.twins))
         url = f"{'http' if sec.insecure else 'https'}://{self.address}/health"
         wait_until(lambda: http_ready(url, sec.ca), "the SuperLink", [link], LINK_START, self.logs["superlink"])
         write_connection(self.folder / "flwr-home", self.address, sec.ca)
@@ -290,6 +311,8 @@ class Fleet:
             for d in cfg.devices:
                 pub = self.certs.node_keys[d.name].with_name(d.name + ".pub")
                 register_node(pub, self.env, self.folder / "logs" / f"register-{d.name}.log")
+        if cfg.twins:
+            return  # the Simulation Engine makes a virtual node per device (run_app's federation config)
         self.on_status(f"starting {len(cfg.devices)} nodes (a SuperNode and a device keeper each)")
         for i in range(len(cfg.devices)):
             self.start_node(i)
@@ -331,8 +354,15 @@ class Fleet:
             restore = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
             self.start()
-            self.on_status(f"running {self.cfg.rounds} rounds (flwr run)")
-            run_app(self.cfg, self.env, self.folder, resume, on_record, self._watch)
+            federation = None
+            if self.cfg.twins:
+                federation = f"num-supernodes={len(self.cfg.devices)} client-resources-num-cpus={SIM_CPUS_PER_NODE}"
+                if not resume:  # every twin boots from the export, as a flashed board would
+                    shutil.rmtree(self.cfg.workdir / "twins", ignore_errors=True)
+                self.on_status(f"running {self.cfg.rounds} rounds of {len(self.cfg.devices)} twins (Simulation Engine)")
+            else:
+                self.on_status(f"running {self.cfg.rounds} rounds (flwr run)")
+            run_app(self.cfg, self.env, self.folder, resume, on_record, self._watch, federation)
         finally:
             self.stop()
             if restore is not None:

@@ -17,6 +17,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from mcutrain.errors import FleetError
 from mcutrain.exporter.client import REGION_PARAMS, Device, DeviceInfo
 from mcutrain.exporter.device_model import DeviceModel
 from mcutrain.exporter.protocol import ProtocolError
@@ -128,8 +129,10 @@ class DeviceHandle:
         timeout: float,
         project: Optional[Path] = None,
         store: Optional[Path] = None,
+        twin: Optional[DeviceModel] = None,
     ) -> None:
         self.spec = spec
+        self.twin = twin  # the device model of a host-twin device
         self.expected_hash = expected_hash
         self.timeout = timeout
         self.project = project
@@ -156,7 +159,13 @@ class DeviceHandle:
                 if proc is None or proc.poll() is None:
                     return self.device
                 self._close_locked()  # the simulated board ended: start it again
-            if self.spec.simulated:
+            if self.spec.twin:
+                from .twin_device import TwinDevice
+
+                if self.twin is None or self.store is None:
+                    raise FleetError(f"{self.spec.name}: a twin device needs its device model and state file")
+                dev = TwinDevice(self.twin, self.store)
+            elif self.spec.simulated:
                 from mcutrain.exporter import sim
                 from mcutrain.exporter.boards import get_board
 

@@ -34,7 +34,7 @@ from mcutrain.sources import DataSettings
 
 from .config import DeviceSpec
 from .processes import flower_env, free_port, start_process, stop_process
-from .worker import DeviceFault, DeviceWorker, Task
+from .worker import DeviceWorker, serve_request
 
 REFUSED = "Failed to activate SuperNode"  # what flower-supernode logs when the SuperLink refuses it
 ACTIVATED = "SuperNode ID:"  # what it logs when the SuperLink let it in
@@ -138,24 +138,8 @@ class Keeper:
             conn.close()
 
     def handle(self, kind: str, arrays: List[Any], config: Dict[str, Any]) -> Dict[str, Any]:
-        """One request: {'ok': True, ...results} or {'ok': False, 'fault': why} or {'ok': False, 'error': bug}."""
-        w = self.worker
-        try:
-            task = Task.from_config(config)
-            self.say(f"{w.name}: round {task.round}: {kind}")
-            if kind == "train":
-                out, n, m = w.fit(arrays, task)
-                return {"ok": True, "arrays": out, "num-examples": n, "metrics": m}
-            if kind == "evaluate":
-                n, m = w.evaluate(arrays, task)
-                return {"ok": True, "num-examples": n, "metrics": m}
-            return {"ok": False, "error": f"unknown request {kind!r}"}
-        except DeviceFault as e:
-            self.say(f"{w.name}: dropped for the round: {e}")
-            return {"ok": False, "fault": str(e)}
-        except Exception as e:  # a bug: the ClientApp raises it, Flower reports it to the coordinator
-            self.say(f"{w.name}: error: {type(e).__name__}: {e}")
-            return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        """One request (see mcutrain.fleet.worker.serve_request)."""
+        return serve_request(self.worker, kind, arrays, config, self.say)
 
     def close(self) -> None:
         """Stop serving and close the device."""

@@ -29,6 +29,7 @@ FLOWER_COMMANDS = (
     "flower-superexec",
     "flwr-serverapp",
     "flwr-clientapp",
+    "flwr-simulation",
     "flwr",
 )
 STOP_GRACE = 10.0  # seconds a process group has to end after SIGTERM before it gets SIGKILL

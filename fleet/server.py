@@ -396,7 +396,10 @@ class Coordinator:
                 rep.dropped[name] = f"unusable parameters ({e})"
                 continue
             good.append(msg)
-        rep.answered = sorted(self.names[m.metadata.src_node_id] for m in good)
+        # the strategy adds the answers in the order of the devices' names, not of their arrival: the same
+        # answers make the same global model, bit for bit, whichever engine or network carried them
+        good.sort(key=lambda m: self.names[m.metadata.src_node_id])
+        rep.answered = [self.names[m.metadata.src_node_id] for m in good]
         metrics = [(self.names[m.metadata.src_node_id], m.content.metric_records["metrics"]) for m in good]
         rep.bytes += int(sum(m.get("bytes", 0) for _, m in metrics))
         if metrics:

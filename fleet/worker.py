@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from mcutrain.errors import FleetError, McuTrainError
+from mcutrain.exporter.device_model import DeviceModel
 from mcutrain.sources import DataSettings, load_dataset, metrics
 
 from .baselines import local_order
@@ -112,11 +113,13 @@ class DeviceWorker:
         project: Optional[Path] = None,
         store: Optional[Path] = None,
         on_step: Optional[StepHook] = None,
+        twin: Optional[DeviceModel] = None,
     ) -> None:
         self.spec = spec
         self.index = index
         self.project = project
         self.store = store
+        self.twin = twin  # the device model of a host-twin device (board = "twin")
         self.on_step = on_step
         self.train = self._load(spec.data, settings)
         self.evaluation = self._load(spec.eval, settings) if spec.eval else self.train
@@ -144,7 +147,8 @@ class DeviceWorker:
         if h is None or h.expected_hash != task.model_hash:
             if h is not None:
                 h.close()
-            h = self.handle = DeviceHandle(self.spec, task.model_hash, task.timeout, self.project, self.store)
+            h = DeviceHandle(self.spec, task.model_hash, task.timeout, self.project, self.store, self.twin)
+            self.handle = h
         return h.connect(), ParamLayout.from_blocks(task.blocks)
 
     def _metrics(self, dev: Any, task: Task) -> Dict[str, float]:
@@ -210,4 +214,27 @@ class DeviceWorker:
             self.handle.close()
 
 
-__all__ = ["DeviceWorker", "DeviceFault", "Task", "is_fault"]
+def serve_request(
+    worker: DeviceWorker, kind: str, arrays: List[Any], config: Dict[str, Any], say: Callable[[str], None]
+) -> Dict[str, Any]:
+    """One request of the coordinator for worker's device: {'ok': True, ...results}, {'ok': False, 'fault': why}
+    (the device failed: dropped for the round) or {'ok': False, 'error': bug}. say(text) reports progress."""
+    try:
+        task = Task.from_config(config)
+        say(f"{worker.name}: round {task.round}: {kind}")
+        if kind == "train":
+            out, n, m = worker.fit(arrays, task)
+            return {"ok": True, "arrays": out, "num-examples": n, "metrics": m}
+        if kind == "evaluate":
+            n, m = worker.evaluate(arrays, task)
+            return {"ok": True, "num-examples": n, "metrics": m}
+        return {"ok": False, "error": f"unknown request {kind!r}"}
+    except DeviceFault as e:
+        say(f"{worker.name}: dropped for the round: {e}")
+        return {"ok": False, "fault": str(e)}
+    except Exception as e:  # a bug: the ClientApp raises it, Flower reports it to the coordinator
+        say(f"{worker.name}: error: {type(e).__name__}: {e}")
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+__all__ = ["DeviceWorker", "DeviceFault", "Task", "is_fault", "serve_request"]
