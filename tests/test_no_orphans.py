@@ -160,6 +160,37 @@ def test_run_stops_the_whole_group_on_a_timeout(tmp_path: Path) -> None:
         processes.spawn(["no-such-program-mcutrain"])
 
 
+@pytest.mark.parametrize("how", ["sigkill", "exit"])
+def test_a_grandchild_in_a_session_and_environment_of_its_own_ends_too(tmp_path: Path, how: str) -> None:
+    """A child starts a grandchild that leaves its process group (setsid) and drops mcutrain's mark from its
+    environment (env -i), as Flower's SuperExec does with the ServerApp: the watchdog knew it as a descendant
+    while the parent lived, so a SIGKILL of the parent (and a normal exit, whose cleanup ends only the groups)
+    ends it too."""
+    marker = tmp_path / "grandchild"
+    s = script(
+        tmp_path,
+        f"""
+        p = processes.spawn(["sh", "-c", "setsid env -i sleep 600 & echo $! > {marker}; sleep 600"])
+        import os
+        while not (os.path.exists({str(marker)!r}) and os.path.getsize({str(marker)!r})):
+            time.sleep(0.05)
+        time.sleep(1.0)  # the watchdog reads /proc four times a second
+        print(p.pid, flush=True)
+        if {how!r} == "sigkill":
+            time.sleep(600)
+        """,
+    )
+    assert s.stdout is not None
+    s.stdout.readline()
+    grandchild = int(marker.read_text())
+    family = {grandchild: proc_table()[grandchild][1]}
+    assert proc_table()[grandchild][0] != s.pid  # not the parent's child: it is sh's (or init's)
+    if how == "sigkill":
+        s.send_signal(signal.SIGKILL)
+    s.wait(timeout=30)
+    wait_until(lambda: not alive(family), 30, f"the grandchild outlived its grandparent: {alive(family)}")
+
+
 # ---------------------------------------------------------------- the fleet
 
 
@@ -177,11 +208,6 @@ def fleet_inputs(tmp_path_factory: pytest.TempPathFactory, pio_core: Path) -> Pa
     return d
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 25, open: a flwr-serverapp that Flower's SuperExec starts in a session of its own, with an "
-    "environment of its own, can outlive the fleet when the kill lands after the ServerApp started",
-)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_killing_a_simulated_fleet_mid_round_leaves_no_process(fleet_inputs: Path, sig: int) -> None:
     """`mcutrain fleet --simulate 4` killed while round 2 runs: every process it had (four native firmware

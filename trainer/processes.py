@@ -143,17 +143,46 @@ _SPAWNER = _Spawner()
 
 
 # The watchdog: a small process that holds the read end of a pipe whose write end only mcutrain holds. mcutrain
-# tells it every child's process group as it starts and stops; when the pipe closes (mcutrain ended in any
-# way, SIGKILL included) it ends every group still listed: SIGTERM, then SIGKILL. A group whose leader's pid now
-# belongs to another process (started later) is left alone.
+# tells it every child's process group as it starts and stops. While the pipe is open it also reads /proc four
+# times a second and keeps every descendant of mcutrain (pid and start time), so that a process started in a
+# session of its own (Flower's SuperExec starts the ServerApp so) is known before its parent dies and it is
+# reparented to init. When the pipe closes (mcutrain ended in any way, SIGKILL included) it ends every group
+# still listed and every known descendant still running: SIGTERM, then SIGSTOP until no new child appears, then
+# SIGKILL. A pid whose start time changed belongs to another process (started later) and is left alone.
 _WATCHDOG_CODE = r"""
-import os, signal, sys, time
-groups = {}
+import os, select, signal, sys, time
+root, me = int(sys.argv[2]), os.getpid()
+groups, known = {}, {}
+def table():
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat", "rb").read()
+            except OSError:
+                continue
+            rest = stat[stat.rindex(b")") + 2:].split()
+            out[int(d)] = (int(rest[1]), rest[19], rest[0])
+    return out
+def follow():
+    t = table()
+    todo = [root] + [p for p, s in known.items() if p in t and t[p][1] == s]
+    while todo:
+        parent = todo.pop()
+        for pid, (ppid, start, _) in t.items():
+            if ppid == parent and pid != me and known.get(pid) != start:
+                known[pid] = start
+                todo.append(pid)
+    return t
 buf = b""
 while True:
     try:
-        chunk = os.read(0, 4096)
+        ready = select.select([0], [], [], 0.25)[0]
+        chunk = os.read(0, 4096) if ready else None
     except InterruptedError:
+        continue
+    if chunk is None:
+        follow()
         continue
     if not chunk:
         break
@@ -165,32 +194,51 @@ while True:
             groups[int(parts[1])] = parts[2]
         elif len(parts) == 2 and parts[0] == b"-":
             groups.pop(int(parts[1]), None)
+    follow()
 def same(pid, start):
     try:
         stat = open(f"/proc/{pid}/stat", "rb").read()
     except OSError:
         return True  # the leader is gone; its pid stays reserved while its group has members
     return stat[stat.rindex(b")") + 2:].split()[19] == start
-live = [g for g, s in groups.items() if same(g, s)]
-for sig in (signal.SIGTERM, signal.SIGKILL):
-    for g in live:
+def living():
+    t = table()
+    return [p for p, s in known.items() if p in t and t[p][1] == s and t[p][2] != b"Z"]
+def signal_all(sig):
+    for g in [g for g, s in groups.items() if same(g, s)]:
         try:
             os.killpg(g, sig)
         except OSError:
             pass
-    time.sleep(0.5)
-# then every process that carries this mcutrain's mark in its environment: what a child started in a session of
-# its own (Flower's SuperExec starts the ServerApp so) is in none of the groups above
-mark = b"MCUTRAIN_FAMILY=" + sys.argv[1].encode() if len(sys.argv) > 1 else b""
-for sig in (signal.SIGTERM, signal.SIGKILL) if mark else ():
-    for d in os.listdir("/proc"):
-        if d.isdigit() and int(d) != os.getpid():
-            try:
-                if mark in open(f"/proc/{d}/environ", "rb").read().split(b"\0"):
-                    os.kill(int(d), sig)
-            except OSError:
-                pass
-    time.sleep(0.5)
+    for p in living():
+        try:
+            os.kill(p, sig)
+        except OSError:
+            pass
+signal_all(signal.SIGTERM)
+deadline = time.monotonic() + 0.5
+while living() and time.monotonic() < deadline:
+    time.sleep(0.05)
+for _ in range(20):  # freeze the family, taking in what it started meanwhile, until it stops growing
+    before = len(known)
+    signal_all(signal.SIGSTOP)
+    follow_from = [p for p in living()]
+    t = table()
+    for pid, (ppid, start, _) in t.items():
+        if ppid in follow_from and pid != me and known.get(pid) != start:
+            known[pid] = start
+    if len(known) == before:
+        break
+signal_all(signal.SIGKILL)
+# then every process that carries this mcutrain's mark in its environment
+mark = b"MCUTRAIN_FAMILY=" + sys.argv[1].encode()
+for d in os.listdir("/proc"):
+    if d.isdigit() and int(d) != me:
+        try:
+            if mark in open(f"/proc/{d}/environ", "rb").read().split(b"\0"):
+                os.kill(int(d), signal.SIGKILL)
+        except OSError:
+            pass
 """
 # The mark every child's environment carries (inherited by its own children): MCUTRAIN_FAMILY=<this token>.
 FAMILY_TOKEN = f"{os.getpid()}-{os.urandom(6).hex()}"
@@ -208,7 +256,7 @@ class _Watchdog:
         if self._proc is None and not self._failed and sys.platform.startswith("linux"):
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-S", "-c", _WATCHDOG_CODE, FAMILY_TOKEN],
+                    [sys.executable, "-S", "-c", _WATCHDOG_CODE, FAMILY_TOKEN, str(os.getpid())],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
