@@ -91,6 +91,40 @@ class FrontEnd:
         return FrontEnd(spec, mean, scale, list(labels) if labels else None)
 
 
+def imported_frontend(
+    metadata: Dict[str, Any], n_in: int, n_out: int, spec: FeatureSpec, labels: Optional[List[str]] = None
+) -> Dict[str, Any]:
+    """The metadata of an imported network whose inputs are the features of `spec`: its front end (the pipeline,
+    the normalisation, the class names) in "frontend". A standardisation the import brought as an input step (a
+    scikit-learn scaler) becomes the front end's normalisation, so the model has one. DataError when the pipeline
+    makes another number of values than the network takes, or the labels do not name every output."""
+    from .inputsteps import step_arrays
+    from .modelmeta import input_steps
+
+    made = spec.sizes().n_out
+    if made != n_in:
+        rows, per = spec.shape
+        raise DataError(
+            f"the feature pipeline {spec.text()} makes {made} values ({rows} x {per}), the network takes {n_in} "
+            "inputs: give the pipeline the network was trained on"
+        )
+    if labels is not None and len(labels) != n_out:
+        raise DataError(f"{len(labels)} labels for a network with {n_out} outputs: name each output once")
+    out = dict(metadata)
+    steps = input_steps(out, n_in)
+    mean = scale = None
+    if len(steps) > 1:
+        raise DataError(
+            f"the imported model scales its inputs in {len(steps)} steps; a feature pipeline takes one "
+            "normalisation: fold the scalers into one"
+        )
+    if steps:
+        mean, scale = step_arrays(steps[0])
+        out.pop("input_steps")
+    out["frontend"] = FrontEnd(spec, mean, scale, list(labels) if labels else None).to_dict()
+    return out
+
+
 def wav_folder(path: Union[str, Path], spec: FeatureSpec) -> Tuple[np.ndarray, np.ndarray, List[str]]:
     """(int16 windows (n, n_samples), integer labels (n,), label names) of a folder of label subfolders."""
     root = Path(path)
@@ -238,6 +272,7 @@ __all__ = [
     "wav_folder",
     "raw_windows",
     "load_feature_dataset",
+    "imported_frontend",
     "sensor_windows",
     "write_captured",
     "MAX_FILES",
