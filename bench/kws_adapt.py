@@ -102,10 +102,10 @@ def main_() -> None:
     t0 = time.time()
     cli("train", "--data", str(work / "train"), "--features", "kws", "--net", DS_CNN, "--input-shape", "49x10x1",
         "--loss", "xent", "--opt", "adam", "--lr", "0.005", "--batch", "16", "--steps", "800",
-        "-o", str(ds))  # fmt: skip
+        "-o", str(ds), "--force")  # fmt: skip
     t_ds = time.time() - t0
     cli("train", "--data", str(work / "train"), "--features", "kws", "--net", MLP, "--loss", "xent", "--steps", "1200",
-        "-o", str(mlp))  # fmt: skip
+        "-o", str(mlp), "--force")  # fmt: skip
     acc_ds = accuracy(cli("eval", str(ds), "--data", str(work / "test")))
     acc_mlp = accuracy(cli("eval", str(mlp), "--data", str(work / "test")))
     print(f"held-out voices ({', '.join(voices(10)[7:])}; 48 words):")
