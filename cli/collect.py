@@ -71,12 +71,13 @@ def collect(
     --features` reads: a WAV file per window in OUT_FOLDER/LABEL/ for audio, OUT_FOLDER/windows.npz for motion
     windows. Prints a count per label of the whole folder afterwards. Ctrl-C keeps the windows recorded so far."""
     from mcutrain.exporter.client import Device, DeviceError
-    from mcutrain.featdata import write_captured
+    from mcutrain.featdata import check_label, write_captured
 
     from .device import checked_project
     from .export import host_model
     from .model import model_frontend
 
+    check_label(label)
     if sim and port:
         raise CliError("give either --port (a device) or --sim PROJECT (a simulated board), not both")
     if sensor and not sim:

@@ -73,6 +73,8 @@ def test_collect_errors_are_clear(tmp_path: Path, pio_core: Path) -> None:
     assert r.exit_code != 0 and "--sensor" in r.output, r.output
     r = cli("collect", "--label", "a", "--count", "1", str(tmp_path / "o"))
     assert r.exit_code != 0 and "--project" in r.output, r.output
+    r = cli("collect", "--sim", str(plain.path), "--label", "../up", "--count", "1", str(tmp_path / "o"))
+    assert r.exit_code != 0 and "label '../up' cannot name a folder" in r.output, r.output
     r = cli("serve", str(plain.path), "--sensor", str(tmp_path))
     assert r.exit_code != 0 and "takes no raw windows" in r.output, r.output
 

@@ -216,13 +216,18 @@ def sensor_windows(path: Union[str, Path], spec: FeatureSpec) -> np.ndarray:
     return np.ascontiguousarray(x, spec.raw_dtype.newbyteorder("<"))
 
 
+def check_label(label: str) -> None:
+    """DataError for a label that cannot name a label folder (empty, a path, hidden)."""
+    if not label or label in (".", "..") or "/" in label or "\\" in label or label.startswith("."):
+        raise DataError(f"label {label!r} cannot name a folder: use letters, digits, '-' or '_'")
+
+
 def write_captured(folder: Union[str, Path], label: str, windows: np.ndarray, spec: FeatureSpec) -> List[Path]:
     """Add captured raw windows of one label to a dataset folder in the layout `train --features` reads: audio as
     folder/label/NNNN.wav (numbered after the files there), motion windows into folder/windows.npz (x, y, and the
     label names in `labels`; a new label gets the next index). Returns the files written."""
     root = Path(folder)
-    if not label or label in (".", "..") or "/" in label or "\\" in label or label.startswith("."):
-        raise DataError(f"label {label!r} cannot name a folder: use letters, digits, '-' or '_'")
+    check_label(label)
     w = np.asarray(windows)
     if w.shape[1:] != spec.window_shape:
         raise DataError(f"captured windows of shape {w.shape[1:]}, the feature pipeline takes {spec.window_shape}")
@@ -275,6 +280,7 @@ __all__ = [
     "imported_frontend",
     "sensor_windows",
     "write_captured",
+    "check_label",
     "MAX_FILES",
     "SENSOR_MAX_WINDOWS",
 ]
