@@ -58,6 +58,7 @@ int port_store_write(uint32_t off, const void *src, uint32_t n) {
 void port_exit(int code) { (void)code; longjmp(at_end, 1); }   /* the input is used up */
 void port_mark(uint8_t region, uint8_t begin) { (void)region; (void)begin; }
 int port_stack_bounds(uint8_t **lo, uint8_t **hi) { (void)lo; (void)hi; return 0; }
+int port_sensor_read(void *dst, uint32_t n) { (void)dst; (void)n; return 0; }
 
 static void fail(const char *what) {
     fprintf(stderr, "fuzz_frames: %s\n", what);

@@ -57,6 +57,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 def _register() -> None:
     """Add every command to the group."""
+    from .collect import collect
     from .device import device
     from .doctor import doctor
     from .export import build, export, flash, sim
@@ -74,6 +75,7 @@ def _register() -> None:
         main.add_command(cmd)
     main.add_command(fleet)
     main.add_command(features)
+    main.add_command(collect)
     main.add_command(doctor)
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import click
 
-from .common import OutputPath, check_output, example, note, write_output
+from .common import CliError, OutputPath, check_output, example, note, write_output
 
 
 @click.command("import")
@@ -32,13 +32,30 @@ from .common import OutputPath, check_output, example, note, write_output
     default=None,
     help="Loss to record for training [default: cross_entropy after a softmax, logit_bce after a sigmoid, else mse].",
 )
+@click.option(
+    "--features",
+    "spec_text",
+    default=None,
+    help="The network's inputs are these features (e.g. 'kws'): the model keeps the pipeline, takes raw windows "
+    "in eval and on the device.",
+)
+@click.option("--labels", default=None, help="With --features: the class names of the outputs, comma-separated.")
 @click.option("--force", is_flag=True, help="Replace an existing model file.")
 @example("""
 mcutrain import net.onnx -o model.mct             # PyTorch (torch.onnx.export) or any ONNX opset 13+
+mcutrain import kws.onnx --features kws --labels yes,no,up,down -o kws.mct   # a network on 49x10 MFCCs
 mcutrain import net.keras -o model.mct            # a Keras 3 Sequential model
 mcutrain import mlp.joblib --trust-pickle -o model.mct   # a fitted scikit-learn MLPClassifier/MLPRegressor
 mcutrain train --resume model.mct --data more.csv --classify --steps 2000   # fine-tune it""")
-def import_cmd(model: str, output: str, trust_pickle: bool, loss_name: Optional[str], force: bool) -> None:
+def import_cmd(
+    model: str,
+    output: str,
+    trust_pickle: bool,
+    loss_name: Optional[str],
+    spec_text: Optional[str],
+    labels: Optional[str],
+    force: bool,
+) -> None:
     """Import a model from another framework as an mcutrain model file: ONNX (.onnx, opset 13+), Keras 3
     (.keras, a Sequential of Dense and activations) or a scikit-learn MLP saved with pickle or joblib (.pkl,
     .pickle, .joblib; needs --trust-pickle, because unpickling runs code from the file).
@@ -48,6 +65,10 @@ def import_cmd(model: str, output: str, trust_pickle: bool, loss_name: Optional[
     MatMul+Add, Relu, LeakyRelu, Sigmoid, Tanh, Softplus, Sin, Cos, Softmax, Mul/Add by constants, residual
     Adds and a one-channel Conv; Keras Dense with activations and Softmax; scikit-learn MLPs. Anything else
     fails with the node or layer it cannot import.
+
+    With --features, the network's inputs are the features of a pipeline (docs/features.md; frame-major, as
+    mcutrain computes them): the model keeps it, `eval --data` takes raw data and the export computes the features
+    on the device from raw windows. A scikit-learn scaler becomes the pipeline's normalisation.
     """
     from mcutrain import losses
     from mcutrain.exporter.interop import PICKLE_SUFFIXES, suggested_loss
@@ -60,9 +81,20 @@ def import_cmd(model: str, output: str, trust_pickle: bool, loss_name: Optional[
     loss = losses.by_name(loss_name or suggested_loss(net))
     imported = {"from": str(model), "format": Path(model).suffix.lower().lstrip(".")}
     metadata = {**ck.metadata, "loss": str(loss), "imported": imported}
+    if labels is not None and spec_text is None:
+        raise CliError("--labels names the outputs of a network on features: give --features too")
+    if spec_text is not None:
+        from mcutrain.featdata import imported_frontend
+        from mcutrain.features import FeatureSpec
+
+        names = [t.strip() for t in labels.split(",")] if labels is not None else None
+        spec = FeatureSpec.parse(spec_text)
+        metadata = imported_frontend(metadata, net.n_in, net.n_out, spec, names)
     write_output(out, encode_model(net, None, metadata), force, "model file")
     click.echo(f"imported {model}: {net.describe()}")
-    for step in ck.metadata.get("input_steps", []):
+    if spec_text is not None:
+        click.echo(f"its inputs are the features of {FeatureSpec.parse(spec_text).text()} (kept in the model)")
+    for step in metadata.get("input_steps", []):
         click.echo(f"inputs are scaled first as the {step['source']} does (kept as the model's input steps)")
     click.echo(f"{net.n_in} inputs, {net.n_out} outputs, {net.param_count():,} parameters, loss {loss} -> {out}")
     shape = net.in_shape or ()

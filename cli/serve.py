@@ -27,10 +27,18 @@ def _stop_on_sigterm(signum: int, frame: Any) -> None:
     help="File that holds the board's saves [default: the project's, the one `mcutrain sim` uses].",
 )
 @click.option("--no-build", is_flag=True, help="Run the firmware built before.")
+@click.option(
+    "--sensor",
+    type=click.Path(exists=True),
+    default=None,
+    help="A recording the board's sensor plays back, window after window (CAPTURE, `mcutrain collect`): a WAV, a "
+    "folder of WAVs, or an .npz / .csv of raw windows (a model trained with --features).",
+)
 @example("""
 mcutrain serve fw          # prints its port, e.g. /dev/pts/3: then `mcutrain device info --port /dev/pts/3`
-mcutrain serve fw-uno --store saves.bin""")
-def serve(project: str, board: Optional[str], store: Optional[str], no_build: bool) -> None:
+mcutrain serve fw-uno --store saves.bin
+mcutrain serve fw-kws --sensor recordings/alice   # then: mcutrain collect --port /dev/pts/3 ...""")
+def serve(project: str, board: Optional[str], store: Optional[str], no_build: bool, sensor: Optional[str]) -> None:
     """Keep the project's firmware running on its simulated board (QEMU, simavr, or natively) as a serial
     device: print its port and serve `mcutrain device` commands, one connection after another, until
     Ctrl-C (or SIGTERM, or a client's QUIT) stops it. Saves the device makes are kept in a file of the
@@ -47,7 +55,8 @@ def serve(project: str, board: Optional[str], store: Optional[str], no_build: bo
         note(f"note: {difference}")
     old = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        with serve_mod.serve(Path(project), b, Path(store) if store else None, build=not no_build) as sb:
+        played = Path(sensor) if sensor else None
+        with serve_mod.serve(Path(project), b, Path(store) if store else None, not no_build, played) as sb:
             try:
                 with Device.open(sb.port, timeout=30.0) as dev:  # the firmware runs the project's model
                     dev.check_hash(meta["hash"])

@@ -112,7 +112,7 @@ def _feat_h(m: DeviceModel) -> str:
     if fe is None:
         return ""
     z = fe.spec.sizes()
-    i16 = fe.spec.kind != "motion"
+    i16 = fe.spec.raw_dtype == np.int16
     return f"""/* The front end: raw windows -> features ({fe.spec.text()}) -> normalisation */
 #define MCT_MODEL_FEAT 1
 #define MCT_MODEL_RAW_IN {z.n_in}

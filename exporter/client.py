@@ -242,6 +242,31 @@ class Device:
         loss, step = struct.unpack("<fI", self.request(Cmd.TRAIN_RAW, payload)[:8])
         return loss, step
 
+    def capture(self, spec: Any) -> Optional[np.ndarray]:
+        """The next raw window of the device's sensor (CAPTURE), shaped and typed as the feature pipeline `spec`
+        (mcutrain.features.FeatureSpec) takes it; None when the sensor has no window ready (status NO_WINDOW).
+        DeviceError when the firmware cannot capture or sends a window of another size."""
+        try:
+            d = self.request(Cmd.CAPTURE, ok=(Status.OK, Status.NO_WINDOW))
+        except DeviceError as e:
+            if e.status != Status.UNKNOWN:
+                raise
+            raise DeviceError(
+                "CAPTURE: this firmware cannot capture sensor windows: its model takes no raw windows (train it "
+                "with --features), or it was exported by an mcutrain before CAPTURE; export and flash it again",
+                e.status,
+            ) from None
+        if not d:
+            return None
+        dt = np.dtype(spec.raw_dtype).newbyteorder("<")
+        want = int(np.prod(spec.window_shape)) * dt.itemsize
+        if len(d) != want:
+            raise DeviceError(
+                f"CAPTURE: the device sent a window of {len(d)} bytes, the pipeline {spec.text()} takes {want}: "
+                "the device runs another model than the one given"
+            )
+        return np.frombuffer(d, dt).reshape(spec.window_shape).astype(spec.raw_dtype)
+
     def _floats_per_frame(self) -> int:
         """How many floats one READ or WRITE frame carries."""
         return max(1, (self.cached_info.max_payload - 5) // 4)

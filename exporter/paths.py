@@ -6,6 +6,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+HOST_MODEL = "model.mct"  # the exported model, kept in the project for `sim` and `device pull`
+
 
 def _data_dir(package: str) -> Path:
     """The folder of a data package of mcutrain (installed, or the repository's folder in an editable

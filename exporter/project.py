@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 from .boards import Board
+from .paths import HOST_MODEL as HOST_MODEL  # re-exported: the project keeps its model under this name
 from .paths import firmware_dir
 
-HOST_MODEL = "model.mct"  # the exported model, kept in the project for `sim` and `device pull`
 CALIBRATION = "calibration.npz"  # int8-full's calibration inputs, to rebuild the same device model
 DEVICE_LOG = "device-training.jsonl"  # what `device train --project` sent, one JSON line per run (for `device pull`)
 

@@ -27,6 +27,7 @@ STATUS_TEXT = {
     Status.NO_SAVE: "the device has no saved state",
     Status.UNSUPPORTED: "this build of the firmware cannot do that (no storage, or not with this optimizer)",
     Status.VERSION: "the device reads another format version",
+    Status.NO_WINDOW: "the device's sensor has no window ready",
 }
 
 SYNC_REQUEST = 0xA5

@@ -18,7 +18,7 @@ from typing import Optional
 from .. import processes
 from . import pio
 from .boards import Board
-from .sim import EXIT_TIMEOUT, ProcessSpec, SimError, require_tools, simulator_for, start_served
+from .sim import EXIT_TIMEOUT, ProcessSpec, SimError, require_tools, sensor_file, simulator_for, start_served
 
 
 @dataclass
@@ -68,10 +68,13 @@ class ServedBoard:
         self.stop()
 
 
-def serve(project: Path, board: Board, store: Optional[Path] = None, build: bool = True) -> ServedBoard:
+def serve(
+    project: Path, board: Board, store: Optional[Path] = None, build: bool = True, sensor: Optional[Path] = None
+) -> ServedBoard:
     """Build the project for the board's stand-in (unless build=False) and start its firmware as a serial device
     that serves client after client; saves go to `store` (default: the project's store file of that
-    simulator, the one `mcutrain sim` uses). SimError when it cannot start."""
+    simulator, the one `mcutrain sim` uses); its sensor (CAPTURE) plays back the recording `sensor` (a WAV, a
+    folder of WAVs, an NPZ or a CSV of raw windows). SimError when it cannot start."""
     project = Path(project)
     if not (project / "platformio.ini").is_file():
         raise SimError(f"{project} is not an exported project (no platformio.ini): run `mcutrain export` first")
@@ -82,6 +85,7 @@ def serve(project: Path, board: Board, store: Optional[Path] = None, build: bool
     fw = sim.firmware_path(project, board)
     if not fw.is_file():
         raise SimError(f"{fw} was not built: run `mcutrain build {project} --env {sim.env_name(board)}`")
-    spec = sim.serve_spec(fw, board, project, store)
+    played = sensor_file(project, board, sensor) if sensor is not None else None
+    spec = sim.serve_spec(fw, board, project, store, played)
     process, port = start_served(spec)
     return ServedBoard(board, port, process, spec, fw)

@@ -157,8 +157,17 @@ class Simulator:
         another's)."""
         return Path(project) / f"mcutrain_store_{self.env_name(board)}.bin"
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
-        """Start the firmware and connect a Device to it."""
+    def launch(
+        self,
+        firmware: Path,
+        board: Board,
+        project: Path,
+        measure: bool,
+        store: Optional[Path],
+        sensor: Optional[Path] = None,
+    ) -> SimSession:
+        """Start the firmware and connect a Device to it (its sensor plays back `sensor`, a file of raw windows
+        as sensor_file writes it)."""
         raise NotImplementedError
 
     def report(self, session: SimSession) -> Dict[str, Any]:
@@ -166,8 +175,11 @@ class Simulator:
         call, with 'unit'), 'ram_static', 'stack_peak', 'flash', ...}."""
         raise NotImplementedError
 
-    def serve_spec(self, firmware: Path, board: Board, project: Path, store: Optional[Path]) -> ProcessSpec:
-        """How to start the firmware as a serial device that serves client after client (mcutrain serve)."""
+    def serve_spec(
+        self, firmware: Path, board: Board, project: Path, store: Optional[Path], sensor: Optional[Path] = None
+    ) -> ProcessSpec:
+        """How to start the firmware as a serial device that serves client after client (mcutrain serve), its
+        sensor playing back `sensor` (a file of raw windows)."""
         raise NotImplementedError
 
 
@@ -196,21 +208,37 @@ class NativeSimulator(Simulator):
     def firmware_path(self, project: Path, board: Board) -> Path:
         return project / ".pio" / "build" / "native" / "program"
 
-    def serve_spec(self, firmware: Path, board: Board, project: Path, store: Optional[Path]) -> ProcessSpec:
-        """The program with --pty (it serves client after client; saves go to `store`, default store_path)."""
+    def serve_spec(
+        self, firmware: Path, board: Board, project: Path, store: Optional[Path], sensor: Optional[Path] = None
+    ) -> ProcessSpec:
+        """The program with --pty (it serves client after client; saves go to `store`, default store_path; its
+        sensor reads the file `sensor`)."""
         store = Path(store or self.store_path(project, board)).resolve()
+        env = dict(os.environ, MCUTRAIN_STORE=str(store))
+        env.pop("MCUTRAIN_SENSOR", None)
+        if sensor is not None:
+            env["MCUTRAIN_SENSOR"] = str(Path(sensor).resolve())
         return ProcessSpec(
             [str(Path(firmware).resolve()), "--pty"],
             Path(firmware).parent / "native.log",
             "the native firmware",
             NATIVE_TIMEOUT,
             store,
-            env=dict(os.environ, MCUTRAIN_STORE=str(store)),
+            env=env,
         )
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
-        """Start the program with --pty (saves go to `store`, default store_path) and connect a Device."""
-        spec = self.serve_spec(firmware, board, project, store)
+    def launch(
+        self,
+        firmware: Path,
+        board: Board,
+        project: Path,
+        measure: bool,
+        store: Optional[Path],
+        sensor: Optional[Path] = None,
+    ) -> SimSession:
+        """Start the program with --pty (saves go to `store`, default store_path; the sensor reads `sensor`) and
+        connect a Device."""
+        spec = self.serve_spec(firmware, board, project, store, sensor)
         log = spec.log
         dev = launch_process(
             spec.cmd,
@@ -429,10 +457,37 @@ def simulator_for(board: Board) -> Simulator:
     return SIMULATORS[kind]()
 
 
+def sensor_file(project: Path, board: Board, recording: Path) -> Path:
+    """The file of raw windows a simulated board's sensor plays back (in the project, one per env), written from a
+    recording (a WAV, a folder of WAVs, an NPZ or a CSV: featdata.sensor_windows) for the pipeline of the project's
+    model. SimError when the project's model takes no raw windows."""
+    from ..featdata import FrontEnd, sensor_windows
+    from ..modelfile import load_model
+    from .paths import HOST_MODEL
+
+    model = Path(project) / HOST_MODEL
+    d = load_model(model).metadata.get("frontend") if model.is_file() else None
+    fe = FrontEnd.from_dict(d) if d else None
+    if fe is None or fe.spec is None:
+        raise SimError(
+            f"{project}'s model takes no raw windows, so its board has no sensor: train it with --features and "
+            "export it again"
+        )
+    out = Path(project) / f"mcutrain_sensor_{simulator_for(board).env_name(board)}.bin"
+    out.write_bytes(sensor_windows(recording, fe.spec).tobytes())
+    return out
+
+
 def start(
-    project: Path, board: Board, measure: bool = False, store: Optional[Path] = None, build: bool = True
+    project: Path,
+    board: Board,
+    measure: bool = False,
+    store: Optional[Path] = None,
+    build: bool = True,
+    sensor: Optional[Path] = None,
 ) -> SimSession:
-    """Build the project for the board's simulator (unless build=False) and start the firmware in it."""
+    """Build the project for the board's simulator (unless build=False) and start the firmware in it; its sensor
+    plays back the recording `sensor` (see sensor_file)."""
     project = Path(project)
     if not (project / "platformio.ini").is_file():
         raise SimError(f"{project} is not an exported project (no platformio.ini): run `mcutrain export` first")
@@ -443,7 +498,8 @@ def start(
     fw = sim.firmware_path(project, board)
     if not fw.is_file():
         raise SimError(f"{fw} was not built: run `mcutrain build {project} --env {sim.env_name(board)}`")
-    return sim.launch(fw, board, project, measure, store)
+    played = sensor_file(project, board, sensor) if sensor is not None else None
+    return sim.launch(fw, board, project, measure, store, played)
 
 
 def section_sizes(size_tool: str, elf: Path) -> Dict[str, int]:

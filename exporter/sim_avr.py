@@ -91,6 +91,15 @@ def read_report(path: Path) -> Optional[Dict[str, Any]]:
         return None
 
 
+def _no_sensor(board: Board, sensor: Optional[Path]) -> None:
+    """SimError for a sensor recording: the simavr harness does not play one back (CAPTURE answers NO_WINDOW)."""
+    if sensor is not None:
+        raise SimError(
+            f"the simavr stand-in of {board.name} has no sensor to play a recording back: capture from a board "
+            "whose stand-in is QEMU or the native build"
+        )
+
+
 class AvrLink(ProcessLink):
     """The serial line to the simulated AVR; a stack overflow the harness saw is reported with its numbers."""
 
@@ -149,9 +158,12 @@ class SimavrSimulator(Simulator):
         cmd += ["serve=1"] if serve else []
         return cmd + ([f"cut_after_eeprom_writes={cut_after_eeprom_writes}"] if cut_after_eeprom_writes else [])
 
-    def serve_spec(self, firmware: Path, board: Board, project: Path, store: Optional[Path]) -> ProcessSpec:
+    def serve_spec(
+        self, firmware: Path, board: Board, project: Path, store: Optional[Path], sensor: Optional[Path] = None
+    ) -> ProcessSpec:
         """The harness in serve mode: the firmware's UART on a pty that serves client after client, the EEPROM
-        image in `store` (default: store_path)."""
+        image in `store` (default: store_path). The harness has no sensor yet (SimError for one)."""
+        _no_sensor(board, sensor)
         require_tools(*self.tools)
         harness = build_harness()
         firmware = Path(firmware).resolve()
@@ -168,11 +180,13 @@ class SimavrSimulator(Simulator):
         project: Path,
         measure: bool,
         store: Optional[Path],
+        sensor: Optional[Path] = None,
         cut_after_eeprom_writes: int = 0,
     ) -> SimSession:
         """Start the firmware in the harness (which always measures: counting cycles costs nothing) with
         the EEPROM image `store` (default: store_path) and connect a Device to its pty; a power cut after
-        cut_after_eeprom_writes EEPROM byte writes if that is not 0."""
+        cut_after_eeprom_writes EEPROM byte writes if that is not 0. The harness has no sensor yet."""
+        _no_sensor(board, sensor)
         require_tools(*self.tools)
         harness = build_harness()
         firmware = Path(firmware).resolve()

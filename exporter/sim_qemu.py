@@ -11,6 +11,7 @@ functions: one PREDICT's forward pass and one TRAIN step.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -163,9 +164,11 @@ class QemuSimulator(Simulator):
             ]
         )
 
-    def serve_spec(self, firmware: Path, board: Board, project: Path, store: Optional[Path]) -> ProcessSpec:
-        """QEMU with the firmware's UART on a pty (QEMU serves client after client) and saves in `store`
-        (default: store_path)."""
+    def serve_spec(
+        self, firmware: Path, board: Board, project: Path, store: Optional[Path], sensor: Optional[Path] = None
+    ) -> ProcessSpec:
+        """QEMU with the firmware's UART on a pty (QEMU serves client after client), saves in `store` (default:
+        store_path) and the sensor reading the file `sensor` (copied beside the store, where QEMU runs)."""
         require_tools(self.qemu)
         firmware = Path(firmware).resolve()
         store = Path(store or self.store_path(project, board)).resolve()
@@ -177,13 +180,28 @@ class QemuSimulator(Simulator):
             )
         # QEMU runs in the store's folder; the firmware opens the store by its name (semihosting paths are
         # relative to QEMU's working folder), given on the semihosting command line
-        cmd = self.command(board, str(firmware), "pty", ",arg=firmware,arg=store=" + _qemu_opt(store.name))
+        played = ""
+        if sensor is not None:  # the firmware reads its name up to a space into 64 bytes: a short name beside the store
+            near = store.parent / f"mcutrain_sensor_{self.env_name(board)}.bin"
+            if Path(sensor).resolve() != near.resolve():
+                shutil.copyfile(sensor, near)
+            played = ",arg=sensor=" + _qemu_opt(near.name)
+        args = ",arg=firmware" + played + ",arg=store=" + _qemu_opt(store.name)
+        cmd = self.command(board, str(firmware), "pty", args)
         return ProcessSpec(cmd, firmware.parent / "qemu.log", "QEMU", START_TIMEOUT, store, cwd=store.parent)
 
-    def launch(self, firmware: Path, board: Board, project: Path, measure: bool, store: Optional[Path]) -> SimSession:
-        """Start the firmware in QEMU with its UART on a pty and saves in `store` (default: store_path);
-        with measure, the TCG plugin counts the instructions of the marked regions."""
-        spec = self.serve_spec(firmware, board, project, store)
+    def launch(
+        self,
+        firmware: Path,
+        board: Board,
+        project: Path,
+        measure: bool,
+        store: Optional[Path],
+        sensor: Optional[Path] = None,
+    ) -> SimSession:
+        """Start the firmware in QEMU with its UART on a pty, saves in `store` (default: store_path) and the sensor
+        reading `sensor`; with measure, the TCG plugin counts the instructions of the marked regions."""
+        spec = self.serve_spec(firmware, board, project, store, sensor)
         firmware, store, cmd, log = Path(firmware).resolve(), spec.store, spec.cmd, spec.log
         run_dir = firmware.parent
         plugin_out: Optional[Path] = None

@@ -37,3 +37,14 @@ def test_a_model_trained_on_synthesized_words_recognises_held_out_voices(tmp_pat
     assert r.exit_code == 0, r.output
     acc = float(r.output.split("accuracy")[1].split("%")[0]) / 100
     assert acc >= 0.9, r.output
+
+
+def test_the_same_seed_makes_the_same_files(tmp_path: Path) -> None:
+    """The data set is reproducible: sox resamples without dither (its default dithers with random noise)."""
+    v = voices(9)[7:]
+    for k in (1, 2):
+        synthesize_words(tmp_path / f"d{k}", ["yes"], v, speeds=(150,), pitches=(50,), seed=4)
+    files = sorted(p.relative_to(tmp_path / "d1") for p in (tmp_path / "d1").rglob("*.wav"))
+    assert len(files) == 2
+    for f in files:
+        assert (tmp_path / "d1" / f).read_bytes() == (tmp_path / "d2" / f).read_bytes(), f

@@ -338,6 +338,11 @@ class FeatureSpec:
         """Shape of one raw window: (n_samples,) for audio, (n_samples, channels) for motion."""
         return (self.n_samples,) if self.kind != "motion" else (self.n_samples, self.channels)
 
+    @property
+    def raw_dtype(self) -> np.dtype:
+        """How a device holds a raw window: int16 samples (audio, times in_scale) or float32 values (motion)."""
+        return np.dtype(np.float32) if self.kind == "motion" else np.dtype(np.int16)
+
     def compute(self, x: Union[np.ndarray, List[Any]], tables: Union[np.ndarray, None] = None) -> np.ndarray:
         """Features of one window or a batch: x is window_shape or (n, *window_shape), float32 (or anything
         numeric, converted) or int16 (times in_scale); returns (rows, per row) or (n, rows, per row) float32."""

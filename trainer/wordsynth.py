@@ -50,7 +50,9 @@ def say(word: str, voice: str, speed: int, pitch: int, rate: int, tmp: Path) -> 
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     if r.returncode != 0 or not raw.is_file():
         raise SynthError(f"espeak-ng failed for {word!r} with voice {voice}: {r.stderr.strip()[-300:]}")
-    r = subprocess.run([sox, str(raw), "-r", str(rate), "-c", "1", "-b", "16", str(out)],
+    # -D: no dither (sox dithers a resampled signal with random noise by default, so the same seed would not give
+    # the same data set)
+    r = subprocess.run([sox, "-D", str(raw), "-r", str(rate), "-c", "1", "-b", "16", str(out)],
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     if r.returncode != 0:
         raise SynthError(f"sox failed: {r.stderr.strip()[-300:]}")

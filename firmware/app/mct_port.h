@@ -27,4 +27,8 @@ void port_mark(uint8_t region, uint8_t begin);
 /* The RAM the stack may grow into: [*lo, *hi); 0 when the target cannot tell. */
 int port_stack_bounds(uint8_t **lo, uint8_t **hi);
 
+/* Fill dst with the sensor's next raw window of n bytes (CAPTURE; builds with a feature pipeline only): 1 when
+ * one was ready, 0 when none is (the simulators read a host file; a board's sketch provides the samples). */
+int port_sensor_read(void *dst, uint32_t n);
+
 #endif /* MCT_PORT_H */

@@ -141,6 +141,15 @@ static void cmd_features(mct_app *a) {
     reply_bytes(&r, a->arena + mct_model.in_off, MCT_MODEL_N_IN * 4);
     reply_end(&r);
 }
+
+/* CAPTURE: the sensor's next raw window (into a->raw, where PREDICT_RAW would put it), or status NO_WINDOW. */
+static void cmd_capture(mct_app *a) {
+    if (!port_sensor_read(a->raw, RAW_BYTES)) { reply_status(MCT_CMD_CAPTURE, MCT_ST_NO_WINDOW); return; }
+    reply_t r;
+    reply_begin(&r, MCT_CMD_CAPTURE, MCT_ST_OK, (uint16_t)RAW_BYTES);
+    reply_bytes(&r, a->raw, (uint16_t)RAW_BYTES);
+    reply_end(&r);
+}
 #endif
 
 static void cmd_train(mct_app *a, uint8_t cmd) {
@@ -217,7 +226,7 @@ static int length_ok(uint8_t cmd, uint16_t len) {
     case MCT_CMD_WRITE: return len >= 5 && (len - 5) % 4 == 0;
     case MCT_CMD_BLOB: return len == 6;
     case MCT_CMD_INFO: case MCT_CMD_SAVE: case MCT_CMD_LOAD: case MCT_CMD_STATS: case MCT_CMD_RESET:
-    case MCT_CMD_QUIT: return len == 0;
+    case MCT_CMD_CAPTURE: case MCT_CMD_QUIT: return len == 0;
     default: return 1;          /* unknown commands are answered as such */
     }
 }
@@ -271,7 +280,7 @@ void mct_app_poll(mct_app *a) {
     if ((uint16_t)(c0 | (c1 << 8)) != crc) { reply_status(cmd, MCT_ST_BAD_CRC); return; }
     if (!dst) {
         int known = (cmd >= MCT_CMD_INFO && cmd <= MCT_CMD_BLOB) || cmd == MCT_CMD_QUIT ||
-                    (MCT_MODEL_FEAT && cmd >= MCT_CMD_PREDICT_RAW && cmd <= MCT_CMD_FEATURES);
+                    (MCT_MODEL_FEAT && cmd >= MCT_CMD_PREDICT_RAW && cmd <= MCT_CMD_CAPTURE);
         reply_status(cmd, known ? MCT_ST_BAD_LENGTH : MCT_ST_UNKNOWN);
         return;
     }
@@ -286,6 +295,7 @@ void mct_app_poll(mct_app *a) {
     case MCT_CMD_PREDICT_RAW: mct_app_features(a); cmd_predict(a, cmd); break;
     case MCT_CMD_TRAIN_RAW: mct_app_features(a); cmd_train(a, cmd); break;
     case MCT_CMD_FEATURES: cmd_features(a); break;
+    case MCT_CMD_CAPTURE: cmd_capture(a); break;
 #endif
     case MCT_CMD_READ: cmd_read(a); break;
     case MCT_CMD_WRITE: cmd_write(a, len); break;

@@ -154,6 +154,7 @@
     X(PREDICT_RAW, 11)       /* a model with a feature pipeline (MCT_MODEL_FEAT): predict from a raw window */ \
     X(TRAIN_RAW, 12)         /* ... one training step on a raw window and its target */                       \
     X(FEATURES, 13)          /* ... the network input a raw window gives */                                   \
+    X(CAPTURE, 14)           /* ... the next raw window of the board's sensor (port_sensor_read) */           \
     X(QUIT, 0x7F)
 
 /* Reply statuses of the device protocol (the status byte of a reply): X(NAME, value). */
@@ -167,7 +168,8 @@
     X(STORE, 6)                                                                                               \
     X(NO_SAVE, 7)                                                                                             \
     X(UNSUPPORTED, 8)                                                                                         \
-    X(VERSION, 9)            /* a frame or blob of another format version; the data: the device's version */
+    X(VERSION, 9)            /* a frame or blob of another format version; the data: the device's version */ \
+    X(NO_WINDOW, 10)         /* CAPTURE: the sensor has no window ready (none yet, or its recording ended) */
 
 /* ---- structs the host writes as bytes: X(type, field, numpy kind), in declaration order ---- */
 /* One layer of a network (mct_layer). Offsets into the trace arena are per sample: a batch of nb samples

@@ -129,6 +129,13 @@ void port_exit(int code) { (void)code; }    /* a board runs until it is reset */
 void port_mark(uint8_t region, uint8_t begin) { (void)region; (void)begin; }
 #endif
 
+/* The sensor of CAPTURE: a sketch that samples a microphone or an IMU defines its own port_sensor_read (filling
+ * the window it has ready and returning 1); without one, CAPTURE answers NO_WINDOW. */
+__attribute__((weak)) int port_sensor_read(void *dst, uint32_t n) {
+    (void)dst; (void)n;
+    return 0;
+}
+
 int port_stack_bounds(uint8_t **lo, uint8_t **hi) {
 #if defined(__AVR__)
     extern char __heap_start;

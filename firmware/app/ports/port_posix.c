@@ -2,7 +2,8 @@
  * the program runs with --pty (it prints "PTY /dev/pts/N" and serves that terminal, client after
  * client, until QUIT or a signal ends it). Saves go to a
  * file: $MCUTRAIN_STORE, else mcutrain_store.bin in the working directory. For tests of power cuts,
- * $MCUTRAIN_STORE_FAIL_AFTER=N ends the program abruptly after N bytes of a save were written. */
+ * $MCUTRAIN_STORE_FAIL_AFTER=N ends the program abruptly after N bytes of a save were written. The sensor
+ * (CAPTURE) is the file $MCUTRAIN_SENSOR: raw windows one after another, read in order; none when it ends. */
 #ifdef MCT_PORT_POSIX
 #define _XOPEN_SOURCE 600
 #define _DEFAULT_SOURCE
@@ -20,6 +21,7 @@
 
 static int fd_in = 0, fd_out = 1, pty_mode = 0;
 static long fail_after = -1;
+static long sensor_at = 0;        /* the byte offset of the sensor file's next window */
 
 /* Open a pty master in raw mode, print the slave's name, and serve it. */
 static void open_pty(void) {
@@ -101,6 +103,17 @@ int port_store_write(uint32_t off, const void *src, uint32_t n) {
     fsync(fileno(f));
     fclose(f);
     return rc;
+}
+
+int port_sensor_read(void *dst, uint32_t n) {
+    const char *p = getenv("MCUTRAIN_SENSOR");
+    FILE *f = p && *p ? fopen(p, "rb") : NULL;
+    if (!f) return 0;
+    size_t got = fseek(f, sensor_at, SEEK_SET) == 0 ? fread(dst, 1, n, f) : 0;
+    fclose(f);
+    if (got != n) return 0;       /* the recording has no whole window left */
+    sensor_at += (long)n;
+    return 1;
 }
 
 void port_exit(int code) {

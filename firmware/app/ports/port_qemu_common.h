@@ -9,6 +9,9 @@
  * MCT_STORE_PATH (a build-time define, default "mcutrain_store.bin" in QEMU's working directory).
  * Bytes never written read as 0xFF, like erased flash; the file grows as saves are written.
  *
+ * Sensor (CAPTURE): the file named after "sensor=" in the semihosting command line (up to the next space, and
+ * before "store="), raw windows one after another, read in order; without one, or when it ends, no window.
+ *
  * Markers: port_mark(region, begin) calls one of the noinline, never-merged functions
  * mct_mark_<region>_<begin|end> below; the QEMU plugin (firmware/host_tools/insn_plugin.c) counts the
  * guest instructions from the first instruction of a begin marker to the first instruction of the
@@ -32,6 +35,7 @@
 #define MCT_STORE_BYTES (64u * 1024u)
 #endif
 #define MCT_STORE_NAME_MAX 256u
+#define MCT_SENSOR_NAME_MAX 64u
 
 /* Semihosting operation numbers (Arm semihosting specification, also used by RISC-V). */
 enum {
@@ -46,6 +50,8 @@ static uintptr_t sh_call(uintptr_t op, const void *arg);
 /* ---- saves in a host file ---- */
 static char store_name[MCT_STORE_NAME_MAX];
 static intptr_t store_fd = -1;        /* -1: not open yet */
+static char sensor_name[MCT_SENSOR_NAME_MAX];   /* empty: no sensor file */
+static uint32_t sensor_at;            /* the byte offset of the sensor file's next window */
 
 /* The store's file name: "store=..." from the semihosting command line, else MCT_STORE_PATH. The command
  * line is read into store_name itself and the name moved to its start (no second buffer in RAM). */
@@ -55,6 +61,12 @@ static void store_find_name(void) {
     if (sh_call(SH_GET_CMDLINE, blk) == 0) {
         store_name[blk[1] < sizeof store_name ? blk[1] : sizeof store_name - 1] = '\0';
         for (const char *p = store_name; *p; p++) {
+            if ((p == store_name || p[-1] == ' ') && !strncmp(p, "sensor=", 7)) {
+                size_t k = 0;
+                for (p += 7; *p && *p != ' ' && k < sizeof sensor_name - 1; p++) sensor_name[k++] = *p;
+                sensor_name[k] = '\0';
+                if (!*p) break;
+            }
             if ((p == store_name || p[-1] == ' ') && !strncmp(p, "store=", 6) && p[6]) { name = p + 6; break; }
         }
     }
@@ -126,6 +138,24 @@ int port_store_write(uint32_t off, const void *src, uint32_t n) {
     }
     if (store_seek(off)) return 1;
     return store_put(src, n);
+}
+
+/* ---- the sensor: raw windows from a host file ---- */
+int port_sensor_read(void *dst, uint32_t n) {
+    if (!sensor_name[0]) return 0;
+    uintptr_t blk[3] = {(uintptr_t)sensor_name, 1 /* "rb" */, strlen(sensor_name)};
+    intptr_t fd = (intptr_t)sh_call(SH_OPEN, blk);
+    if (fd < 0) return 0;
+    uintptr_t len[1] = {(uintptr_t)fd};
+    intptr_t size = (intptr_t)sh_call(SH_FLEN, len);
+    int ok = size >= 0 && (uint32_t)size >= sensor_at && (uint32_t)size - sensor_at >= n;
+    uintptr_t seek[2] = {(uintptr_t)fd, sensor_at};
+    if (ok) ok = sh_call(SH_SEEK, seek) == 0;
+    uintptr_t rd[3] = {(uintptr_t)fd, (uintptr_t)dst, n};
+    if (ok) ok = sh_call(SH_READ, rd) == 0;     /* the number of bytes NOT read */
+    sh_call(SH_CLOSE, len);
+    if (ok) sensor_at += n;
+    return ok;
 }
 
 /* ---- exit ---- */

@@ -88,6 +88,9 @@ void port_exit(int code) {
 
 void port_mark(uint8_t region, uint8_t begin) { GPIOR1 = (uint8_t)(2u * region + (begin ? 1u : 2u)); }
 
+/* No sensor in the simavr stand-in yet: CAPTURE answers NO_WINDOW. */
+int port_sensor_read(void *dst, uint32_t n) { (void)dst; (void)n; return 0; }
+
 int port_stack_bounds(uint8_t **lo, uint8_t **hi) {
     extern uint8_t __heap_start;
     *lo = &__heap_start;
