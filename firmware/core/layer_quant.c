@@ -1,6 +1,6 @@
 /* layer_quant.c - the full-integer int8 ops: QUANT (f32 -> int8), DEQUANT (int8 -> f32), QDENSE (int8
- * dense with integer requantization) and QLUT (int8 elementwise table), for frozen layers on targets
- * without an FPU. Their constants and byte layouts are described at enum mct_op (mct.h).
+ * dense with integer requantization), QLUT (int8 elementwise table), and the spatial ones QCONV2D, QDWCONV2D
+ * (requantized as QDENSE), QMAXPOOL2D and QAVGPOOL2D, for frozen layers. Their constants and byte layouts are described at enum mct_op (mct.h).
  *
  * QDENSE and QLUT use integers only; QUANT and DEQUANT use one float multiply per element. Nothing here
  * can overflow a signed type or shift a negative number, whatever the blob holds: a sum of int8 products is
@@ -413,6 +413,128 @@ void mct_qlut_forward(const mct_layer *L, const uint8_t *c, const float *x, floa
         int8_t *ys = (int8_t *)y + (size_t)s * stride;
         for (uint32_t i = 0; i < n; i++) ys[i] = mct_cload_i8(c + (uint8_t)(xs[i] + 128));
     }
+}
+
+/* ---- the spatial full-integer ops (QCONV2D, QDWCONV2D, QMAXPOOL2D, QAVGPOOL2D): plain reference kernels, every
+ * window walked by MCT_FOR_WINDOWS as the f32 ops walk theirs, channels last; x and y are int8 tensors whose samples
+ * start every 4 ceil(n / 4) bytes. The sums of (x - zx) w are exact in int32: |x - zx| <= 255, |w| <= 128, so a term
+ * is below 2^15 and at most 65535 of them (the checks) stay below 2^31. */
+
+int mct_qconv2d_check(const mct_layer *L) {
+    return L->kind == 0 && mct_spatial_check(L) && (uint32_t)L->kh * L->kw * L->c_in <= 65535u;
+}
+
+void mct_qconv2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    uint64_t nw = (uint64_t)L->kh * L->kw * L->c_in * L->c_out;
+    (void)nb; (void)host;
+    s->consts = 8u + 12u * (uint64_t)L->c_out + ((nw + 3u) & ~(uint64_t)3u);
+}
+
+int mct_qdwconv2d_check(const mct_layer *L) {
+    return L->kind == 0 && L->c_in && L->c_out % L->c_in == 0 && mct_spatial_check(L) &&
+           (uint32_t)L->kh * L->kw <= 65535u;
+}
+
+void mct_qdwconv2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    uint64_t nw = (uint64_t)L->kh * L->kw * L->c_out;
+    (void)nb; (void)host;
+    s->consts = 8u + 12u * (uint64_t)L->c_out + ((nw + 3u) & ~(uint64_t)3u);
+}
+
+int mct_qmaxpool2d_check(const mct_layer *L) { return L->kind == 0 && L->c_in == L->c_out && mct_spatial_check(L); }
+
+void mct_qmaxpool2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)L; (void)nb; (void)host; (void)s;
+}
+
+int mct_qavgpool2d_check(const mct_layer *L) {
+    return L->kind == 0 && L->c_in == L->c_out && mct_spatial_check(L) && (uint32_t)L->kh * L->kw <= 65535u;
+}
+
+void mct_qavgpool2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)L; (void)nb; (void)host; (void)s;
+}
+
+/* (x - zx) w as a 16-bit product (|x - zx| <= 255, |w| <= 128: no overflow, one 16-bit multiply on AVR). */
+static MCT_INLINE int16_t qterm(int8_t x, int16_t zx, int8_t w) { return (int16_t)((int16_t)(x - zx) * w); }
+
+void mct_qconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw, row = (uint32_t)L->kh * KW * Ci;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    const int16_t zx = (int16_t)zero_point(c);
+    const int32_t zy = zero_point(c + 4);
+    const uint8_t *w = c + 8u + 12u * Co;
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co;
+        for (uint32_t o = 0; o < Co; o++) {
+            const uint8_t *wo = w + (size_t)o * row;
+            int32_t acc = 0;
+            for (uint32_t ky = ky0; ky < ky1; ky++)
+                for (uint32_t kx = kx0; kx < kx1; kx++) {
+                    const int8_t *xp = xs + mct_tap_at(L, oy, ox, ky, kx);
+                    const uint8_t *wp = wo + ((size_t)ky * KW + kx) * Ci;
+                    for (uint32_t ci = 0; ci < Ci; ci++) acc += qterm(xp[ci], zx, mct_cload_i8(wp + ci));
+                }
+            yo[o] = qdense_out(c, Co, o, zy, acc);
+        }
+    })
+}
+
+void mct_qdwconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw, m = Co / Ci;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    const int16_t zx = (int16_t)zero_point(c);
+    const int32_t zy = zero_point(c + 4);
+    const uint8_t *w = c + 8u + 12u * Co;
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co;
+        uint32_t o = 0;
+        for (uint32_t ci = 0; ci < Ci; ci++)
+            for (uint32_t j = 0; j < m; j++, o++) {   /* output channel o = ci m + j reads input channel ci */
+                int32_t acc = 0;
+                for (uint32_t ky = ky0; ky < ky1; ky++)
+                    for (uint32_t kx = kx0; kx < kx1; kx++)
+                        acc += qterm(xs[mct_tap_at(L, oy, ox, ky, kx) + ci], zx,
+                                     mct_cload_i8(w + ((size_t)ky * KW + kx) * Co + o));
+                yo[o] = qdense_out(c, Co, o, zy, acc);
+            }
+    })
+}
+
+void mct_qmaxpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t C = L->c_in;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    (void)c;
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * C;
+        for (uint32_t ch = 0; ch < C; ch++) yo[ch] = -128;
+        for (uint32_t ky = ky0; ky < ky1; ky++)
+            for (uint32_t kx = kx0; kx < kx1; kx++) {
+                const int8_t *xp = xs + mct_tap_at(L, oy, ox, ky, kx);
+                for (uint32_t ch = 0; ch < C; ch++) yo[ch] = xp[ch] > yo[ch] ? xp[ch] : yo[ch];
+            }
+    })
+}
+
+void mct_qavgpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t C = L->c_in;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    (void)c;
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * C;
+        const int32_t n = (int32_t)((ky1 - ky0) * (kx1 - kx0)), half = n / 2;
+        for (uint32_t ch = 0; ch < C; ch++) {
+            int32_t acc = 0;   /* |acc| <= 128 * 65535 */
+            for (uint32_t ky = ky0; ky < ky1; ky++)
+                for (uint32_t kx = kx0; kx < kx1; kx++) acc += xs[mct_tap_at(L, oy, ox, ky, kx) + ch];
+            /* round(acc / n), ties away from zero (division truncates toward zero); the mean of codes is a code */
+            yo[ch] = (int8_t)(acc >= 0 ? (acc + half) / n : (acc - half) / n);
+        }
+    })
 }
 
 void mct_qop_backward(const mct_layer *L, const mct_bwd *b) {
