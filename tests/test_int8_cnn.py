@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from helpers import assert_same_bits, cli_ok
+from helpers import assert_device_equals_twin, assert_same_bits, cli_ok, train_lockstep
 from mcutrain import Checkpoint, Sequential, TrainParams, load_model, losses
 from mcutrain import layers as L
 from mcutrain.corefacts import Op
@@ -239,3 +239,24 @@ def test_digits_cnn_int8_full_loses_at_most_a_point_and_runs_bit_for_bit(tmp_pat
         assert_same_bits(got, twin.predict(x), f"PREDICT on {board} against the host's int8 model")
         if board == "uno":  # the int8 activations (8x8x8 = 512 B) fit the Uno's 2 KB, weights in flash
             assert r.plan.fits() and r.plan.ram <= 2048, r.plan.table()
+
+
+@pytest.mark.parametrize("board", ["nano33ble", "teensy41", "nucleo_l552ze_q"])
+def test_int8_cnn_with_every_spatial_op_on_the_dsp_cores(board: str, tmp_path: Path) -> None:
+    """On the Cortex-M4F, M7 and M33 (QCONV2D through SMLAD, windows with padding, strides, a channel count that
+    is no multiple of four) the int8 body predicts what the host's int8 model (the reference kernels) predicts,
+    and training the f32 head behind it matches bit for bit."""
+    net = every_spatial_op_net()
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
+    rng = np.random.default_rng(4)
+    cal = rng.normal(size=(200, net.n_in)).astype(np.float32)
+    r = export_project(ck, board, tmp_path / "fw", quant="int8-full", trainable="last:1", sim=True,
+                       calibration=cal, loss=losses.cross_entropy)  # fmt: skip
+    twin = DeviceTwin(r.model)
+    x = rng.normal(size=(12, net.n_in)).astype(np.float32)
+    t = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 4)]
+    with sim.start(r.path, r.board) as s:
+        assert_same_bits(s.device.predict(x), twin.predict(x), f"PREDICT on {board}")
+        train_lockstep(s.device, twin, x[:4], t)
+        assert_device_equals_twin(s.device, twin)
+        assert_same_bits(s.device.predict(x), twin.predict(x), f"PREDICT on {board} after training")

@@ -458,7 +458,84 @@ void mct_qavgpool2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_si
 /* (x - zx) w as a 16-bit product (|x - zx| <= 255, |w| <= 128: no overflow, one 16-bit multiply on AVR). */
 static MCT_INLINE int16_t qterm(int8_t x, int16_t zx, int8_t w) { return (int16_t)((int16_t)(x - zx) * w); }
 
+#if QDOT_DSP
+/* Window values (kh kw c_in) the Cortex-M4/M7/M33 QCONV2D gathers on the stack (2 bytes each); larger windows take
+ * the reference loop. */
+#define QCOL_MAX 256u
+
+/* acc[k] = sum_{i < n} col[i] * w[k stride + i] for k < rows (1 to 4), where col holds each group of four values in
+ * the order (0, 2, 1, 3), the pairs SXTB16 makes of four weights, and the last n % 4 in order: two SMLAD per four
+ * products, the col loads shared by the four rows. The sums are exact (|col| <= 255, |w| <= 128, n <= 65535), so
+ * they equal the plain loop's in any order. */
+static void dot16_rows(const int16_t *col, const uint8_t *w, uint32_t n, uint32_t stride, uint32_t rows,
+                       int32_t *acc) {
+    const uint8_t *w0 = w, *w1 = rows > 1u ? w0 + stride : w0, *w2 = rows > 2u ? w1 + stride : w1;
+    const uint8_t *w3 = rows > 3u ? w2 + stride : w2;
+    const int16_t *end = col + (n & ~3u);
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    while (col != end) {
+        int16x2_t c02, c13;
+        memcpy(&c02, col, 4);
+        memcpy(&c13, col + 2, 4);
+        col += 4;
+        a0 = smlad4(a0, c02, c13, &w0);
+        a1 = smlad4(a1, c02, c13, &w1);
+        a2 = smlad4(a2, c02, c13, &w2);
+        a3 = smlad4(a3, c02, c13, &w3);
+    }
+    for (n &= 3u; n; n--, col++) {
+        a0 += *col * mct_cload_i8(w0++);
+        a1 += *col * mct_cload_i8(w1++);
+        a2 += *col * mct_cload_i8(w2++);
+        a3 += *col * mct_cload_i8(w3++);
+    }
+    acc[0] = a0;
+    if (rows > 1u) acc[1] = a1;
+    if (rows > 2u) acc[2] = a2;
+    if (rows > 3u) acc[3] = a3;
+}
+
+/* QCONV2D on Cortex-M4/M7/M33: each window's values x - zx (0 for a padding tap, which adds nothing, as the
+ * reference skips it) gathered once into col in dot16_rows's order, then four output channels at a time with
+ * SMLAD. The same exact integer sums as the reference, so the same outputs. */
+static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t Ci = L->c_in, Co = L->c_out, KH = L->kh, KW = L->kw, K = KH * KW * Ci, K4 = K & ~3u;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    const int16_t zx = (int16_t)zero_point(c);
+    const int32_t zy = zero_point(c + 4);
+    const uint8_t *w = c + 8u + 12u * Co;
+    uint32_t colw[QCOL_MAX / 2u];   /* word aligned */
+    int16_t *col = (int16_t *)(void *)colw;
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co;
+        uint32_t k = 0;
+        for (uint32_t ky = 0; ky < KH; ky++)
+            for (uint32_t kx = 0; kx < KW; kx++) {
+                const int inside = ky >= ky0 && ky < ky1 && kx >= kx0 && kx < kx1;
+                const int8_t *xp = inside ? xs + mct_tap_at(L, oy, ox, ky, kx) : xs;
+                for (uint32_t ci = 0; ci < Ci; ci++, k++) {
+                    const uint32_t j = k & 3u, at = k < K4 ? (k & ~3u) | (j == 1u ? 2u : (j == 2u ? 1u : j)) : k;
+                    col[at] = inside ? (int16_t)(xp[ci] - zx) : 0;
+                }
+            }
+        for (uint32_t o = 0; o < Co; o += 4u) {
+            const uint32_t r = Co - o < 4u ? Co - o : 4u;
+            int32_t acc[4];
+            dot16_rows(col, w + (size_t)o * K, K, K, r, acc);
+            for (uint32_t q = 0; q < r; q++) yo[o + q] = qdense_out(c, Co, o + q, zy, acc[q]);
+        }
+    })
+}
+#endif
+
 void mct_qconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+#if QDOT_DSP
+    if ((uint32_t)L->kh * L->kw * L->c_in <= QCOL_MAX) {
+        qconv2d_dsp(L, c, x, y, nb);
+        return;
+    }
+#endif
     const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw, row = (uint32_t)L->kh * KW * Ci;
     const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
     const int16_t zx = (int16_t)zero_point(c);
