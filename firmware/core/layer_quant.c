@@ -495,36 +495,58 @@ static void dot16_rows(const int16_t *col, const uint8_t *w, uint32_t n, uint32_
     if (rows > 3u) acc[3] = a3;
 }
 
-/* QCONV2D on Cortex-M4/M7/M33: each window's values x - zx (0 for a padding tap, which adds nothing, as the
- * reference skips it) gathered once into col in dot16_rows's order, then four output channels at a time with
- * SMLAD. The same exact integer sums as the reference, so the same outputs. */
+/* One window's values x - zx in natural order, 0 for a padding tap (which adds nothing, as the reference skips it),
+ * then each group of four reordered (0, 2, 1, 3) for dot16_rows. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qgather(const mct_layer *L, const int8_t *xs, uint32_t oy, uint32_t ox, const uint32_t *win, int16_t zx,
+                    int16_t *col) {
+    const uint32_t Ci = L->c_in, KH = L->kh, KW = L->kw, K4 = (KH * KW * Ci) & ~3u;
+    int16_t *p = col;
+    for (uint32_t ky = 0; ky < KH; ky++)
+        for (uint32_t kx = 0; kx < KW; kx++) {
+            if (ky < win[0] || ky >= win[1] || kx < win[2] || kx >= win[3]) {
+                for (uint32_t ci = 0; ci < Ci; ci++) *p++ = 0;
+            } else {
+                const int8_t *xp = xs + mct_tap_at(L, oy, ox, ky, kx);
+                for (uint32_t ci = 0; ci < Ci; ci++) *p++ = (int16_t)(xp[ci] - zx);
+            }
+        }
+    for (uint32_t q = 0; q < K4; q += 4u) {
+        int16_t t = col[q + 1u];
+        col[q + 1u] = col[q + 2u];
+        col[q + 2u] = t;
+    }
+}
+
+/* The c_out outputs of one window from its gathered values: four channels at a time, then requantized. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qconv_outputs(const uint8_t *c, const int16_t *col, uint32_t K, uint32_t Co, int32_t zy, int8_t *yo) {
+    const uint8_t *w = c + 8u + 12u * Co;
+    for (uint32_t o = 0; o < Co; o += 4u) {
+        const uint32_t r = Co - o < 4u ? Co - o : 4u;
+        int32_t acc[4];
+        dot16_rows(col, w + (size_t)o * K, K, K, r, acc);
+        for (uint32_t q = 0; q < r; q++) yo[o + q] = qdense_out(c, Co, o + q, zy, acc[q]);
+    }
+}
+
+/* QCONV2D on Cortex-M4/M7/M33: each window's values gathered once (qgather), then four output channels at a time
+ * with SMLAD. The same exact integer sums as the reference, so the same outputs. */
 static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
-    const uint32_t Ci = L->c_in, Co = L->c_out, KH = L->kh, KW = L->kw, K = KH * KW * Ci, K4 = K & ~3u;
+    const uint32_t Co = L->c_out, K = (uint32_t)L->kh * L->kw * L->c_in;
     const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
     const int16_t zx = (int16_t)zero_point(c);
     const int32_t zy = zero_point(c + 4);
-    const uint8_t *w = c + 8u + 12u * Co;
     uint32_t colw[QCOL_MAX / 2u];   /* word aligned */
     int16_t *col = (int16_t *)(void *)colw;
     MCT_FOR_WINDOWS(L, nb, {
-        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
-        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co;
-        uint32_t k = 0;
-        for (uint32_t ky = 0; ky < KH; ky++)
-            for (uint32_t kx = 0; kx < KW; kx++) {
-                const int inside = ky >= ky0 && ky < ky1 && kx >= kx0 && kx < kx1;
-                const int8_t *xp = inside ? xs + mct_tap_at(L, oy, ox, ky, kx) : xs;
-                for (uint32_t ci = 0; ci < Ci; ci++, k++) {
-                    const uint32_t j = k & 3u, at = k < K4 ? (k & ~3u) | (j == 1u ? 2u : (j == 2u ? 1u : j)) : k;
-                    col[at] = inside ? (int16_t)(xp[ci] - zx) : 0;
-                }
-            }
-        for (uint32_t o = 0; o < Co; o += 4u) {
-            const uint32_t r = Co - o < 4u ? Co - o : 4u;
-            int32_t acc[4];
-            dot16_rows(col, w + (size_t)o * K, K, K, r, acc);
-            for (uint32_t q = 0; q < r; q++) yo[o + q] = qdense_out(c, Co, o + q, zy, acc[q]);
-        }
+        const uint32_t win[4] = {ky0, ky1, kx0, kx1};
+        qgather(L, (const int8_t *)x + (size_t)s * sx, oy, ox, win, zx, col);
+        qconv_outputs(c, col, K, Co, zy, (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co);
     })
 }
 #endif
