@@ -319,7 +319,10 @@ static uint32_t requantize_low(uint32_t ma, uint32_t mm, uint32_t n) {
  * caller adds a zero point and clamps to int8, so that changes nothing), on the magnitudes. On AVR in 32-bit
  * pieces: the 64-bit product from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves
  * (there a 64-bit multiply or shift is a slow library call); elsewhere in uint64. Both are exact, so every target
- * gets the same integer. */
+ * gets the same integer. Inlined where SMLAD is (its callers are the hot loops there). */
+#if QDOT_DSP
+MCT_INLINE
+#endif
 static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     uint32_t n = shift < 1 ? 1u : (shift > 62 ? 62u : (uint32_t)shift);
     uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
@@ -503,16 +506,30 @@ __attribute__((noinline))
 static void qgather(const mct_layer *L, const int8_t *xs, uint32_t oy, uint32_t ox, const uint32_t *win, int16_t zx,
                     int16_t *col) {
     const uint32_t Ci = L->c_in, KH = L->kh, KW = L->kw, K4 = (KH * KW * Ci) & ~3u;
+    const uint32_t before = win[2] * Ci, run = (win[3] - win[2]) * Ci, after = (KW - win[3]) * Ci;
+    const int16x2_t zz = (int16x2_t)(((uint32_t)(uint16_t)zx << 16) | (uint16_t)zx);
     int16_t *p = col;
-    for (uint32_t ky = 0; ky < KH; ky++)
-        for (uint32_t kx = 0; kx < KW; kx++) {
-            if (ky < win[0] || ky >= win[1] || kx < win[2] || kx >= win[3]) {
-                for (uint32_t ci = 0; ci < Ci; ci++) *p++ = 0;
-            } else {
-                const int8_t *xp = xs + mct_tap_at(L, oy, ox, ky, kx);
-                for (uint32_t ci = 0; ci < Ci; ci++) *p++ = (int16_t)(xp[ci] - zx);
-            }
+    for (uint32_t ky = 0; ky < KH; ky++) {
+        if (ky < win[0] || ky >= win[1]) {   /* a padding row */
+            for (uint32_t j = 0; j < KW * Ci; j++) *p++ = 0;
+            continue;
         }
+        /* the taps of a row inside the input are one run of consecutive values (channels last) */
+        const int8_t *xp = xs + mct_tap_at(L, oy, ox, ky, win[2]);
+        for (uint32_t j = 0; j < before; j++) *p++ = 0;
+        uint32_t j = 0;
+        for (; j + 4u <= run; j += 4u, p += 4) {   /* four at a time: two SXTB16, two SSUB16 */
+            uint32_t v;
+            memcpy(&v, xp + j, 4);
+            int16x2_t e = __ssub16(__sxtb16(v), zz), o = __ssub16(sxtb16_hi(v), zz);   /* (0, 2), (1, 3) */
+            p[0] = (int16_t)e;
+            p[1] = (int16_t)o;
+            p[2] = (int16_t)(e >> 16);
+            p[3] = (int16_t)(o >> 16);
+        }
+        for (; j < run; j++) *p++ = (int16_t)(xp[j] - zx);
+        for (j = 0; j < after; j++) *p++ = 0;
+    }
     for (uint32_t q = 0; q < K4; q += 4u) {
         int16_t t = col[q + 1u];
         col[q + 1u] = col[q + 2u];
