@@ -42,16 +42,16 @@ def every_spatial_op_net() -> Sequential:
     convolutions (ReLU fused, Tanh as a table), a depthwise convolution with multiplier 2 and ReLU6, a 1x1
     convolution, max and average pooling with padding, global average pooling."""
     return Sequential(
-        L.Conv2d(2, 4, 3, stride=(2, 1), padding="same"),
+        L.Conv2d(2, 5, 3, stride=(2, 1), padding="same"),
         L.Relu(),
-        L.DepthwiseConv2d(4, 3, padding="same", depth_multiplier=2),
+        L.DepthwiseConv2d(5, 3, padding="same", depth_multiplier=2),
         L.Relu6(),
-        L.Conv2d(8, 6, 1),
+        L.Conv2d(10, 8, 1),
         L.Tanh(),
         L.MaxPool2d(2, padding=(1, 0, 1, 0)),
         L.AvgPool2d(2, stride=1, padding=(0, 1, 0, 1)),
         L.GlobalAvgPool2d(),
-        L.Linear(6, 3),
+        L.Linear(8, 3),
         L.Softmax(),
         input_shape=(7, 6, 2),
     ).rand_params(seed=11)
@@ -243,9 +243,10 @@ def test_digits_cnn_int8_full_loses_at_most_a_point_and_runs_bit_for_bit(tmp_pat
 
 @pytest.mark.parametrize("board", ["nano33ble", "teensy41", "nucleo_l552ze_q"])
 def test_int8_cnn_with_every_spatial_op_on_the_dsp_cores(board: str, tmp_path: Path) -> None:
-    """On the Cortex-M4F, M7 and M33 (QCONV2D through SMLAD, windows with padding, strides, a channel count that
-    is no multiple of four) the int8 body predicts what the host's int8 model (the reference kernels) predicts,
-    and training the f32 head behind it matches bit for bit."""
+    """On the Cortex-M4F, M7 and M33 (QCONV2D through SMLAD and QMAXPOOL2D through SEL: windows with padding,
+    strides, 5 output channels and windows of 18 and 10 values, no multiples of four) the int8 body predicts what
+    the host's int8 model (the reference kernels) predicts, and training the f32 head behind it matches bit for
+    bit."""
     net = every_spatial_op_net()
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
     rng = np.random.default_rng(4)

@@ -626,6 +626,22 @@ void mct_qmaxpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x
     MCT_FOR_WINDOWS(L, nb, {
         const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
         int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * C;
+#if QDOT_DSP
+        if (!(C & 3u)) {   /* four channels at a time: SSUB8 sets a flag per byte where the tap is larger, SEL takes it */
+            for (uint32_t ch = 0; ch < C; ch += 4u) {
+                uint32_t m = 0x80808080u;
+                for (uint32_t ky = ky0; ky < ky1; ky++)
+                    for (uint32_t kx = kx0; kx < kx1; kx++) {
+                        uint32_t t;
+                        memcpy(&t, xs + mct_tap_at(L, oy, ox, ky, kx) + ch, 4);
+                        (void)__ssub8((int8x4_t)t, (int8x4_t)m);
+                        m = (uint32_t)__sel((uint8x4_t)t, (uint8x4_t)m);
+                    }
+                memcpy(yo + ch, &m, 4);
+            }
+            continue;
+        }
+#endif
         for (uint32_t ch = 0; ch < C; ch++) yo[ch] = -128;
         for (uint32_t ky = ky0; ky < ky1; ky++)
             for (uint32_t kx = kx0; kx < kx1; kx++) {
