@@ -619,29 +619,43 @@ void mct_qdwconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x,
     })
 }
 
+#if QDOT_DSP
+/* QMAXPOOL2D on Cortex-M4/M7/M33 for c_in a multiple of four: four channels at a time, SSUB8 setting a flag per
+ * byte where the tap is larger and SEL taking those bytes (the same maxima as the reference). */
+static void qmaxpool2d_dsp(const mct_layer *L, const float *x, float *y, uint32_t nb) {
+    const uint32_t C = L->c_in;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * C;
+        for (uint32_t ch = 0; ch < C; ch += 4u) {
+            uint32_t m = 0x80808080u;
+            for (uint32_t ky = ky0; ky < ky1; ky++)
+                for (uint32_t kx = kx0; kx < kx1; kx++) {
+                    uint32_t t;
+                    memcpy(&t, xs + mct_tap_at(L, oy, ox, ky, kx) + ch, 4);
+                    (void)__ssub8((int8x4_t)t, (int8x4_t)m);
+                    m = (uint32_t)__sel((uint8x4_t)t, (uint8x4_t)m);
+                }
+            memcpy(yo + ch, &m, 4);
+        }
+    })
+}
+#endif
+
 void mct_qmaxpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     const uint32_t C = L->c_in;
     const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
     (void)c;
+#if QDOT_DSP
+    if (!(C & 3u)) {
+        qmaxpool2d_dsp(L, x, y, nb);
+        return;
+    }
+#endif
     MCT_FOR_WINDOWS(L, nb, {
         const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
         int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * C;
-#if QDOT_DSP
-        if (!(C & 3u)) {   /* four channels at a time: SSUB8 sets a flag per byte where the tap is larger, SEL takes it */
-            for (uint32_t ch = 0; ch < C; ch += 4u) {
-                uint32_t m = 0x80808080u;
-                for (uint32_t ky = ky0; ky < ky1; ky++)
-                    for (uint32_t kx = kx0; kx < kx1; kx++) {
-                        uint32_t t;
-                        memcpy(&t, xs + mct_tap_at(L, oy, ox, ky, kx) + ch, 4);
-                        (void)__ssub8((int8x4_t)t, (int8x4_t)m);
-                        m = (uint32_t)__sel((uint8x4_t)t, (uint8x4_t)m);
-                    }
-                memcpy(yo + ch, &m, 4);
-            }
-            continue;
-        }
-#endif
         for (uint32_t ch = 0; ch < C; ch++) yo[ch] = -128;
         for (uint32_t ky = ky0; ky < ky1; ky++)
             for (uint32_t kx = kx0; kx < kx1; kx++) {
