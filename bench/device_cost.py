@@ -4,13 +4,14 @@ ATmega328P (simavr, the harness's markers), code size split into the core / the 
 C library and startup / the weights (from the ELF's symbols and the objects that define them), static RAM and
 stack, each row with the published reference beside it.
 
-N1 = 20-35 (sigmoid)-10 (softmax), N2 = 64-32 (ReLU)-10 (softmax); cross-entropy, plain SGD, one sample. f32
+N1 = 20-35 (sigmoid)-10 (softmax), N2 = 64-32 (ReLU)-10 (softmax), digits = issue 21's digits CNN (8x8x1: conv 3x3
+1->8, max pool 2, conv 3x3 8->16, max pool 2, dense 64->10); cross-entropy, plain SGD, one sample. f32
 rows train every layer (AVR: the last layer, or only the biases); 'frozen' rows keep every layer in flash;
 int8 = int8 weights (per output scale, `--quant int8`), int8-full = full-integer (`--quant int8-full`,
 calibrated on 200 random inputs). Per call = the mean over the calls made (inputs drawn at random); the QEMU
 figures include one empty marker pair ('marker', a few instructions).
 
-    python bench/device_cost.py [--calls 20] [--json device_cost.json] [--only m4f|avr]
+    python bench/device_cost.py [--calls 20] [--json device_cost.json] [--only m4f|avr] [--case NAME ...]
 
 Needs qemu-system-arm, gcc-arm-none-eabi, libnewlib-arm-none-eabi, simavr, libsimavr-dev, gcc-avr, avr-libc, gcc
 and PlatformIO (offline is fine).
@@ -39,10 +40,12 @@ from mcutrain.exporter.boards import get_board  # noqa: E402
 from mcutrain.exporter.export import export_project  # noqa: E402
 from mcutrain.exporter.sim_qemu import set_env_option  # noqa: E402
 from mcutrain.module import Module  # noqa: E402
+from mcutrain.tiny_models import digits_cnn  # noqa: E402
 
 NETS = {
     "N1": lambda: Sequential(L.Linear(20, 35), L.Sigmoid(), L.Linear(35, 10), L.Softmax()),
     "N2": lambda: Sequential(L.Linear(64, 32), L.Relu(), L.Linear(32, 10), L.Softmax()),
+    "digits": digits_cnn,  # issue 21's digits CNN (8x8x1, 23,680 MACs)
 }
 M4F_BOARD, AVR_BOARD = "nano33ble", "uno"
 NM = {"cortex-m4f": "arm-none-eabi-nm", "avr": "avr-nm"}
@@ -73,6 +76,9 @@ CASES = [
     Case("avr-N1-last1", AVR_BOARD, "N1", trainable="last:1"),
     Case("avr-N1-biases", AVR_BOARD, "N1", trainable="biases"),
     Case("avr-N2-int8full", AVR_BOARD, "N2", quant="int8-full", trainable="none"),
+    Case("m4f-digits-frozen", M4F_BOARD, "digits", trainable="none"),
+    Case("m4f-digits-int8full", M4F_BOARD, "digits", quant="int8-full", trainable="none"),
+    Case("avr-digits-int8full", AVR_BOARD, "digits", quant="int8-full", trainable="none"),
 ]
 
 # The issue's table: (row, case, what, published reference (same measure, same simulator), target). what is
@@ -122,6 +128,16 @@ ROWS: List[Tuple[str, str, str, str, Optional[str]]] = [
     ("M4F C library + startup, N1, -Os (B)", "m4f-N1-Os", "size:libc", "", None),
     ("M4F weights and model tables, N1 (B)", "m4f-N1-Os", "size:weights", "", None),
     ("M4F whole firmware, N1, -Os (B)", "m4f-N1-Os", "size:flash", "16.7 KB with 4.4 KB of weights (issue 11)", None),
+    ("M4F digits CNN f32 frozen inference", "m4f-digits-frozen", "predict", "", None),
+    (
+        "M4F digits CNN int8-full inference",
+        "m4f-digits-int8full",
+        "predict",
+        "CMSIS-NN int8 166,333 (issue 21, measured)",
+        "<= 166,333",
+    ),
+    ("ATmega328P digits CNN int8-full inference (cycles)", "avr-digits-int8full", "predict", "", None),
+    ("ATmega328P whole firmware, digits CNN int8-full (B)", "avr-digits-int8full", "size:flash", "", None),
     ("ATmega328P code of the core, N1 biases trainable (B)", "avr-N1-biases", "size:core", "", None),
     ("ATmega328P whole firmware, N1 biases trainable (B)", "avr-N1-biases", "size:flash", "", None),
 ]
@@ -258,6 +274,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--json", default="device_cost.json", help="where to write the results")
     ap.add_argument("--workdir", default=None, help="folder for the exported projects (default: a temporary one)")
     ap.add_argument("--only", choices=["m4f", "avr"], default=None, help="run only the cases of one target")
+    ap.add_argument("--case", action="append", default=None, help="run only this case (repeatable), e.g. m4f-N1-Os")
     args = ap.parse_args(argv)
     results: Dict[str, Dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="mcutrain-device-cost-") as tmp:
@@ -265,7 +282,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if "PLATFORMIO_CORE_DIR" not in os.environ:
             os.environ["PLATFORMIO_CORE_DIR"] = str(work / "pio-core")  # its own, so platform names cannot clash
         for case in CASES:
-            if args.only and not case.name.startswith(args.only):
+            if (args.only and not case.name.startswith(args.only)) or (args.case and case.name not in args.case):
                 continue
             try:
                 results[case.name] = measure(case, args.calls, work)

@@ -47,10 +47,17 @@ AVR_OP_CODE = {
     Op.MAXPOOL2D: 3300,
     Op.AVGPOOL2D: 3250,
     Op.BATCHNORM: 5600,
+    # the full-integer spatial ops (forward, check, size; avr-gcc 5.4 -Os); they share QDENSE's requantization
+    Op.QCONV2D: 2100,
+    Op.QDWCONV2D: 2100,
+    Op.QMAXPOOL2D: 1150,
+    Op.QAVGPOOL2D: 1650,
 }
 AVR_SPATIAL_CHECK_CODE = 1150  # mct_spatial_check, once for all spatial ops
 AVR_SPATIAL_STACK = 260  # stack beyond the board's margin that the spatial kernels need on AVR (see _spatial_stack)
 SPATIAL_OPS = (Op.CONV2D, Op.DWCONV2D, Op.MAXPOOL2D, Op.AVGPOOL2D)
+Q_SPATIAL_OPS = (Op.QCONV2D, Op.QDWCONV2D, Op.QMAXPOOL2D, Op.QAVGPOOL2D)  # also call mct_spatial_check
+AVR_Q_SPATIAL_STACK = 20  # the int8 ones need less: the int8-full digits CNN peaked at 437 B in simavr
 # and per optimizer (its square roots and divisions are soft-float library code on AVR; a board counts these
 # times its opt_code_scale: about 0.2 where an FPU does them)
 AVR_OPT_CODE = {OptKind.MOMENTUM: 2000, OptKind.RMSPROP: 3600, OptKind.RMSPROP_MOMENTUM: 4300, OptKind.ADAM: 4600}
@@ -143,16 +150,18 @@ def extra_code(m: DeviceModel, board: Board) -> int:
     kind = m.opt_kind
     i8 = any(d.storage == Storage.I8 for d in m.program.layers)
     avr_ops = sum(AVR_OP_CODE.get(op, 0) for op in ops) + (AVR_I8_WEIGHTS_CODE if i8 else 0)
-    avr_ops += AVR_SPATIAL_CHECK_CODE if any(op in SPATIAL_OPS for op in ops) else 0
+    avr_ops += AVR_SPATIAL_CHECK_CODE if any(op in SPATIAL_OPS + Q_SPATIAL_OPS for op in ops) else 0
     return round(avr_ops * board.op_code_scale + AVR_OPT_CODE.get(kind, 0) * board.opt_code_scale)
 
 
 def _spatial_stack(m: DeviceModel, board: Board) -> int:
     """Stack the convolution and pooling kernels need beyond the board's margin: on AVR their loops keep more 32-bit
     counters on the stack (a 1-D CNN peaked at 588 B in simavr, against 300-340 B for dense networks)."""
-    if board.core != "avr" or not any(d.op in SPATIAL_OPS for d in m.program.layers):
+    if board.core != "avr":
         return 0
-    return AVR_SPATIAL_STACK
+    if any(d.op in SPATIAL_OPS for d in m.program.layers):
+        return AVR_SPATIAL_STACK
+    return AVR_Q_SPATIAL_STACK if any(d.op in Q_SPATIAL_OPS for d in m.program.layers) else 0
 
 
 def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:

@@ -5,15 +5,19 @@ Modes (`build_device_model(quant=...)`):
 - 'int8': frozen Dense/Linear layers keep int8 weights (symmetric, one f32 scale per output) in flash
   (MCT_STORE_I8), for targets with an FPU: the device quantizes each input once (symmetric, per sample),
   sums integer products and applies one float scale per output.
-- 'int8-full': full-integer int8 for targets without an FPU. Each run of consecutive frozen Dense/Linear
-  layers and elementwise activations before the first trainable layer (with at least one Dense in it)
-  becomes QUANT -> QDENSE / QLUT ... -> DEQUANT (enum mct_op in firmware/core/mct.h):
+- 'int8-full': full-integer int8 for targets without an FPU. Each run of consecutive frozen Dense/Linear,
+  Conv2d, depthwise Conv2d, pooling layers and elementwise activations before the first trainable layer (with
+  at least one layer with weights in it) becomes QUANT -> QDENSE / QCONV2D / QDWCONV2D / QMAXPOOL2D /
+  QAVGPOOL2D / QLUT ... -> DEQUANT (enum mct_op in firmware/core/mct.h):
   * activations are asymmetric int8 with a zero point; every tensor entering or leaving a layer of the
     run gets its scale and zero point from the min/max (widened to include 0) that the f32 network
     reaches on the user's calibration inputs;
   * weights are symmetric int8 per output channel (the same scheme as 'int8'), the bias is int32 at
     scale sx * sw[o] with the input's zero point folded in (so the device sums plain products), and the
-    output is requantized with a fixed-point multiplier and shift per channel;
+    output is requantized with a fixed-point multiplier and shift per channel (a convolution subtracts the
+    input's zero point per tap instead, so windows over padding stay exact); pooling keeps its input's
+    scale and zero point, as TFLite's does; a ReLU or ReLU6 right after a convolution is fused into it
+    (its output takes the activation's range, and saturation does the clamping);
   * each activation becomes a 256-entry table T[q] = Q_out(act(D_in(q))), where D_in is the device's
     DEQUANT, act is the C core's own f32 activation (run through the core) and Q_out the device's QUANT,
     so the table is exactly what the device would compute in float from the dequantized input.
@@ -29,12 +33,12 @@ and compares it with the f32 network: loss, accuracy (one-hot targets) and the l
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mcutrain.corefacts import WRITES_I8, LossKind, Op, Storage, layer_size_of
+from mcutrain.corefacts import WRITES_I8, Act, LossKind, Op, Storage, layer_size_of
 from mcutrain.inputsteps import host_forward
 from mcutrain.losses import Loss
 from mcutrain.modelfile import Checkpoint
@@ -197,6 +201,31 @@ def qdense_consts(
     )
 
 
+def qconv_consts(d: LayerDesc, params: np.ndarray, qin: QParams, qout: QParams) -> QDenseConsts:
+    """Integer constants of a Conv2d or depthwise Conv2d layer d (its f32 parameters W [kh][kw][c_in][c_out] or
+    [kh][kw][c_out], then b [c_out] if kind 1) between qin and qout, as MCT_OP_QCONV2D / MCT_OP_QDWCONV2D take them:
+    weights symmetric per output channel, laid out [c_out][kh][kw][c_in] (QCONV2D) or [kh][kw][c_out] (QDWCONV2D),
+    and the bias at scale sx * sw[o] without the input zero point (the kernel subtracts it per tap)."""
+    g = d.geometry
+    co = int(g["c_out"])
+    taps = int(g["kh"]) * int(g["kw"]) * (int(g["c_in"]) if d.op == Op.CONV2D else 1)
+    w = params[d.p_off : d.p_off + taps * co]
+    q, sw = quantize_weights(w, taps, co)
+    acc_scale = float(qin.scale) * sw.astype(np.float64)
+    bias = np.zeros(co, np.float64)
+    if d.kind == 1:
+        bias = np.rint(np.asarray(params[d.p_off + taps * co : d.p_off + taps * co + co], np.float64) / acc_scale)
+    ms = [requant_multiplier(float(a) / float(qout.scale)) for a in acc_scale]
+    return QDenseConsts(
+        qin.zero_point,
+        qout.zero_point,
+        np.clip(bias, -INT32_MAX, INT32_MAX).astype(np.int64),
+        np.array([m for m, _ in ms], np.int64),
+        np.array([s for _, s in ms], np.int64),
+        np.ascontiguousarray(q.T if d.op == Op.CONV2D else q),
+    )
+
+
 def act_through_core(kind: int, alpha: float, x: np.ndarray) -> np.ndarray:
     """The C core's f32 activation `kind` (enum mct_act) of every value of x, through a one-layer program."""
     from mcutrain.module import core_net
@@ -240,18 +269,33 @@ def arena_floats(d: LayerDesc) -> int:
 # ----------------------------------------------------------------------------- the frozen prefix
 
 
+# frozen ops full-integer int8 replaces, and their int8 ops (an activation becomes a QLUT table)
+FULL_INTEGER_OPS = {
+    Op.DENSE: Op.QDENSE,
+    Op.ACT: Op.QLUT,
+    Op.CONV2D: Op.QCONV2D,
+    Op.DWCONV2D: Op.QDWCONV2D,
+    Op.MAXPOOL2D: Op.QMAXPOOL2D,
+    Op.AVGPOOL2D: Op.QAVGPOOL2D,
+}
+WEIGHTED_OPS = (Op.DENSE, Op.CONV2D, Op.DWCONV2D)
+POOL_OPS = (Op.MAXPOOL2D, Op.AVGPOOL2D)  # int8 pooling keeps its input's scale and zero point (as TFLite's)
+FUSED_ACTS = (Act.RELU, Act.RELU6)  # activations an int8 convolution's saturation applies (fused, as in TFLite)
+
+
 def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
-    """Maximal runs [a, b) of frozen Dense/Linear layers and elementwise activations before the first
-    trainable layer that contain at least one Dense/Linear (trainable flags must be set)."""
+    """Maximal runs [a, b) of frozen Dense/Linear, Conv2d, depthwise Conv2d, pooling and elementwise activation
+    layers before the first trainable layer that contain at least one layer with weights (trainable flags must be
+    set)."""
     first = next((i for i, d in enumerate(layers) if d.trainable), len(layers))
     runs: List[Tuple[int, int]] = []
     a = None
     for i in range(first + 1):
-        ok = i < first and layers[i].op in (Op.DENSE, Op.ACT) and layers[i].storage == Storage.RAM
+        ok = i < first and layers[i].op in FULL_INTEGER_OPS and layers[i].storage == Storage.RAM
         if ok and a is None:
             a = i
         elif not ok and a is not None:
-            if any(layers[j].op == Op.DENSE for j in range(a, i)):
+            if any(layers[j].op in WEIGHTED_OPS for j in range(a, i)):
                 runs.append((a, i))
             a = None
     return runs
@@ -276,6 +320,26 @@ def as_calibration(x: Any, n_in: int) -> np.ndarray:
     return xb
 
 
+def own_regions(program: Program) -> Program:
+    """A copy of program in which every layer's output has an arena region of its own (a device table lets the
+    outputs of a frozen prefix take turns in two shared regions, so after a forward pass only the last two are
+    still there; calibration reads them all)."""
+    layers = [replace(d) for d in program.layers]
+    top, cur = program.n_in, 0
+    for d in layers:
+        size = layer_size_of(d)
+        d.in_off = cur
+        if d.op == Op.RES_BEGIN:
+            d.out_off = cur
+        else:
+            d.out_off = top
+            top += size.out
+        d.aux_off, d.aux = top, size.aux
+        top += size.aux
+        cur = d.out_off
+    return Program(layers, program.n_in, program.n_out, program.n_params, top, 0, cur, cdata=program.cdata)
+
+
 def calibrate(
     program: Program, params: np.ndarray, x: np.ndarray
 ) -> List[Tuple[Tuple[float, float], Tuple[float, float]]]:
@@ -285,6 +349,7 @@ def calibrate(
 
     nb = x.shape[0]
     buf = np.ascontiguousarray(params, np.float32)
+    program = own_regions(program)
     _, arena = core_net(program).traced_forward(buf, np.ascontiguousarray(x, np.float32))
 
     def rng(off: int, n: int) -> Tuple[float, float]:
@@ -318,9 +383,26 @@ def full_integer_layers(
     out: List[LayerDesc] = []
     blobs: Dict[int, bytes] = {}
 
-    def q_op(op: Op, n_in: int, n_out: int, data: bytes, name: str, kind: int = 0, alpha: float = 0.0) -> None:
+    def q_op(
+        op: Op,
+        n_in: int,
+        n_out: int,
+        data: bytes,
+        name: str,
+        kind: int = 0,
+        alpha: float = 0.0,
+        geometry: Optional[Dict[str, float]] = None,
+    ) -> None:
         d = LayerDesc(
-            op=op, kind=kind, n_in=n_in, n_out=n_out, alpha=alpha, trainable=False, storage=int(Storage.Q), name=name
+            op=op,
+            kind=kind,
+            n_in=n_in,
+            n_out=n_out,
+            alpha=alpha,
+            trainable=False,
+            storage=int(Storage.Q),
+            name=name,
+            geometry=dict(geometry or {}),
         )
         out.append(d)
         blobs[id(d)] = data
@@ -335,10 +417,23 @@ def full_integer_layers(
         a, b = i, starts[i]
         qcur = QParams.from_range(*ranges[a][0])
         q_op(Op.QUANT, layers[a].n_in, layers[a].n_in, quant_blob(qcur), f"quantize input of {layers[a].name}")
-        for j in range(a, b):
+        j = a
+        while j < b:
             d = layers[j]
-            qnext = QParams.from_range(*ranges[j][1])
-            if d.op == Op.DENSE:
+            qnext = qcur if d.op in POOL_OPS else QParams.from_range(*ranges[j][1])
+            if d.op in POOL_OPS:
+                q_op(FULL_INTEGER_OPS[d.op], d.n_in, d.n_out, b"", f"{d.name} (int8)", geometry=d.geometry)
+            elif d.op in (Op.CONV2D, Op.DWCONV2D):
+                name = f"{d.name} (int8)"
+                if j + 1 < b and layers[j + 1].op == Op.ACT and layers[j + 1].kind in FUSED_ACTS:
+                    # a ReLU / ReLU6 after the convolution is fused, as TFLite fuses it: the output takes the
+                    # activation's range (0 is the zero point, code -128), so saturating to int8 clamps at 0
+                    j += 1
+                    qnext = QParams.from_range(*ranges[j][1])
+                    name = f"{d.name} + {layers[j].name} (int8)"
+                c = qconv_consts(d, host_params, qcur, qnext)
+                q_op(FULL_INTEGER_OPS[d.op], d.n_in, d.n_out, c.blob(), name, geometry=d.geometry)
+            elif d.op == Op.DENSE:
                 io = d.n_in * d.n_out
                 w = host_params[d.p_off : d.p_off + io]
                 bias = host_params[d.p_off + io : d.p_off + io + d.n_out] if d.kind == 1 else None
@@ -356,6 +451,7 @@ def full_integer_layers(
                     alpha=d.alpha,
                 )
             qcur = qnext
+            j += 1
         q_op(
             Op.DEQUANT,
             layers[b - 1].n_out,
@@ -489,6 +585,7 @@ __all__ = [
     "quantize_like_core",
     "requant_multiplier",
     "qdense_consts",
+    "qconv_consts",
     "QDenseConsts",
     "qlut_table",
     "act_through_core",

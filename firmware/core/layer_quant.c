@@ -1,6 +1,6 @@
 /* layer_quant.c - the full-integer int8 ops: QUANT (f32 -> int8), DEQUANT (int8 -> f32), QDENSE (int8
- * dense with integer requantization) and QLUT (int8 elementwise table), for frozen layers on targets
- * without an FPU. Their constants and byte layouts are described at enum mct_op (mct.h).
+ * dense with integer requantization), QLUT (int8 elementwise table), and the spatial ones QCONV2D, QDWCONV2D
+ * (requantized as QDENSE), QMAXPOOL2D and QAVGPOOL2D, for frozen layers. Their constants and byte layouts are described at enum mct_op (mct.h).
  *
  * QDENSE and QLUT use integers only; QUANT and DEQUANT use one float multiply per element. Nothing here
  * can overflow a signed type or shift a negative number, whatever the blob holds: a sum of int8 products is
@@ -319,7 +319,10 @@ static uint32_t requantize_low(uint32_t ma, uint32_t mm, uint32_t n) {
  * caller adds a zero point and clamps to int8, so that changes nothing), on the magnitudes. On AVR in 32-bit
  * pieces: the 64-bit product from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves
  * (there a 64-bit multiply or shift is a slow library call); elsewhere in uint64. Both are exact, so every target
- * gets the same integer. */
+ * gets the same integer. Inlined where SMLAD is (its callers are the hot loops there). */
+#if QDOT_DSP
+MCT_INLINE
+#endif
 static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     uint32_t n = shift < 1 ? 1u : (shift > 62 ? 62u : (uint32_t)shift);
     uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
@@ -413,6 +416,271 @@ void mct_qlut_forward(const mct_layer *L, const uint8_t *c, const float *x, floa
         int8_t *ys = (int8_t *)y + (size_t)s * stride;
         for (uint32_t i = 0; i < n; i++) ys[i] = mct_cload_i8(c + (uint8_t)(xs[i] + 128));
     }
+}
+
+/* ---- the spatial full-integer ops (QCONV2D, QDWCONV2D, QMAXPOOL2D, QAVGPOOL2D): plain reference kernels, every
+ * window walked by MCT_FOR_WINDOWS as the f32 ops walk theirs, channels last; x and y are int8 tensors whose samples
+ * start every 4 ceil(n / 4) bytes. The sums of (x - zx) w are exact in int32: |x - zx| <= 255, |w| <= 128, so a term
+ * is below 2^15 and at most 65535 of them (the checks) stay below 2^31. */
+
+int mct_qconv2d_check(const mct_layer *L) {
+    return L->kind == 0 && mct_spatial_check(L) && (uint32_t)L->kh * L->kw * L->c_in <= 65535u;
+}
+
+void mct_qconv2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    uint64_t nw = (uint64_t)L->kh * L->kw * L->c_in * L->c_out;
+    (void)nb; (void)host;
+    s->consts = 8u + 12u * (uint64_t)L->c_out + ((nw + 3u) & ~(uint64_t)3u);
+}
+
+int mct_qdwconv2d_check(const mct_layer *L) {
+    return L->kind == 0 && L->c_in && L->c_out % L->c_in == 0 && mct_spatial_check(L) &&
+           (uint32_t)L->kh * L->kw <= 65535u;
+}
+
+void mct_qdwconv2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    uint64_t nw = (uint64_t)L->kh * L->kw * L->c_out;
+    (void)nb; (void)host;
+    s->consts = 8u + 12u * (uint64_t)L->c_out + ((nw + 3u) & ~(uint64_t)3u);
+}
+
+int mct_qmaxpool2d_check(const mct_layer *L) { return L->kind == 0 && L->c_in == L->c_out && mct_spatial_check(L); }
+
+void mct_qmaxpool2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)L; (void)nb; (void)host; (void)s;
+}
+
+int mct_qavgpool2d_check(const mct_layer *L) {
+    return L->kind == 0 && L->c_in == L->c_out && mct_spatial_check(L) && (uint32_t)L->kh * L->kw <= 65535u;
+}
+
+void mct_qavgpool2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
+    (void)L; (void)nb; (void)host; (void)s;
+}
+
+/* (x - zx) w as a 16-bit product (|x - zx| <= 255, |w| <= 128: no overflow, one 16-bit multiply on AVR). */
+static MCT_INLINE int16_t qterm(int8_t x, int16_t zx, int8_t w) { return (int16_t)((int16_t)(x - zx) * w); }
+
+#if QDOT_DSP
+/* Window values (kh kw c_in) the Cortex-M4/M7/M33 QCONV2D gathers on the stack (2 bytes each); larger windows take
+ * the reference loop. */
+#define QCOL_MAX 256u
+
+/* acc[k] = sum_{i < n} col[i] * w[k stride + i] for k < rows (1 to 4), where col holds each group of four values in
+ * the order (0, 2, 1, 3), the pairs SXTB16 makes of four weights, and the last n % 4 in order: two SMLAD per four
+ * products, the col loads shared by the four rows. The sums are exact (|col| <= 255, |w| <= 128, n <= 65535), so
+ * they equal the plain loop's in any order. */
+static void dot16_rows(const int16_t *col, const uint8_t *w, uint32_t n, uint32_t stride, uint32_t rows,
+                       int32_t *acc) {
+    const uint8_t *w0 = w, *w1 = rows > 1u ? w0 + stride : w0, *w2 = rows > 2u ? w1 + stride : w1;
+    const uint8_t *w3 = rows > 3u ? w2 + stride : w2;
+    const int16_t *end = col + (n & ~3u);
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    while (col != end) {
+        int16x2_t c02, c13;
+        memcpy(&c02, col, 4);
+        memcpy(&c13, col + 2, 4);
+        col += 4;
+        a0 = smlad4(a0, c02, c13, &w0);
+        a1 = smlad4(a1, c02, c13, &w1);
+        a2 = smlad4(a2, c02, c13, &w2);
+        a3 = smlad4(a3, c02, c13, &w3);
+    }
+    for (n &= 3u; n; n--, col++) {
+        a0 += *col * mct_cload_i8(w0++);
+        a1 += *col * mct_cload_i8(w1++);
+        a2 += *col * mct_cload_i8(w2++);
+        a3 += *col * mct_cload_i8(w3++);
+    }
+    acc[0] = a0;
+    if (rows > 1u) acc[1] = a1;
+    if (rows > 2u) acc[2] = a2;
+    if (rows > 3u) acc[3] = a3;
+}
+
+/* One window's values x - zx in natural order, 0 for a padding tap (which adds nothing, as the reference skips it),
+ * then each group of four reordered (0, 2, 1, 3) for dot16_rows. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qgather(const mct_layer *L, const int8_t *xs, uint32_t oy, uint32_t ox, const uint32_t *win, int16_t zx,
+                    int16_t *col) {
+    const uint32_t Ci = L->c_in, KH = L->kh, KW = L->kw, K4 = (KH * KW * Ci) & ~3u;
+    const uint32_t before = win[2] * Ci, run = (win[3] - win[2]) * Ci, after = (KW - win[3]) * Ci;
+    const int16x2_t zz = (int16x2_t)(((uint32_t)(uint16_t)zx << 16) | (uint16_t)zx);
+    int16_t *p = col;
+    for (uint32_t ky = 0; ky < KH; ky++) {
+        if (ky < win[0] || ky >= win[1]) {   /* a padding row */
+            for (uint32_t j = 0; j < KW * Ci; j++) *p++ = 0;
+            continue;
+        }
+        /* the taps of a row inside the input are one run of consecutive values (channels last) */
+        const int8_t *xp = xs + mct_tap_at(L, oy, ox, ky, win[2]);
+        for (uint32_t j = 0; j < before; j++) *p++ = 0;
+        uint32_t j = 0;
+        for (; j + 4u <= run; j += 4u, p += 4) {   /* four at a time: two SXTB16, two SSUB16 */
+            uint32_t v;
+            memcpy(&v, xp + j, 4);
+            int16x2_t e = __ssub16(__sxtb16(v), zz), o = __ssub16(sxtb16_hi(v), zz);   /* (0, 2), (1, 3) */
+            p[0] = (int16_t)e;
+            p[1] = (int16_t)o;
+            p[2] = (int16_t)(e >> 16);
+            p[3] = (int16_t)(o >> 16);
+        }
+        for (; j < run; j++) *p++ = (int16_t)(xp[j] - zx);
+        for (j = 0; j < after; j++) *p++ = 0;
+    }
+    for (uint32_t q = 0; q < K4; q += 4u) {
+        int16_t t = col[q + 1u];
+        col[q + 1u] = col[q + 2u];
+        col[q + 2u] = t;
+    }
+}
+
+/* The c_out outputs of one window from its gathered values: four channels at a time, then requantized. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qconv_outputs(const uint8_t *c, const int16_t *col, uint32_t K, uint32_t Co, int32_t zy, int8_t *yo) {
+    const uint8_t *w = c + 8u + 12u * Co;
+    for (uint32_t o = 0; o < Co; o += 4u) {
+        const uint32_t r = Co - o < 4u ? Co - o : 4u;
+        int32_t acc[4];
+        dot16_rows(col, w + (size_t)o * K, K, K, r, acc);
+        for (uint32_t q = 0; q < r; q++) yo[o + q] = qdense_out(c, Co, o + q, zy, acc[q]);
+    }
+}
+
+/* QCONV2D on Cortex-M4/M7/M33: each window's values gathered once (qgather), then four output channels at a time
+ * with SMLAD. The same exact integer sums as the reference, so the same outputs. */
+static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t Co = L->c_out, K = (uint32_t)L->kh * L->kw * L->c_in;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    const int16_t zx = (int16_t)zero_point(c);
+    const int32_t zy = zero_point(c + 4);
+    uint32_t colw[QCOL_MAX / 2u];   /* word aligned */
+    int16_t *col = (int16_t *)(void *)colw;
+    MCT_FOR_WINDOWS(L, nb, {
+        const uint32_t win[4] = {ky0, ky1, kx0, kx1};
+        qgather(L, (const int8_t *)x + (size_t)s * sx, oy, ox, win, zx, col);
+        qconv_outputs(c, col, K, Co, zy, (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co);
+    })
+}
+#endif
+
+void mct_qconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+#if QDOT_DSP
+    if ((uint32_t)L->kh * L->kw * L->c_in <= QCOL_MAX) {
+        qconv2d_dsp(L, c, x, y, nb);
+        return;
+    }
+#endif
+    const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw, row = (uint32_t)L->kh * KW * Ci;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    const int16_t zx = (int16_t)zero_point(c);
+    const int32_t zy = zero_point(c + 4);
+    const uint8_t *w = c + 8u + 12u * Co;
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co;
+        for (uint32_t o = 0; o < Co; o++) {
+            const uint8_t *wo = w + (size_t)o * row;
+            int32_t acc = 0;
+            for (uint32_t ky = ky0; ky < ky1; ky++)
+                for (uint32_t kx = kx0; kx < kx1; kx++) {
+                    const int8_t *xp = xs + mct_tap_at(L, oy, ox, ky, kx);
+                    const uint8_t *wp = wo + ((size_t)ky * KW + kx) * Ci;
+                    for (uint32_t ci = 0; ci < Ci; ci++) acc += qterm(xp[ci], zx, mct_cload_i8(wp + ci));
+                }
+            yo[o] = qdense_out(c, Co, o, zy, acc);
+        }
+    })
+}
+
+void mct_qdwconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw, m = Co / Ci;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    const int16_t zx = (int16_t)zero_point(c);
+    const int32_t zy = zero_point(c + 4);
+    const uint8_t *w = c + 8u + 12u * Co;
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co;
+        uint32_t o = 0;
+        for (uint32_t ci = 0; ci < Ci; ci++)
+            for (uint32_t j = 0; j < m; j++, o++) {   /* output channel o = ci m + j reads input channel ci */
+                int32_t acc = 0;
+                for (uint32_t ky = ky0; ky < ky1; ky++)
+                    for (uint32_t kx = kx0; kx < kx1; kx++)
+                        acc += qterm(xs[mct_tap_at(L, oy, ox, ky, kx) + ci], zx,
+                                     mct_cload_i8(w + ((size_t)ky * KW + kx) * Co + o));
+                yo[o] = qdense_out(c, Co, o, zy, acc);
+            }
+    })
+}
+
+#if QDOT_DSP
+/* QMAXPOOL2D on Cortex-M4/M7/M33 for c_in a multiple of four: four channels at a time, SSUB8 setting a flag per
+ * byte where the tap is larger and SEL taking those bytes (the same maxima as the reference). */
+static void qmaxpool2d_dsp(const mct_layer *L, const float *x, float *y, uint32_t nb) {
+    const uint32_t C = L->c_in;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * C;
+        for (uint32_t ch = 0; ch < C; ch += 4u) {
+            uint32_t m = 0x80808080u;
+            for (uint32_t ky = ky0; ky < ky1; ky++)
+                for (uint32_t kx = kx0; kx < kx1; kx++) {
+                    uint32_t t;
+                    memcpy(&t, xs + mct_tap_at(L, oy, ox, ky, kx) + ch, 4);
+                    (void)__ssub8((int8x4_t)t, (int8x4_t)m);
+                    m = (uint32_t)__sel((uint8x4_t)t, (uint8x4_t)m);
+                }
+            memcpy(yo + ch, &m, 4);
+        }
+    })
+}
+#endif
+
+void mct_qmaxpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t C = L->c_in;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    (void)c;
+#if QDOT_DSP
+    if (!(C & 3u)) {
+        qmaxpool2d_dsp(L, x, y, nb);
+        return;
+    }
+#endif
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * C;
+        for (uint32_t ch = 0; ch < C; ch++) yo[ch] = -128;
+        for (uint32_t ky = ky0; ky < ky1; ky++)
+            for (uint32_t kx = kx0; kx < kx1; kx++) {
+                const int8_t *xp = xs + mct_tap_at(L, oy, ox, ky, kx);
+                for (uint32_t ch = 0; ch < C; ch++) yo[ch] = xp[ch] > yo[ch] ? xp[ch] : yo[ch];
+            }
+    })
+}
+
+void mct_qavgpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t C = L->c_in;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    (void)c;
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * C;
+        const int32_t n = (int32_t)((ky1 - ky0) * (kx1 - kx0)), half = n / 2;
+        for (uint32_t ch = 0; ch < C; ch++) {
+            int32_t acc = 0;   /* |acc| <= 128 * 65535 */
+            for (uint32_t ky = ky0; ky < ky1; ky++)
+                for (uint32_t kx = kx0; kx < kx1; kx++) acc += xs[mct_tap_at(L, oy, ox, ky, kx) + ch];
+            /* round(acc / n), ties away from zero (division truncates toward zero); the mean of codes is a code */
+            yo[ch] = (int8_t)(acc >= 0 ? (acc + half) / n : (acc - half) / n);
+        }
+    })
 }
 
 void mct_qop_backward(const mct_layer *L, const mct_bwd *b) {

@@ -154,7 +154,23 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
  *                   bias = round(b / (sx * sw[o])) - zx * sum_i W[o][i] (saturated to +-(2^31 - 1)) and
  *                   mult[o] / 2^shift[o] = sx * sw[o] / sy with mult in [2^30, 2^31).
  *   MCT_OP_QLUT     int8 -> int8 elementwise table: y = T[x + 128]; kind = the activation it stands for
- *                   (informational). Blob: int8 T[256] (256 bytes). */
+ *                   (informational). Blob: int8 T[256] (256 bytes).
+ *   MCT_OP_QCONV2D  int8 -> int8 Conv2d, kind 0, the geometry of MCT_OP_CONV2D ("Spatial ops" below; padding taps
+ *                   skipped, i.e. they stand for the real value 0, as TFLite's padding with the zero point). Blob:
+ *                   i32 zx, i32 zy, i32 bias[c_out], i32 mult[c_out], i32 shift[c_out], then int8 W[c_out][kh][kw]
+ *                   [c_in] (TFLite's OHWI; row o = output channel o's weights), padded to 4 bytes. Per output:
+ *                     acc = bias[o] + sum_{taps inside, c} (x[iy][ix][c] - zx) * W[o][ky][kx][c]
+ *                   (exact in int32: kh kw c_in <= 65535), then requantized as QDENSE's acc. The input zero point
+ *                   is not folded into the bias (a window with padding taps has fewer terms).
+ *   MCT_OP_QDWCONV2D int8 -> int8 depthwise Conv2d, kind 0, c_out = m c_in, as MCT_OP_DWCONV2D: output channel o
+ *                   reads input channel o / m. Blob as QCONV2D's with W[kh][kw][c_out] (TFLite's 1HWO);
+ *                   acc = bias[o] + sum_{taps inside} (x[iy][ix][o / m] - zx) * W[ky][kx][o], kh kw <= 65535.
+ *   MCT_OP_QMAXPOOL2D int8 -> int8 max pooling as MCT_OP_MAXPOOL2D: the largest code of the taps inside the input;
+ *                   the output has the input's scale and zero point. No blob.
+ *   MCT_OP_QAVGPOOL2D int8 -> int8 average pooling as MCT_OP_AVGPOOL2D (global pooling: a window the size of the
+ *                   input): the sum of the n codes of the taps inside the input, divided by n rounding to
+ *                   nearest, ties away from zero (TFLite's), kh kw <= 65535; the input's scale and zero point.
+ *                   No blob. */
 /* Spatial ops (MCT_OP_CONV2D ... MCT_OP_BATCHNORM) read and write channels-last tensors, as TFLite and CMSIS-NN do:
  * a sample is [h][w][c] (a 1-D series [t][c] is h = 1), so n_in = h_in * w_in * c_in and n_out = h_out * w_out *
  * c_out. A window of kh x kw taps starts at row oy * sh - pt and column ox * sw - pl of the input; taps outside the

@@ -368,6 +368,14 @@ void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, fl
 void mct_dot8_rows(const int8_t *x, const uint8_t *w, uint32_t n, uint32_t stride, uint32_t rows, int32_t *acc);
 /* QLUT forward: int8 x -> int8 y. */
 void mct_qlut_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* QCONV2D forward (int8 Conv2d, reference kernel): int8 x -> int8 y. */
+void mct_qconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* QDWCONV2D forward (int8 depthwise Conv2d, reference kernel): int8 x -> int8 y. */
+void mct_qdwconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* QMAXPOOL2D forward (int8 max pooling): int8 x -> int8 y. */
+void mct_qmaxpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* QAVGPOOL2D forward (int8 average pooling): int8 x -> int8 y. */
+void mct_qavgpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
 /* Backward of any full-integer op: only dL/dx, which is 0 (when asked for). */
 void mct_qop_backward(const mct_layer *L, const mct_bwd *b);
 

@@ -71,7 +71,15 @@
     /* batch normalisation per channel (c_in channels, last): kind 0 running statistics, 1 batch statistics */ \
     X(BATCHNORM, 22, batchnorm, PARAM, 0, 0)                                                                  \
     /* dropout at rate alpha (seed k): kind 0 the identity, kind 1 (host training) zeroes and rescales */    \
-    X(DROPOUT, 23, dropout, PARAM, 0, 0)
+    X(DROPOUT, 23, dropout, PARAM, 0, 0)                                                                      \
+    /* int8 -> int8 Conv2d with integer requantization (see "Full-integer int8 ops" in mct.h) */               \
+    X(QCONV2D, 24, qconv2d, QOP, 1, 1)                                                                        \
+    /* int8 -> int8 depthwise Conv2d with integer requantization */                                          \
+    X(QDWCONV2D, 25, qdwconv2d, QOP, 1, 1)                                                                    \
+    /* int8 -> int8 max pooling (the input's quantization) */                                                \
+    X(QMAXPOOL2D, 26, qmaxpool2d, QOP, 1, 1)                                                                  \
+    /* int8 -> int8 average pooling (the input's quantization) */                                            \
+    X(QAVGPOOL2D, 27, qavgpool2d, QOP, 1, 1)
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU): X(NAME, value, layer, gate);
  * layer = 1: usable as an ACT layer, gate = 1: usable as a GLU gate. Values stay below 16. */

@@ -1448,6 +1448,39 @@ static void test_op_list_dispatch(void) {
     sp[123] = 3.0f;                                                         /* Dropout's step counter */
     check_dispatch(&snet, sp, seen);
     free(sp);
+    /* the spatial full-integer ops on the same shapes: QUANT -> QCONV2D -> QDWCONV2D -> QMAXPOOL2D -> QAVGPOOL2D ->
+     * DEQUANT; blob: QUANT at 0, QCONV2D at 8 (8 + 36 + 56 bytes), QDWCONV2D at 108 (8 + 72 + 36), DEQUANT at 224 */
+    static uint32_t qs_words[58];
+    uint8_t *qc = (uint8_t *)qs_words;
+    put_f32(qc, 20.0f); put_i32(qc + 4, -3);
+    put_i32(qc + 8, -3); put_i32(qc + 12, 1);
+    for (int o = 0; o < 3; o++) {
+        put_i32(qc + 16 + 4 * o, 7 * o - 5); put_i32(qc + 28 + 4 * o, 1 << 30); put_i32(qc + 40 + 4 * o, 36);
+    }
+    for (int j = 0; j < 54; j++) qc[52 + j] = (uint8_t)(j * 37 - 90);
+    put_i32(qc + 108, 1); put_i32(qc + 112, 0);
+    for (int o = 0; o < 6; o++) {
+        put_i32(qc + 116 + 4 * o, 3 - o); put_i32(qc + 140 + 4 * o, 3 << 29); put_i32(qc + 164 + 4 * o, 34);
+    }
+    for (int j = 0; j < 36; j++) qc[188 + j] = (uint8_t)(j * 53 + 11);
+    put_f32(qc + 224, 0.1f); put_i32(qc + 228, 2);
+    nb_init(&b, 24);
+    nb_add_q(&b, MCT_OP_QUANT, 24, 0);
+    static const uint8_t qops[4] = {MCT_OP_QCONV2D, MCT_OP_QDWCONV2D, MCT_OP_QMAXPOOL2D, MCT_OP_QAVGPOOL2D};
+    static const uint32_t qoffs[4] = {8, 108, 224, 224};
+    for (int l = 0; l < 4; l++) {   /* the geometry of S[0], S[1], S[3], S[4] */
+        const mct_layer *G = &S[l < 2 ? l : l + 1];
+        mct_layer *L = &b.L[nb_add_q(&b, qops[l], G->n_out, qoffs[l])];
+        L->h_in = G->h_in; L->w_in = G->w_in; L->c_in = G->c_in;
+        L->h_out = G->h_out; L->w_out = G->w_out; L->c_out = G->c_out;
+        L->kh = G->kh; L->kw = G->kw; L->sh = G->sh; L->sw = G->sw; L->pt = G->pt; L->pl = G->pl;
+    }
+    nb_add_q(&b, MCT_OP_DEQUANT, 6, 224);
+    qnet = nb_finish(&b);
+    b.net.cdata = qc;
+    b.net.cdata_size = sizeof qs_words;
+    CHECK(mct_net_check(qnet) == MCT_OK);
+    check_dispatch(qnet, NULL, seen);
     /* every op of the list was covered, and every value fits the 32-bit op masks */
 #define COVERED(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8)                                             \
     CHECKF(VALUE > 0 && VALUE < 32 && seen[VALUE], "op %s (%d) has no dispatch example", #NAME, VALUE);
@@ -1706,8 +1739,123 @@ static void test_dwconv_and_pool_by_hand(void) {
     CHECK(same_bits(mct_forward(&net, NULL, xa, aa, 1), want_a, 4));
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* the spatial full-integer ops (QCONV2D, QDWCONV2D, QMAXPOOL2D, QAVGPOOL2D) on numbers a person can check       */
+/* ------------------------------------------------------------------------------------------------ */
+
+static uint32_t g_qs_words[32];
+
+/* QUANT (inv_scale inv, zero point zq; its 8 bytes at 0) -> the spatial op G (geometry and n_in/n_out from G, its
+ * op_bytes of constants already written at byte 8) -> DEQUANT (scale 1, zero point 0), so the network's outputs are
+ * the op's int8 codes; the blob is g_qs_words. Runs the real dispatch (mct_forward) over nb samples of x. */
+static void q_spatial_run(const mct_layer *G, float inv, int32_t zq, uint32_t op_bytes, const float *x, uint32_t nb,
+                          float *out) {
+    netb b;
+    uint8_t *c = (uint8_t *)g_qs_words;
+    put_f32(c, inv); put_i32(c + 4, zq);
+    put_f32(c + 8 + op_bytes, 1.0f); put_i32(c + 12 + op_bytes, 0);
+    nb_init(&b, G->n_in);
+    nb_add_q(&b, MCT_OP_QUANT, G->n_in, 0);
+    mct_layer *L = &b.L[nb_add_q(&b, G->op, G->n_out, 8)];
+    L->h_in = G->h_in; L->w_in = G->w_in; L->c_in = G->c_in;
+    L->h_out = G->h_out; L->w_out = G->w_out; L->c_out = G->c_out;
+    L->kh = G->kh; L->kw = G->kw; L->sh = G->sh; L->sw = G->sw; L->pt = G->pt; L->pl = G->pl;
+    nb_add_q(&b, MCT_OP_DEQUANT, G->n_out, 8 + op_bytes);
+    const mct_net *net = nb_finish(&b);
+    b.net.cdata = c;
+    b.net.cdata_size = 16 + op_bytes;
+    CHECK(mct_net_check(net) == MCT_OK);
+    mct_layer_size sz;
+    CHECK(mct_layer_size_of(L, 1, 0, &sz) && sz.consts <= op_bytes);
+    float *arena = falloc((size_t)net->arena * nb);
+    const float *y = mct_forward(net, NULL, x, arena, nb);
+    memcpy(out, y, sizeof(float) * G->n_out * nb);
+    free(arena);
+}
+
+/* QCONV2D with the geometry of test_conv2d_by_hand (2x2x1 -> 2x2x2, 2x2 kernel, one padding row above and column
+ * left): the input zero point is subtracted tap by tap, so the padded windows sum fewer terms. */
+static void test_qconv2d_by_hand(void) {
+    static const mct_layer G = {.op = MCT_OP_QCONV2D, .n_in = 4, .n_out = 8, .h_in = 2, .w_in = 2, .c_in = 1,
+                                .h_out = 2, .w_out = 2, .c_out = 2, .kh = 2, .kw = 2, .sh = 1, .sw = 1, .pt = 1,
+                                .pl = 1};
+    uint8_t *c = (uint8_t *)g_qs_words + 8;
+    memset(g_qs_words, 0, sizeof g_qs_words);
+    /* zx -1, zy 3; bias (6, -2); mult / 2^shift = 0.5 and 0.75; W[o][ky][kx][c]: o0 (1, 2, 3, 4), o1 (-1, 0, 2, -3) */
+    put_i32(c, -1); put_i32(c + 4, 3);
+    put_i32(c + 8, 6); put_i32(c + 12, -2);
+    put_i32(c + 16, 1 << 30); put_i32(c + 20, 3 << 29);
+    put_i32(c + 24, 31); put_i32(c + 28, 31);
+    static const int8_t w[8] = {1, 2, 3, 4, -1, 0, 2, -3};
+    memcpy(c + 32, w, 8);
+    /* x = (1, 2, 3, 4) -> QUANT (inv 1, zero point -1) codes (0, 1, 2, 3); x - zx = (1, 2, 3, 4) again.
+     * o0 sums (as the f32 test): (0,0) tap (1,1) only: 4; (0,1): 3 + 8 = 11; (1,0): 2 + 12 = 14; (1,1): 30;
+     *   + 6 = 10, 17, 20, 36; x 0.5 = 5, 8.5 -> 9, 10, 18; + 3 = 8, 12, 13, 21.
+     * o1: (0,0): -3 * 1 = -3; (0,1): 2 * 1 - 3 * 2 = -4; (1,0): 0 * 1 - 3 * 3 = -9; (1,1): -1 + 0 + 6 - 12 = -7;
+     *   - 2 = -5, -6, -11, -9; x 0.75 = -3.75 -> -4, -4.5 -> -5 (ties away from zero), -8.25 -> -8, -6.75 -> -7;
+     *   + 3 = -1, -2, -5, -4. (Folding -zx sum W into the bias would give o0 (0,0) 10 + 5 = 15 -> 7.5 -> 8 -> 11.) */
+    const float x[4] = {1, 2, 3, 4};
+    const float want[8] = {8, -1, 12, -2, 13, -5, 21, -4};
+    float y[8];
+    q_spatial_run(&G, 1.0f, -1, 40, x, 1, y);
+    for (int j = 0; j < 8; j++) CHECKF(y[j] == want[j], "QCONV2D output %d: %g want %g", j, (double)y[j], (double)want[j]);
+}
+
+/* QDWCONV2D with the geometry of test_dwconv_and_pool_by_hand (3x1x1 -> 3x1x2, multiplier 2, 3x1 kernel, 'same'). */
+static void test_qdwconv2d_by_hand(void) {
+    static const mct_layer G = {.op = MCT_OP_QDWCONV2D, .n_in = 3, .n_out = 6, .h_in = 3, .w_in = 1, .c_in = 1,
+                                .h_out = 3, .w_out = 1, .c_out = 2, .kh = 3, .kw = 1, .sh = 1, .sw = 1, .pt = 1};
+    uint8_t *c = (uint8_t *)g_qs_words + 8;
+    memset(g_qs_words, 0, sizeof g_qs_words);
+    /* zx 2, zy -10; bias (0, 1); mult / 2^shift = 0.25 for both; W[ky][o]: (1, -1), (2, 0), (3, 1) */
+    put_i32(c, 2); put_i32(c + 4, -10);
+    put_i32(c + 8, 0); put_i32(c + 12, 1);
+    put_i32(c + 16, 1 << 30); put_i32(c + 20, 1 << 30);
+    put_i32(c + 24, 32); put_i32(c + 28, 32);
+    static const int8_t w[6] = {1, -1, 2, 0, 3, 1};
+    memcpy(c + 32, w, 6);
+    /* x = (1, 2, 4) -> codes (3, 4, 6) with zero point 2; x - zx = (1, 2, 4). Sums as the f32 test: (8, 2), (17, 3),
+     * (10, -2); + bias: (8, 3), (17, 4), (10, -1); x 0.25: (2, 0.75 -> 1), (4.25 -> 4, 1), (2.5 -> 3, -0.25 -> 0);
+     * - 10: (-8, -9), (-6, -9), (-7, -10). */
+    const float x[3] = {1, 2, 4};
+    const float want[6] = {-8, -9, -6, -9, -7, -10};
+    float y[6];
+    q_spatial_run(&G, 1.0f, 2, 40, x, 1, y);
+    for (int j = 0; j < 6; j++)
+        CHECKF(y[j] == want[j], "QDWCONV2D output %d: %g want %g", j, (double)y[j], (double)want[j]);
+}
+
+/* QMAXPOOL2D (2x2 stride 2 over 2x4x1) and QAVGPOOL2D (2x2 stride 1, one padding row above and column left, over
+ * 2x2x1: windows of 1, 2, 2 and 4 taps), two samples each: the codes themselves, padding never counted. */
+static void test_qpool_by_hand(void) {
+    static const mct_layer M = {.op = MCT_OP_QMAXPOOL2D, .n_in = 8, .n_out = 2, .h_in = 2, .w_in = 4, .c_in = 1,
+                                .h_out = 1, .w_out = 2, .c_out = 1, .kh = 2, .kw = 2, .sh = 2, .sw = 2};
+    memset(g_qs_words, 0, sizeof g_qs_words);
+    /* QUANT inv 1, zero point 0: the codes are the inputs. Sample 1 is all negative: the max is never a padding 0. */
+    const float xm[16] = {1, 5, -2, 0, 3, 2, -1, -3, /* sample 1 */ -9, -5, -2, -7, -6, -8, -4, -3};
+    const float want_m[4] = {5, 0, -5, -2};
+    float ym[4];
+    q_spatial_run(&M, 1.0f, 0, 0, xm, 2, ym);
+    for (int j = 0; j < 4; j++)
+        CHECKF(ym[j] == want_m[j], "QMAXPOOL2D output %d: %g want %g", j, (double)ym[j], (double)want_m[j]);
+    static const mct_layer A = {.op = MCT_OP_QAVGPOOL2D, .n_in = 4, .n_out = 4, .h_in = 2, .w_in = 2, .c_in = 1,
+                                .h_out = 2, .w_out = 2, .c_out = 1, .kh = 2, .kw = 2, .sh = 1, .sw = 1, .pt = 1,
+                                .pl = 1};
+    /* sample 0 (1, 2, 3, 5): 1; (1 + 2) / 2 = 1.5 -> 2; (1 + 3) / 2 = 2; 11 / 4 = 2.75 -> 3.
+     * sample 1 (-1, -2, -3, -4): -1; -1.5 -> -2 (ties away from zero); -2; -10 / 4 = -2.5 -> -3. */
+    const float xa[8] = {1, 2, 3, 5, -1, -2, -3, -4};
+    const float want_a[8] = {1, 2, 2, 3, -1, -2, -2, -3};
+    float ya[8];
+    q_spatial_run(&A, 1.0f, 0, 0, xa, 2, ya);
+    for (int j = 0; j < 8; j++)
+        CHECKF(ya[j] == want_a[j], "QAVGPOOL2D output %d: %g want %g", j, (double)ya[j], (double)want_a[j]);
+}
+
 int main(void) {
     RUN(test_conv2d_by_hand);
+    RUN(test_qconv2d_by_hand);
+    RUN(test_qdwconv2d_by_hand);
+    RUN(test_qpool_by_hand);
     RUN(test_dwconv_and_pool_by_hand);
     RUN(test_linear_forward_by_hand);
     RUN(test_linear_forward_matches_loop);

@@ -1,0 +1,263 @@
+"""Full-integer int8 CNNs (issue 21): the spatial int8 ops (QCONV2D, QDWCONV2D, QMAXPOOL2D, QAVGPOOL2D in
+firmware/core/layer_quant.c) through the C core equal a re-derivation written here with NumPy integers from the
+documented semantics (mct.h, "Full-integer int8 ops") and the exported constants; the exporter's calibration sees
+every layer's output; and the digits CNN exported with --quant int8-full loses at most one point of test accuracy
+and runs bit for bit as the host's int8 model on the M4F, M3 and M0+ in QEMU and on the Uno in simavr.
+
+Needs the cross compilers, QEMU and simavr that scripts/setup.sh installs (no skips)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+from helpers import assert_device_equals_twin, assert_same_bits, cli_ok, train_lockstep
+from mcutrain import Checkpoint, Sequential, TrainParams, load_model, losses
+from mcutrain import layers as L
+from mcutrain.corefacts import Op
+from mcutrain.exporter import sim
+from mcutrain.exporter.device import build_device_model
+from mcutrain.exporter.export import export_project
+from mcutrain.exporter.quantize import calibrate
+from mcutrain.exporter.twin import DeviceTwin
+from mcutrain.module import core_net
+from mcutrain.program import LayerDesc
+
+INT32_MAX = 2**31 - 1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tool_dirs(pio_core: Path) -> Path:
+    """The session's own PlatformIO core folder (see conftest.pio_core)."""
+    return pio_core
+
+
+def every_spatial_op_net() -> Sequential:
+    """7x6x2 images -> 3 classes through every spatial layer the int8 path converts: strided and padded
+    convolutions (ReLU fused, Tanh as a table), a depthwise convolution with multiplier 2 and ReLU6, a 1x1
+    convolution, max and average pooling with padding, global average pooling."""
+    return Sequential(
+        L.Conv2d(2, 5, 3, stride=(2, 1), padding="same"),
+        L.Relu(),
+        L.DepthwiseConv2d(5, 3, padding="same", depth_multiplier=2),
+        L.Relu6(),
+        L.Conv2d(10, 8, 1),
+        L.Tanh(),
+        L.MaxPool2d(2, padding=(1, 0, 1, 0)),
+        L.AvgPool2d(2, stride=1, padding=(0, 1, 0, 1)),
+        L.GlobalAvgPool2d(),
+        L.Linear(8, 3),
+        L.Softmax(),
+        input_shape=(7, 6, 2),
+    ).rand_params(seed=11)
+
+
+# ----------------------------------------------------------------------------- the re-derivation
+
+
+def i32(blob: bytes, off: int, n: int = 1) -> np.ndarray:
+    """n little-endian int32 of the const blob at byte off, as int64."""
+    return np.frombuffer(blob, "<i4", n, off).astype(np.int64)
+
+
+def requantize(acc: np.ndarray, mult: np.ndarray, shift: np.ndarray, zy: int) -> np.ndarray:
+    """The documented output step: acc saturated to +-(2^31 - 1), round(acc * mult / 2^shift) half away from zero
+    (shift clamped to [1, 62]; the product is below 2^62, exact in int64), + zy, saturated to int8."""
+    acc = np.clip(acc, -INT32_MAX, INT32_MAX)
+    n = np.clip(shift, 1, 62)
+    p = acc * mult
+    r = (np.abs(p) + (np.int64(1) << (n - 1))) >> n
+    return np.clip(np.where(p >= 0, r, -r) + zy, -128, 127)
+
+
+def windows(g: Dict[str, float]) -> List[tuple]:
+    """(oy, ox, [(ky, kx, iy, ix) of the taps inside the input]) of every output position, in order."""
+    out = []
+    for oy in range(int(g["h_out"])):
+        for ox in range(int(g["w_out"])):
+            taps = []
+            for ky in range(int(g["kh"])):
+                for kx in range(int(g["kw"])):
+                    iy, ix = oy * int(g["sh"]) - int(g["pt"]) + ky, ox * int(g["sw"]) - int(g["pl"]) + kx
+                    if 0 <= iy < int(g["h_in"]) and 0 <= ix < int(g["w_in"]):
+                        taps.append((ky, kx, iy, ix))
+            out.append((oy, ox, taps))
+    return out
+
+
+def rederive(d: LayerDesc, blob: bytes, xq: np.ndarray) -> np.ndarray:
+    """The int8 output (nb, n_out) of a full-integer layer d from its int8 input xq (nb, n_in), as mct.h documents
+    it, with its constants read from the blob."""
+    nb = xq.shape[0]
+    c = d.p_off
+    if d.op == Op.QDENSE:
+        zy = int(np.clip(i32(blob, c + 4)[0], -128, 127))
+        o = d.n_out
+        bias, mult, shift = i32(blob, c + 8, o), i32(blob, c + 8 + 4 * o, o), i32(blob, c + 8 + 8 * o, o)
+        w = np.frombuffer(blob, np.int8, o * d.n_in, c + 8 + 12 * o).astype(np.int64).reshape(o, d.n_in)
+        return requantize(bias + xq @ w.T, mult, shift, zy)
+    if d.op == Op.QLUT:
+        table = np.frombuffer(blob, np.int8, 256, c).astype(np.int64)
+        return table[xq + 128]
+    g = d.geometry
+    h, w_, ci, co = int(g["h_in"]), int(g["w_in"]), int(g["c_in"]), int(g["c_out"])
+    x = xq.reshape(nb, h, w_, ci)
+    y = np.zeros((nb, int(g["h_out"]), int(g["w_out"]), co), np.int64)
+    if d.op in (Op.QMAXPOOL2D, Op.QAVGPOOL2D):
+        for oy, ox, taps in windows(g):
+            t = np.stack([x[:, iy, ix, :] for _, _, iy, ix in taps], axis=1)
+            if d.op == Op.QMAXPOOL2D:
+                y[:, oy, ox, :] = t.max(axis=1)
+            else:  # round(sum / n), ties away from zero
+                s, n = t.sum(axis=1), len(taps)
+                y[:, oy, ox, :] = np.sign(s) * ((np.abs(s) + n // 2) // n)
+        return y.reshape(nb, -1)
+    zx, zy = (int(np.clip(v, -128, 127)) for v in i32(blob, c, 2))
+    bias, mult, shift = i32(blob, c + 8, co), i32(blob, c + 8 + 4 * co, co), i32(blob, c + 8 + 8 * co, co)
+    kh, kw = int(g["kh"]), int(g["kw"])
+    if d.op == Op.QCONV2D:  # W [c_out][kh][kw][c_in]
+        wt = np.frombuffer(blob, np.int8, co * kh * kw * ci, c + 8 + 12 * co).astype(np.int64)
+        wt = wt.reshape(co, kh, kw, ci)
+        for oy, ox, taps in windows(g):
+            acc = bias + sum((x[:, iy, ix, :] - zx) @ wt[:, ky, kx, :].T for ky, kx, iy, ix in taps)
+            y[:, oy, ox, :] = requantize(acc, mult, shift, zy)
+    else:  # QDWCONV2D: W [kh][kw][c_out], output o reads input channel o / m
+        wt = np.frombuffer(blob, np.int8, kh * kw * co, c + 8 + 12 * co).astype(np.int64).reshape(kh, kw, co)
+        src = np.arange(co) // (co // ci)
+        for oy, ox, taps in windows(g):
+            acc = bias + sum((x[:, iy, ix, src] - zx) * wt[ky, kx, :] for ky, kx, iy, ix in taps)
+            y[:, oy, ox, :] = requantize(acc, mult, shift, zy)
+    return y.reshape(nb, -1)
+
+
+def int8_tensor(arena: np.ndarray, d: LayerDesc, nb: int) -> np.ndarray:
+    """Layer d's int8 output (nb, n_out) read from the arena at the documented layout (ceil(n / 4) floats a
+    sample)."""
+    f = (d.n_out + 3) // 4
+    raw = arena[d.out_off * nb : (d.out_off + f) * nb].view(np.int8)
+    return raw.reshape(nb, 4 * f)[:, : d.n_out].astype(np.int64)
+
+
+def test_every_spatial_int8_op_equals_the_integer_rederivation() -> None:
+    net = every_spatial_op_net()
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)), {"loss": "cross_entropy"})
+    rng = np.random.default_rng(3)
+    cal = rng.normal(size=(200, net.n_in)).astype(np.float32)
+    m = build_device_model(ck, "last:1", "int8-full", calibration=cal)
+    ops = [d.op.name for d in m.program.layers]
+    # the ReLU and ReLU6 after convolutions are fused into them (as TFLite fuses them); Tanh becomes a table
+    assert ops == ["QUANT", "QCONV2D", "QDWCONV2D", "QCONV2D", "QLUT", "QMAXPOOL2D", "QAVGPOOL2D", "QAVGPOOL2D",
+                   "DEQUANT", "DENSE", "SOFTMAX"]  # fmt: skip
+    x = rng.normal(size=(16, net.n_in)).astype(np.float32)
+    nb = x.shape[0]
+    # each layer gets its own arena region here, so every int8 tensor can be read after the forward pass
+    from mcutrain.exporter.quantize import own_regions
+
+    prog = own_regions(m.program)
+    y, arena = core_net(prog).traced_forward(np.ascontiguousarray(m.params, np.float32), x)
+    blob = prog.cdata
+    q0 = prog.layers[0]
+    inv = float(np.frombuffer(blob, "<f4", 1, q0.p_off)[0])
+    zq = int(i32(blob, q0.p_off + 4)[0])
+    v = (x * np.float32(inv)).astype(np.float64)
+    cur = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + zq, -128, 127).astype(np.int64)
+    assert np.array_equal(int8_tensor(arena, q0, nb), cur)
+    for d in prog.layers[1:-3]:
+        want = rederive(d, blob, cur)
+        got = int8_tensor(arena, d, nb)
+        assert np.array_equal(got, want), f"{d.op.name} ({d.name}): {np.argwhere(got != want)[:5]}"
+        cur = want
+    # and the int8 network stays close to the f32 one (a few output steps of the last int8 tensor)
+    assert np.abs(y - net.forward(x)).max() < 0.1
+
+
+def test_calibration_reads_every_layer_of_a_frozen_prefix() -> None:
+    """The device table lets a frozen prefix's outputs take turns in two arena regions; calibration still gets
+    every layer's own range (the same ranges as the host network's table, where every output has its region)."""
+    from mcutrain.tiny_models import digits_cnn
+
+    net = digits_cnn().rand_params(seed=2)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)), {"loss": "cross_entropy"})
+    base = build_device_model(ck, "none", "f32")
+    x = np.random.default_rng(1).uniform(0, 1, size=(50, 64)).astype(np.float32)
+    shared = {d.out_off for d in base.program.layers}
+    assert len(shared) < len(base.program.layers)  # the device table does share regions
+    got = calibrate(base.program, base.params, x)
+    host = net.program
+    assert [d.op for d in host.layers] == [d.op for d in base.program.layers]
+    assert got == calibrate(host, net.params, x)
+    acts = [r for d, r in zip(base.program.layers, got) if d.op == Op.ACT]
+    assert acts and all(lo >= 0.0 for (_, (lo, _)) in acts)  # a ReLU's output is never negative
+
+
+# ----------------------------------------------------------------------------- the digits CNN
+
+
+def digits_split() -> tuple:
+    """scikit-learn's digits as flat 8x8x1 images in [0, 1] with one-hot labels: 1,437 to train on, 360 held out
+    (the seeded split of test_cnn_device)."""
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32).reshape(-1, 64)
+    y = np.eye(10, dtype=np.float32)[d.target]
+    order = np.random.default_rng(0).permutation(len(d.target))
+    return x[order[360:]], y[order[360:]], x[order[:360]], y[order[:360]]
+
+
+def test_digits_cnn_int8_full_loses_at_most_a_point_and_runs_bit_for_bit(tmp_path: Path) -> None:
+    xtr, ytr, xte, yte = digits_split()
+    train = tmp_path / "train.npz"
+    np.savez(train, x=xtr.reshape(-1, 8, 8, 1), y=ytr.argmax(axis=1))
+    model = tmp_path / "cnn.mct"
+    cli_ok("train", "--arch", "digits_cnn", "--data", str(train), "--classify", "--epochs", "40", "--batch", "32",
+           "--opt", "adam", "--lr", "0.003", "--val", "0", "-o", str(model))  # fmt: skip
+    # the CLI's export: full-integer int8 everywhere (the whole CNN frozen), with the accuracy report
+    out = cli_ok("export", str(model), "--board", "nucleo_f401re", "--quant", "int8-full", "--trainable", "none",
+                 "-o", str(tmp_path / "fw-cli")).output  # fmt: skip
+    assert re.search(r"accuracy\s+f32 [\d.]+%\s+device [\d.]+%", out), out
+    assert "full-integer layers (flash)" in out, out
+    ck = load_model(model)
+    cal = xtr[:500]
+    m = build_device_model(ck, "none", "int8-full", calibration=cal)
+    assert [d.op.name for d in m.program.layers] == ["QUANT", "QCONV2D", "QMAXPOOL2D", "QCONV2D", "QMAXPOOL2D",
+                                                     "QDENSE", "DEQUANT", "SOFTMAX"]  # fmt: skip
+    x = xte[:24]
+    for board in ("nucleo_f401re", "bluepill", "pico", "uno"):  # M4F, M3, M0+ in QEMU; the ATmega328P in simavr
+        r = export_project(ck, board, tmp_path / board, quant="int8-full", trainable="none", sim=True,
+                           calibration=cal, eval_data=(xte, yte), loss=losses.cross_entropy)  # fmt: skip
+        rep = r.quant_report
+        assert rep is not None and rep.f32_accuracy is not None and rep.device_accuracy is not None
+        assert rep.f32_accuracy >= 0.97, rep.summary()
+        assert rep.device_accuracy >= rep.f32_accuracy - 0.01, rep.summary()  # at most one point lost
+        twin = DeviceTwin(r.model)
+        with sim.start(r.path, r.board) as s:
+            got = s.device.predict(x)
+        assert_same_bits(got, twin.predict(x), f"PREDICT on {board} against the host's int8 model")
+        if board == "uno":  # the int8 activations (8x8x8 = 512 B) fit the Uno's 2 KB, weights in flash
+            assert r.plan.fits() and r.plan.ram <= 2048, r.plan.table()
+
+
+@pytest.mark.parametrize("board", ["nano33ble", "teensy41", "nucleo_l552ze_q"])
+def test_int8_cnn_with_every_spatial_op_on_the_dsp_cores(board: str, tmp_path: Path) -> None:
+    """On the Cortex-M4F, M7 and M33 (QCONV2D through SMLAD and QMAXPOOL2D through SEL: windows with padding,
+    strides, 5 output channels and windows of 18 and 10 values, no multiples of four) the int8 body predicts what
+    the host's int8 model (the reference kernels) predicts, and training the f32 head behind it matches bit for
+    bit."""
+    net = every_spatial_op_net()
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
+    rng = np.random.default_rng(4)
+    cal = rng.normal(size=(200, net.n_in)).astype(np.float32)
+    r = export_project(ck, board, tmp_path / "fw", quant="int8-full", trainable="last:1", sim=True,
+                       calibration=cal, loss=losses.cross_entropy)  # fmt: skip
+    twin = DeviceTwin(r.model)
+    x = rng.normal(size=(12, net.n_in)).astype(np.float32)
+    t = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 4)]
+    with sim.start(r.path, r.board) as s:
+        assert_same_bits(s.device.predict(x), twin.predict(x), f"PREDICT on {board}")
+        train_lockstep(s.device, twin, x[:4], t)
+        assert_device_equals_twin(s.device, twin)
+        assert_same_bits(s.device.predict(x), twin.predict(x), f"PREDICT on {board} after training")
