@@ -24,6 +24,7 @@ from mcutrain.cli import main
         ("ds_cnn", 2_656_768, "49x10x1"),  # MLPerf Tiny KWS reference
         ("fc_autoencoder", 264_192, None),  # MLPerf Tiny AD reference
         ("mobilenet_v1_025", 7_489_664, "96x96x3"),  # MLPerf Tiny VWW reference (MobileNetV1 0.25, 96x96)
+        ("resnet8", 12_501_632, "32x32x3"),  # MLPerf Tiny IC reference (ResNet-8, CIFAR-10)
     ],
 )
 def test_info_prints_the_reference_architectures(arch: str, macs: int, shape: str) -> None:
@@ -34,6 +35,10 @@ def test_info_prints_the_reference_architectures(arch: str, macs: int, shape: st
         assert f"input shape {shape}" in res.output
     total = re.search(r"([\d,]+) parameters", res.output)
     assert total is not None and int(total.group(1).replace(",", "")) > 0
+    if arch == "resnet8":  # the Keras reference's count (with the BatchNorm statistics), and its two projections
+        assert int(total.group(1).replace(",", "")) == 78_666
+        assert re.search(r"Conv2d\(16->32, 1x1, stride 2\)\s+conv2d\s+32x32x16\s+16x16x32\s+544\s+131,072", res.output)
+        assert res.output.count("res_shortcut") == 2
 
 
 def test_ds_cnn_trains_from_the_cli_and_resumes(tmp_path: Path) -> None:

@@ -118,7 +118,7 @@ int mct_net_check(const mct_net *net) {
         if (L->n_in > net->max_width || L->n_out > net->max_width) return MCT_E_NET;
         if (L->lr_div <= 0.0f) return MCT_E_NET;
         if (L->op == MCT_OP_RES_BEGIN || L->op == MCT_OP_RES_END || L->op == MCT_OP_RES_SHORTCUT) {
-            if (!residual_ok(net, l)) return MCT_E_NET;
+            if (!MCT_WITH_OP(MCT_OP_RES_BEGIN) || !residual_ok(net, l)) return MCT_E_NET;   /* none in this build */
         } else if (L->out_off == L->in_off) {
             return MCT_E_NET; /* only RES_BEGIN may alias its input */
         }
