@@ -41,6 +41,25 @@ def test_info_prints_the_reference_architectures(arch: str, macs: int, shape: st
         assert res.output.count("res_shortcut") == 2
 
 
+def test_resnet8_trains_from_the_cli_and_resumes(tmp_path: Path) -> None:
+    """--arch resnet8 on 16 random 32x32x3 images: trains (BatchNorm in both branches of its projection blocks),
+    saves the shortcuts in the model file and resumes."""
+    rng = np.random.default_rng(0)
+    data = tmp_path / "cifar.npz"
+    np.savez(data, x=rng.normal(size=(16, 32, 32, 3)).astype(np.float32), y=rng.integers(0, 10, 16))
+    model = tmp_path / "r8.mct"
+    cli = CliRunner()
+    args = ["train", "--arch", "resnet8", "--data", str(data), "--classify", "--epochs", "1", "--batch", "8"]
+    res = cli.invoke(main, [*args, "-o", str(model)])
+    assert res.exit_code == 0, res.output
+    ck = load_model(model)
+    assert ck.net.in_shape == (32, 32, 3) and ck.net.n_out == 10 and ck.net.param_count() == 78_666
+    assert ck.net.describe().count("shortcut=Conv2d") == 2
+    res = cli.invoke(main, ["train", "--resume", str(model), "--epochs", "2"])
+    assert res.exit_code == 0, res.output
+    assert load_model(model).net.describe() == ck.net.describe()
+
+
 def test_ds_cnn_trains_from_the_cli_and_resumes(tmp_path: Path) -> None:
     """--arch ds_cnn on 24 random (49, 10, 1) MFCC-shaped samples: trains, saves, and resumes."""
     rng = np.random.default_rng(0)
