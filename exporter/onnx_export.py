@@ -123,9 +123,10 @@ def _emit(g: _Graph, m: Module, v: _Value) -> _Value:
         for c in m.modules:
             v = _emit(g, c, v)
         return v
-    if isinstance(m, Residual):
-        y = _as(g, _emit(g, m.inner, v), v.layout)
-        return _Value(g.op("Add", [v.name, y.name], "residual"), v.shape, v.layout)
+    if isinstance(m, Residual):  # inner(x) + x, or inner(x) + shortcut(x), added in the layout x or the shortcut has
+        s = v if m.shortcut is None else _emit(g, m.shortcut, v)
+        y = _as(g, _emit(g, m.inner, v), s.layout, s.shape)
+        return _Value(g.op("Add", [s.name, y.name], "residual"), s.shape, s.layout)
     if isinstance(m, LR):
         return _emit(g, m.inner, v)
     t = type(m)

@@ -230,7 +230,8 @@ def test_every_mcutrain_layer_exports_to_onnx(head: bool, tmp_path: Path) -> Non
 
 def spatial_layers() -> list:
     """Every spatial layer from 6 to 8 features: images (same and explicit padding, strides, depthwise with a
-    multiplier, pooling with padding, a residual block), then series; Linear adapters in between."""
+    multiplier, pooling with padding, a residual block, one with a projection shortcut), then series; Linear adapters
+    in between."""
     return [
         L.Linear(6, 72),
         L.Conv2d(2, 4, 3, stride=2, padding="same", input_shape=(6, 6, 2)),
@@ -245,11 +246,12 @@ def spatial_layers() -> list:
         L.Flatten(),
         L.Linear(16, 24),
         L.Conv1d(2, 3, 3, stride=2, padding="same", input_shape=(12, 2)),
+        Residual(L.Conv1d(3, 4, 3, padding="same"), L.Relu(), shortcut=[L.Conv1d(3, 4, 1), L.BatchNorm(4)]),
         L.MaxPool1d(2),
         L.AvgPool1d(3, stride=1, padding=1),
-        L.BatchNorm(3),
+        L.BatchNorm(4),
         L.GlobalAvgPool1d(),
-        L.Linear(3, 32),
+        L.Linear(4, 32),
         L.GlobalAvgPool2d(input_shape=(2, 2, 8)),
     ]
 
