@@ -1,7 +1,7 @@
 """Convolutional networks from other frameworks in, ONNX out: PyTorch CNNs (images and series) exported to ONNX by
 both of torch's exporters and Keras 3 CNNs import into mcutrain's channels-last layers and predict what
 onnxruntime, PyTorch and Keras predict (within float32 rounding); their ONNX export gives in onnxruntime what
-net.forward gives; what mcutrain cannot express (a projection shortcut) is refused by name. Imported through the
+net.forward gives; a ResNet block with a projection shortcut imports as a Residual with a shortcut. Imported through the
 CLI, they fine-tune with `mcutrain train --resume` and, exported with `mcutrain export --board native`, predict
 and train on the native firmware bit for bit with the host (needs gcc and PlatformIO, as test_firmware_native)."""
 
@@ -105,23 +105,92 @@ def test_torch_cnn_imports_and_predicts_what_onnxruntime_and_torch_predict(
     assert back.describe() == net.describe() and np.array_equal(back.params, net.params)
 
 
-def test_projection_shortcut_is_refused_by_name(tmp_path: Path) -> None:
-    """A ResNet block whose shortcut is a 1x1 Conv is not y = x + M(x): mcutrain's Residual cannot express it."""
+class _Projected:
+    """A ResNet block as PyTorch writes it: relu(body(x) + shortcut(x)), the body conv 3x3 stride 2 - BatchNorm -
+    ReLU - conv 3x3 - BatchNorm, the shortcut a 1x1 stride-2 conv with a BatchNorm (ResNet-8's has none)."""
+
+    @staticmethod
+    def make(seed: int) -> Any:
+        import torch
+        from torch import nn
+
+        class Projected(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.body = nn.Sequential(
+                    nn.Conv2d(4, 8, 3, stride=2, padding=1),
+                    nn.BatchNorm2d(8),
+                    nn.ReLU(),
+                    nn.Conv2d(8, 8, 3, padding=1),
+                    nn.BatchNorm2d(8),
+                )
+                self.shortcut = nn.Sequential(nn.Conv2d(4, 8, 1, stride=2), nn.BatchNorm2d(8))
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return torch.relu(self.body(x) + self.shortcut(x))
+
+        torch.manual_seed(seed)
+        net = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), Projected(), nn.Flatten(), nn.Linear(72, 5))
+        for m in net.modules():  # running statistics of a trained network, not the initial 0 and 1
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.3, 0.3)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.data.uniform_(0.5, 1.5)
+                m.bias.data.uniform_(-0.3, 0.3)
+        return net.eval()
+
+
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_projection_shortcut_imports_and_predicts_what_onnxruntime_and_torch_predict(
+    dynamo: bool, tmp_path: Path
+) -> None:
+    """A ResNet block whose shortcut is a 1x1 stride-2 Conv with BatchNorm: the graph's second branch becomes the
+    Residual's shortcut; the import predicts what onnxruntime and PyTorch predict, its ONNX export comes back the
+    same, and folded (as export folds it) it predicts the same within float32 rounding."""
     import torch
-    from torch import nn
 
-    class Projected(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.body = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))
-            self.shortcut = nn.Conv2d(4, 8, 1)
+    module = _Projected.make(seed=2)
+    src = torch_onnx(module, (2, 6, 6), tmp_path / "p.onnx", dynamo=dynamo)
+    net = from_onnx(src)
+    blocks = [m for m in walk(net) if isinstance(m, Residual)]
+    assert len(blocks) == 1 and blocks[0].shortcut is not None, net.describe()
+    assert blocks[0].in_shape == (6, 6, 4) and blocks[0].out_shape == (3, 3, 8)
+    assert "Conv2d" in kinds(blocks[0].shortcut)  # (the exporters may fold its BatchNorm into the Conv themselves)
+    x = (np.random.default_rng(1).standard_normal((16, 2, 6, 6)) * 1.5).astype(np.float32)
+    got = net.forward(channels_last(x))
+    d = max_diff(got, ort_run(src, x))
+    with torch.no_grad():
+        d_torch = max_diff(got, module(torch.from_numpy(x)).numpy())
+    print(f"\nmax|diff| torch projection block vs onnxruntime {d:.3g}, torch {d_torch:.3g}")
+    assert d <= TOL and d_torch <= TOL
+    assert np.abs(got).max() > 0.1, "the outputs are too small to compare"
+    assert_onnx_export_matches(net, tmp_path / "back.onnx", channels_last(x))
+    back = from_onnx(tmp_path / "back.onnx")
+    assert back.describe() == net.describe() and np.array_equal(back.params, net.params)
+    folded = fold_batchnorm(net)
+    assert "BatchNorm" not in kinds(folded)
+    assert max_diff(folded.forward(channels_last(x)), got) <= TOL
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.relu(self.body(x) + self.shortcut(x))
 
-    torch.manual_seed(0)
-    src = torch_onnx(nn.Sequential(nn.Conv2d(2, 4, 3), Projected(), nn.Flatten()), (2, 6, 6), tmp_path / "p.onnx")
-    with pytest.raises(ImportModelError, match=r"projection.*mcutrain's Residual adds the block's input unchanged"):
+def test_a_branch_that_never_joins_is_refused(tmp_path: Path) -> None:
+    """Two branches from one value whose ends are not added: no residual block, a clear error."""
+    w = np.ones((3, 3), np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("MatMul", ["a", "w"], ["c"]),
+        helper.make_node("Mul", ["b", "c"], ["y"]),
+    ]
+    src = make_onnx(tmp_path / "m.onnx", nodes, {"w": w}, ["N", 3], ["N", 3])
+    with pytest.raises(ImportModelError, match=r"a product of two values is supported only as x \* Sigmoid\(x\)"):
+        from_onnx(src)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("MatMul", ["a", "w"], ["y"]),
+    ]
+    src = make_onnx(tmp_path / "n.onnx", nodes, {"w": w}, ["N", 3], ["N", 3])
+    with pytest.raises(ImportModelError, match=r"the branch that ends in 'b' is never added back"):
         from_onnx(src)
 
 
