@@ -144,11 +144,12 @@ def test_transfer_learning_modes_of_a_cnn_on_the_m4f(trainable: str, tmp_path: P
     lockstep(net, "nano33ble", "adam", tmp_path, trainable=trainable)
 
 
-@pytest.mark.parametrize("trainable", ["all", "last:3"])
+@pytest.mark.parametrize("trainable", ["all", "last:3", "biases"])
 def test_a_resnet_block_with_a_projection_trains_bit_for_bit_on_the_m4f(trainable: str, tmp_path: Path) -> None:
-    """The projection block on the nucleo_f401re in QEMU: every layer trained, or only the last three layers with
+    """The projection block on the nucleo_f401re in QEMU: every layer trained, only the last three layers with
     parameters (the shortcut's convolution, the identity block's and the dense layer: the backward pass stops inside
-    the projection block, after its shortcut branch)."""
+    the projection block, after its shortcut branch), or only the biases (each convolution's split off, which moves
+    the block's layers and re-points its partners)."""
     net = cnn_projection()
     lockstep(net, "nucleo_f401re", "adam", tmp_path, trainable=trainable)
 
