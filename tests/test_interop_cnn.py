@@ -110,7 +110,7 @@ class _Projected:
     ReLU - conv 3x3 - BatchNorm, the shortcut a 1x1 stride-2 conv with a BatchNorm (ResNet-8's has none)."""
 
     @staticmethod
-    def make(seed: int) -> Any:
+    def make(seed: int, classes: int = 5, softmax: bool = False) -> Any:
         import torch
         from torch import nn
 
@@ -130,7 +130,8 @@ class _Projected:
                 return torch.relu(self.body(x) + self.shortcut(x))
 
         torch.manual_seed(seed)
-        net = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), Projected(), nn.Flatten(), nn.Linear(72, 5))
+        head = [nn.Linear(72, classes)] + ([nn.Softmax(dim=1)] if softmax else [])
+        net = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), Projected(), nn.Flatten(), *head)
         for m in net.modules():  # running statistics of a trained network, not the initial 0 and 1
             if isinstance(m, nn.BatchNorm2d):
                 m.running_mean.uniform_(-0.3, 0.3)
@@ -380,6 +381,9 @@ def cnn_source(kind: str, tmp_path: Path) -> Tuple[Path, Tuple[int, ...]]:
     """A model file of the other framework and the channels-last input shape of its import."""
     if kind == "torch":
         return torch_onnx(torch_cnn(seed=9), (3, 12, 12), tmp_path / "src.onnx"), (12, 12, 3)
+    if kind == "torch-projection":  # a ResNet block whose shortcut is a 1x1 stride-2 Conv with BatchNorm
+        model = _Projected.make(seed=9, classes=4, softmax=True)
+        return torch_onnx(model, (2, 6, 6), tmp_path / "src.onnx"), (6, 6, 2)
     keras_cnn(tmp_path / "src.keras", seed=9)
     return tmp_path / "src.keras", (12, 12, 3)
 
@@ -388,7 +392,7 @@ def cross_entropy(p: np.ndarray, labels: np.ndarray) -> float:
     return float(-np.mean(np.log(np.maximum(p[np.arange(len(labels)), labels], 1e-30))))
 
 
-@pytest.mark.parametrize("kind", ["torch", "keras"])
+@pytest.mark.parametrize("kind", ["torch", "torch-projection", "keras"])
 def test_imported_cnn_fine_tunes_and_runs_on_the_native_firmware_bit_for_bit(
     kind: str, tmp_path: Path, pio_core: Path
 ) -> None:
@@ -400,7 +404,7 @@ def test_imported_cnn_fine_tunes_and_runs_on_the_native_firmware_bit_for_bit(
     r = cli.invoke(main, ["import", str(src), "-o", str(tmp_path / "m.mct")])
     assert r.exit_code == 0, r.output
     assert "loss cross_entropy" in r.stdout
-    assert ("the input is 12x12x3, channels-last" in r.stderr) == (kind == "torch")
+    assert (f"the input is {'x'.join(map(str, shape))}, channels-last" in r.stderr) == kind.startswith("torch")
     rng = np.random.default_rng(10)
     x = rng.standard_normal((48, *shape)).astype(np.float32)
     labels = (x[..., 0].mean(axis=(1, 2)) > 0).astype(int) + 2 * (x[..., 1].mean(axis=(1, 2)) > 0)  # 4 classes
