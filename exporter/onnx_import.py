@@ -43,7 +43,7 @@ from mcutrain.extras import require
 from mcutrain.files import read_bounded
 from mcutrain.module import Module
 
-from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, sequential
+from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, residual_block, sequential
 
 SUPPORTED = (
     "Gemm, MatMul (+ Add), Add/Sub/Mul/Div by a constant, Relu, LeakyRelu, Sigmoid, Tanh, Softplus, Sin, Cos, "
@@ -566,15 +566,7 @@ class _Importer:
             )
         if not np.array_equal(self.order(first_end), self.order(self.cur)):
             raise self.fail(n.where, "a residual Add of branches laid out differently (a Transpose in one of them)")
-        body = main[0] if len(main) == 1 else Sequential(*main)
-        try:
-            block = (
-                Residual(body)
-                if not shortcut
-                else Residual(body, shortcut=shortcut[0] if len(shortcut) == 1 else Sequential(*shortcut))
-            )
-        except ShapeError as e:
-            raise self.fail(n.where, str(e)) from None
+        block = residual_block(main, shortcut, f"{self.source}: {n.where}")
         shape, order = self.shapes[self.cur], self.orders.get(self.cur)
         for k in [k for k, p in self.pos.items() if p > start]:
             del self.pos[k]

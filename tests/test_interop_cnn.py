@@ -319,6 +319,61 @@ def test_keras_cnn_imports_and_predicts_what_keras_predicts(name: str, tmp_path:
     assert in_memory.describe() == net.describe() and np.array_equal(in_memory.params, net.params)
 
 
+def keras_resnet(path: Path, seed: int) -> Any:
+    """A functional Keras ResNet on (8, 8, 3) as the MLPerf Tiny reference writes it: a stem, a block whose shortcut
+    is a 1x1 stride-2 Conv2D (main body conv-BatchNormalization-ReLU-conv-BatchNormalization), the shortcut's
+    output read second by the Add, then an identity block; saved to path (.keras)."""
+    import keras
+    from keras import layers as K
+
+    keras.utils.set_random_seed(seed)
+    x = keras.Input((8, 8, 3))
+    h = K.Conv2D(4, 3, padding="same", activation="relu")(x)
+    a = K.Conv2D(8, 3, strides=2, padding="same")(h)
+    a = K.ReLU()(K.BatchNormalization()(a))
+    a = K.BatchNormalization()(K.Conv2D(8, 3, padding="same")(a))
+    y = K.ReLU()(K.Add()([a, K.Conv2D(8, 1, strides=2)(h)]))
+    y = K.Add()([y, K.Conv2D(8, 3, padding="same", activation="tanh")(y)])
+    model = keras.Model(x, K.Dense(3, activation="softmax")(K.GlobalAveragePooling2D()(y)))
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:  # statistics as training would leave them
+        if isinstance(layer, K.BatchNormalization):
+            layer.moving_mean.assign(rng.uniform(-0.3, 0.3, 8).astype(np.float32))
+            layer.moving_variance.assign(rng.uniform(0.5, 2.0, 8).astype(np.float32))
+    model.save(path)
+    return model
+
+
+def test_keras_functional_resnet_imports_and_predicts_what_keras_predicts(tmp_path: Path) -> None:
+    """The two branches from one value become Residual(main body, shortcut=[Conv2d]); the Add of the chain's value
+    and an earlier one a Residual; BatchNorm folded at import."""
+    model = keras_resnet(tmp_path / "r.keras", seed=4)
+    net = from_keras(tmp_path / "r.keras")
+    blocks = [m for m in walk(net) if isinstance(m, Residual)]
+    assert [b.shortcut is not None for b in blocks] == [True, False], net.describe()
+    assert kinds(blocks[0].shortcut) == ["Conv2d"] and "BatchNorm" not in kinds(net)
+    x = (np.random.default_rng(2).standard_normal((16, 8, 8, 3)) * 1.5).astype(np.float32)
+    got = net.forward(x)
+    d = max_diff(got, model.predict(x, verbose=0))
+    print(f"\nmax|diff| Keras functional ResNet vs Keras.predict: {d:.3g}")
+    assert d <= TOL and np.abs(got).max() > 0.1
+    assert_onnx_export_matches(net, tmp_path / "back.onnx", x)
+
+
+def test_keras_functional_graphs_other_than_residual_blocks_are_named(tmp_path: Path) -> None:
+    import keras
+    from keras import layers as K
+
+    x = keras.Input((6,))
+    a = K.Dense(4)(x)
+    b = K.Dense(4)(a)
+    c = K.Dense(4)(a)  # a second branch from a, joined by a product
+    with pytest.raises(ImportModelError, match="Multiply.*this layer is not supported"):
+        from_keras_model(keras.Model(x, K.Multiply()([b, c])))
+    with pytest.raises(ImportModelError, match="an Add of 3 values"):
+        from_keras_model(keras.Model(x, K.Add()([a, b, K.Dense(4)(x)])))
+
+
 def test_keras_layers_mcutrain_cannot_run_are_named(tmp_path: Path) -> None:
     import keras
 
