@@ -40,15 +40,14 @@ mcutrain import mlp.joblib --trust-pickle -o model.mct   # a fitted scikit-learn
 mcutrain train --resume model.mct --data more.csv --classify --steps 2000   # fine-tune it""")
 def import_cmd(model: str, output: str, trust_pickle: bool, loss_name: Optional[str], force: bool) -> None:
     """Import a model from another framework as an mcutrain model file: ONNX (.onnx, opset 13+), Keras 3
-    (.keras, a Sequential, or a functional chain with residual blocks) or a scikit-learn MLP saved with
-    pickle or joblib (.pkl, .pickle, .joblib; needs --trust-pickle, because unpickling runs code from the file).
+    (.keras, a Sequential of Dense and activations) or a scikit-learn MLP saved with pickle or joblib (.pkl,
+    .pickle, .joblib; needs --trust-pickle, because unpickling runs code from the file).
 
     The network keeps the source's weights and predicts what the source predicts (within float32
     rounding); train, export and run it on a device like any other model. What is supported: ONNX Gemm,
     MatMul+Add, Relu, LeakyRelu, Sigmoid, Tanh, Softplus, Sin, Cos, Softmax, Mul/Add by constants, residual
-    Adds (also of two branches: a projection shortcut), Conv, pooling and BatchNormalization; Keras Dense with
-    activations, Softmax, the convolution and pooling layers and residual Adds; scikit-learn MLPs (see the
-    README for the full lists). Anything else fails with the node or layer it cannot import.
+    Adds and a one-channel Conv; Keras Dense with activations and Softmax; scikit-learn MLPs. Anything else
+    fails with the node or layer it cannot import.
     """
     from mcutrain import losses
     from mcutrain.exporter.interop import PICKLE_SUFFIXES, suggested_loss
