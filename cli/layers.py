@@ -74,7 +74,8 @@ def layers(as_json: bool) -> None:
     \b
     --net-file: a TOML or JSON file holding a list of layers (TOML: [[layers]] tables; JSON: a list,
     or {"layers": [...]}). Each layer is {type = NAME, ARGUMENT = VALUE, ...}; besides the layers,
-    Sequential (layers), Residual (inner) and LR (inner, divisor) nest other layers.
+    Sequential (layers), Residual (inner, and optionally shortcut: y = inner(x) + shortcut(x)) and
+    LR (inner, divisor) nest other layers.
     """
     cat = layer_catalogue()
     if as_json:

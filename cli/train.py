@@ -84,7 +84,7 @@ def _options(f: Any) -> Any:
             type=click.Choice(sorted(ARCHITECTURES)),
             default=None,
             help="A reference architecture instead of --net: the MLPerf Tiny models (ds_cnn, fc_autoencoder, "
-            "mobilenet_v1_025) or the digits CNN (`mcutrain info --arch NAME` shows its layers).",
+            "mobilenet_v1_025, resnet8) or the digits CNN (`mcutrain info --arch NAME` shows its layers).",
         ),
         click.option(
             "--input-shape",

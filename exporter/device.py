@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from mcutrain.corefacts import OPT_DTYPE, Op, Storage, layer_size_of, opt_slots
+from mcutrain.corefacts import OPT_DTYPE, RESIDUAL_OPS, Op, Storage, layer_size_of, opt_slots
 from mcutrain.losses import Loss
 from mcutrain.modelfile import Checkpoint
 from mcutrain.optim import Optimizer, TrainParams
@@ -101,7 +101,7 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
     by the next layer, so they take turns in two shared regions (without a residual block among them, whose end
     reads its start's input again); a frozen backbone then needs the two largest of its activations, not all."""
     stop = next((i for i, d in enumerate(layers) if d.trainable and d.n_p), len(layers))
-    shared = max(stop - 1, 0) if not any(d.op in (Op.RES_BEGIN, Op.RES_END) for d in layers[:stop]) else 0
+    shared = max(stop - 1, 0) if not any(d.op in RESIDUAL_OPS for d in layers[:stop]) else 0
     width = max([layer_size_of(d).out for d in layers[:shared]], default=0)  # layers 0 .. shared-1 take turns
     top, cur = n_in + 2 * width, 0
     for i, d in enumerate(layers):
@@ -109,6 +109,8 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
         d.in_off = cur
         if d.op == Op.RES_BEGIN:
             d.out_off = cur
+        elif d.op == Op.RES_SHORTCUT:
+            d.out_off = layers[d.k].out_off  # the block's input again, where the shortcut body starts
         elif i < shared:
             d.out_off = n_in + (i % 2) * width
         else:
@@ -125,7 +127,7 @@ def _fix_residual_links(layers: List[LayerDesc], old_index: List[int]) -> None:
     """Residual partners point at table indices; re-point them after layers were split."""
     new_of = {old: new for new, old in enumerate(old_index)}
     for d in layers:
-        if d.op in (Op.RES_BEGIN, Op.RES_END):
+        if d.op in RESIDUAL_OPS:
             d.k = new_of[d.k]
 
 

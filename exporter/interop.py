@@ -16,7 +16,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 
 from mcutrain import layers as L
-from mcutrain.compose import Sequential
+from mcutrain.compose import Residual, Sequential
 from mcutrain.errors import ImportModelError, ShapeError
 from mcutrain.fold import fold_batchnorm, has_batchnorm
 from mcutrain.module import Module
@@ -80,6 +80,18 @@ def sequential(layers: List[Module], source: str, input_shape: Optional[Sequence
     if net.param_count() > MAX_PARAMS:
         raise ImportModelError(f"{source}: {net.param_count():,} parameters; mcutrain imports at most {MAX_PARAMS:,}")
     return fold_batchnorm(net) if has_batchnorm(net) else net
+
+
+def residual_block(main: List[Module], shortcut: List[Module], where: str) -> Module:
+    """The residual block of an imported graph: main (M) added to its input (y = x + M(x)) when `shortcut` is empty,
+    else to the shortcut branch's output (y = M(x) + S(x)); ImportModelError when the branches' shapes differ."""
+    body = main[0] if len(main) == 1 else Sequential(*main)
+    try:
+        if not shortcut:
+            return Residual(body)
+        return Residual(body, shortcut=shortcut[0] if len(shortcut) == 1 else Sequential(*shortcut))
+    except ShapeError as e:
+        raise ImportModelError(f"{where}: {e}") from None
 
 
 def suggested_loss(net: Module) -> str:

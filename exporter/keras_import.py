@@ -1,4 +1,6 @@
-"""Import a Keras 3 `.keras` file (a keras.Sequential model) as an mcutrain network.
+"""Import a Keras 3 `.keras` file (a keras.Sequential model, or a functional model that is a chain with residual
+blocks: an Add of an earlier value, or of two branches from one value, ResNet's projection shortcut) as an mcutrain
+network.
 
 Supported layers: Dense (with or without bias) with the activations linear, relu, relu6, leaky_relu, sigmoid,
 tanh, softplus, silu/swish and softmax; the layers Activation (the same names), ReLU (no threshold; a cap of 6
@@ -30,13 +32,23 @@ from mcutrain.files import read_bounded
 from mcutrain.module import Module
 from mcutrain.plaindata import parse_json
 
-from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, keras_backend, sequential
+from .interop import (
+    MAX_IMPORT_BYTES,
+    MAX_PARAMS,
+    as_f32,
+    check_width,
+    dense,
+    keras_backend,
+    residual_block,
+    sequential,
+)
 
 SUPPORTED = (
     "Dense (activation linear, relu, relu6, leaky_relu, sigmoid, tanh, softplus, silu/swish or softmax), "
     "Activation (the same), ReLU, LeakyReLU, Softmax (last axis), Dropout, Flatten, Identity, Conv1D, Conv2D, "
     "DepthwiseConv2D, SeparableConv2D, MaxPooling1D/2D, AveragePooling1D/2D, GlobalAveragePooling1D/2D, "
-    "GlobalMaxPooling1D/2D, BatchNormalization, SpatialDropout1D/2D, in a keras.Sequential model (channels_last)"
+    "GlobalMaxPooling1D/2D, BatchNormalization, SpatialDropout1D/2D, in a keras.Sequential model (channels_last), "
+    "or a functional model of them with residual Adds (of an earlier value, or of two branches from one value)"
 )
 
 _ACTIVATIONS: Dict[str, Callable[[int], Optional[Module]]] = {
@@ -151,12 +163,14 @@ def _activation(name: Any, n: int, where: str) -> Optional[Module]:
 
 
 def from_keras_model(model: Any, source: str = "Keras model") -> Module:
-    """The mcutrain network of a keras.Sequential model in memory."""
+    """The mcutrain network of a keras.Sequential model in memory, or of a functional keras.Model that is a chain
+    with residual blocks (see _functional)."""
     keras = require("keras", "keras")
-    if not isinstance(model, keras.Sequential):
+    functional = type(model).__name__ == "Functional"
+    if not isinstance(model, keras.Sequential) and not functional:
         raise ImportModelError(
-            f"{source}: a {type(model).__name__} model; mcutrain imports keras.Sequential models. mcutrain "
-            f"imports: {SUPPORTED}"
+            f"{source}: a {type(model).__name__} model; mcutrain imports keras.Sequential models and functional "
+            f"models built from keras.Input. mcutrain imports: {SUPPORTED}"
         )
     try:
         batch_shape = tuple(model.inputs[0].shape)
@@ -169,6 +183,8 @@ def from_keras_model(model: Any, source: str = "Keras model") -> Module:
         )
     shape: Shape = tuple(check_width(d, f"{source} input") for d in batch_shape[1:])
     check_width(int(np.prod(shape)), f"{source} input")
+    if functional:
+        return sequential(_functional(model, source, shape), source, batch_shape[1:] if len(batch_shape) > 2 else None)
     out: List[Module] = []
     for layer in model.layers:
         kind = type(layer).__name__
@@ -181,6 +197,79 @@ def from_keras_model(model: Any, source: str = "Keras model") -> Module:
             raise ImportModelError(f"{where}: {e}") from None
         out.extend(layers)
     return sequential(out, source, batch_shape[1:] if len(batch_shape) > 2 else None)
+
+
+def _inbound(layer: Any) -> List[str]:
+    """The names of the layers whose outputs a functional model's layer reads."""
+    nodes = getattr(layer, "_inbound_nodes", None) or []
+    return [t._keras_history.operation.name for t in nodes[0].input_tensors] if nodes else []
+
+
+def _functional(model: Any, source: str, shape: Shape) -> List[Module]:
+    """The layers of a functional model that is a chain from one input to one output with residual blocks: an Add of
+    the chain's value and an earlier one is y = x + M(x); a layer that reads an earlier value starts a second branch,
+    and the Add of both branches' ends is y = M(x) + S(x) (ResNet's projection shortcut)."""
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        raise ImportModelError(f"{source}: {len(model.inputs)} inputs and {len(model.outputs)} outputs; mcutrain "
+                               "imports a network with one input and one output")  # fmt: skip
+    layers: List[Module] = []
+    pos: Dict[str, int] = {}  # value (the layer that gives it) -> how many layers precede it
+    shapes: Dict[str, Shape] = {}
+    branches: List[Tuple[int, str, List[Module]]] = []  # open second branches: (start, first branch's end, its layers)
+    cur = ""
+    for layer in model.layers:
+        kind, ins = type(layer).__name__, _inbound(layer)
+        where = f"{source}: layer {layer.name!r} ({kind})"
+        if kind == "InputLayer":
+            cur, pos[layer.name], shapes[layer.name] = layer.name, 0, shape
+            continue
+        if kind == "Add":
+            if len(ins) != 2:
+                raise ImportModelError(f"{where}: an Add of {len(ins)} values; mcutrain adds two (a residual block)")
+            if branches and set(ins) == {cur, branches[-1][1]}:  # the two branches of a block with a projection
+                start, first_end, main = branches.pop()
+                if shapes[first_end] != shapes[cur]:
+                    raise ImportModelError(f"{where}: it adds {shapes[first_end]} and {shapes[cur]}")
+                block = residual_block(main, layers[start:], where)
+            else:
+                other = ins[1] if ins[0] == cur else ins[0]
+                if cur not in ins or other not in pos or pos[other] >= len(layers) or shapes[other] != shapes[cur]:
+                    raise ImportModelError(
+                        f"{where}: a residual Add needs the chain's value and an earlier one of the same shape, or "
+                        "the ends of two branches from one value"
+                    )
+                start = pos[other]
+                block = residual_block(layers[start:], [], where)
+            for k in [k for k, p in pos.items() if p > start]:
+                del pos[k]
+            del layers[start:]
+            layers.append(block)
+            cur, pos[layer.name], shapes[layer.name] = layer.name, len(layers), shapes[cur]
+            continue
+        if kind not in _CONVERTERS:
+            raise ImportModelError(f"{where}: this layer is not supported. mcutrain imports: {SUPPORTED}")
+        if len(ins) != 1:
+            raise ImportModelError(f"{where}: it reads {len(ins)} values; mcutrain's layers read one")
+        if ins[0] != cur:
+            if ins[0] not in pos or pos[ins[0]] >= len(layers):
+                raise ImportModelError(f"{where}: it reads {ins[0]!r}, not the chain's current value {cur!r}")
+            start = pos[ins[0]]  # a second branch from an earlier value: the first one is set aside
+            branches.append((start, cur, layers[start:]))
+            for k in [k for k, p in pos.items() if p > start]:
+                del pos[k]
+            del layers[start:]
+            cur = ins[0]
+        try:
+            converted, out_shape = _CONVERTERS[kind](layer, layer.get_config(), shapes[cur], where)
+        except ShapeError as e:
+            raise ImportModelError(f"{where}: {e}") from None
+        layers.extend(converted)
+        cur, pos[layer.name], shapes[layer.name] = layer.name, len(layers), out_shape
+    if branches:
+        raise ImportModelError(f"{source}: the branch that ends in {branches[-1][1]!r} is never added back")
+    if model.outputs[0]._keras_history.operation.name != cur:
+        raise ImportModelError(f"{source}: the model's output is not the end of its chain of layers ({cur!r})")
+    return layers
 
 
 # ---------------------------------------------------------------- one converter per Keras layer class

@@ -40,6 +40,7 @@ AVR_OP_CODE = {
     Op.DIAG: 1000,
     Op.SCALE: 800,
     Op.RES_END: 300,
+    Op.RES_SHORTCUT: 550,  # its kernels and dispatch, avr-gcc 5.4 -Os (the block check is counted with the base code)
     Op.QDENSE: 2700,
     # the spatial ops (forward, backward, check; measured with avr-gcc 5.4 -Os), and their shared geometry check
     Op.CONV2D: 7800,

@@ -124,8 +124,16 @@ def _emit(g: _Graph, m: Module, v: _Value) -> _Value:
             v = _emit(g, c, v)
         return v
     if isinstance(m, Residual):
-        y = _as(g, _emit(g, m.inner, v), v.layout)
-        return _Value(g.op("Add", [v.name, y.name], "residual"), v.shape, v.layout)
+        if m.shortcut is None:  # inner(x) + x, in x's layout
+            y = _as(g, _emit(g, m.inner, v), v.layout)
+            return _Value(g.op("Add", [v.name, y.name], "residual"), v.shape, v.layout)
+        # inner(x) + shortcut(x): the main body, then the shortcut, each ending in one layout (channels-first for an
+        # image or a series), so that the importer reads them back as the same two branches in the same order
+        assert m.out_shape is not None
+        layout = "first" if len(m.out_shape) > 1 else "flat"
+        y = _as(g, _emit(g, m.inner, v), layout, m.out_shape)
+        s = _as(g, _emit(g, m.shortcut, v), layout, m.out_shape)
+        return _Value(g.op("Add", [y.name, s.name], "residual"), m.out_shape, layout)
     if isinstance(m, LR):
         return _emit(g, m.inner, v)
     t = type(m)

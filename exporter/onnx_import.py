@@ -18,7 +18,9 @@ channels-last, as TFLite does, and converts at import so the device moves no val
 (N, C, H, W) becomes the network's (H, W, C) input (a series (N, C, T) becomes (T, C)), filters are stored
 [kh][kw][in][out], and a Flatten of a (C, H, W) value reads in C, H, W order, so the rows of the Gemm after it
 are put in H, W, C order. An input the graph itself transposes from channels-last is taken as it is. A residual
-Add adds the block's input unchanged (y = x + M(x)); a shortcut with its own layers (a projection) is refused.
+Add adds the block's input unchanged (y = x + M(x)); when the shortcut has layers of its own (ResNet's 1x1
+projection), the graph branches: a node that reads an earlier value starts a second branch from it, and the Add of
+the two branches' ends closes the block, Residual(first branch, shortcut=[second branch]).
 
 Hostile files: the file is read with a size bound, every tensor's element count is bounded before its data
 is converted, external tensor data (torch.onnx.export writes it to `model.onnx.data`) is read only from a file
@@ -41,11 +43,12 @@ from mcutrain.extras import require
 from mcutrain.files import read_bounded
 from mcutrain.module import Module
 
-from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, sequential
+from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, as_f32, check_width, dense, residual_block, sequential
 
 SUPPORTED = (
     "Gemm, MatMul (+ Add), Add/Sub/Mul/Div by a constant, Relu, LeakyRelu, Sigmoid, Tanh, Softplus, Sin, Cos, "
-    "Softmax (last axis), x * Sigmoid(x), Add of an earlier value (residual), Conv (1-D, 2-D, groups 1 or the "
+    "Softmax (last axis), x * Sigmoid(x), Add of an earlier value (residual) or of two branches from one value "
+    "(residual with a projection shortcut), Conv (1-D, 2-D, groups 1 or the "
     "channels), MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean (spatial axes), "
     "BatchNormalization, Clip(0, 6), Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Identity, Dropout "
     "(inference), Cast to float, Constant and shape arithmetic on constants"
@@ -191,6 +194,9 @@ class _Importer:
         self.layers: List[Module] = []
         self.cur = ""
         self.batch: Optional[int] = None  # the input's batch size when the file fixes it
+        # open residual branches, innermost last: (layer index where the block starts, the first branch's last
+        # value, its layers); the chain goes on along the second branch until an Add of both ends
+        self.branches: List[Tuple[int, str, List[Module]]] = []
 
     def fail(self, where: str, what: str) -> ImportModelError:
         return ImportModelError(f"{self.source}: {where}: {what}. mcutrain imports: {SUPPORTED}")
@@ -220,6 +226,11 @@ class _Importer:
         for node in nodes:
             self._step(node, used)
         out = g.output[0].name
+        if self.branches:
+            raise ImportModelError(
+                f"{self.source}: the branch that ends in {self.branches[-1][1]!r} is never added back to the chain "
+                "(mcutrain imports branches that end in a residual Add)"
+            )
         if out != self.cur:
             raise ImportModelError(
                 f"{self.source}: the graph's output {out!r} is not the end of its chain of layers ({self.cur!r})"
@@ -346,12 +357,7 @@ class _Importer:
             self._join(n)
             return
         if len(data) == 1 and data[0] in self.pos and self.pos[data[0]] < len(self.layers):
-            raise self.fail(
-                n.where,
-                f"it reads {data[0]!r}, not the chain's current value {self.cur!r}: a second branch of the graph, "
-                "such as a residual block whose shortcut has a projection (a Conv or BatchNormalization on the "
-                "shortcut), cannot be imported: mcutrain's Residual adds the block's input unchanged (y = x + M(x))",
-            )
+            self._fork(data[0])  # a second branch from an earlier value: a residual block's shortcut
         if data != [self.cur]:
             raise self.fail(
                 n.where,
@@ -538,11 +544,49 @@ class _Importer:
         return True
 
     # ---- residuals and x * sigmoid(x) ----
+    def _fork(self, start_value: str) -> None:
+        """Start a second branch from an earlier value of the chain: keep the first branch's layers aside (they are
+        the main body of a residual block whose shortcut the second branch is) and go on from that value."""
+        start = self.pos[start_value]
+        self.branches.append((start, self.cur, self.layers[start:]))
+        for k in [k for k, p in self.pos.items() if p > start]:
+            del self.pos[k]  # the first branch's values: only its end is read again, by the block's Add
+        del self.layers[start:]
+        self.cur = start_value
+
+    def _join_branches(self, n: _Node) -> None:
+        """The Add of two branches from one value: Residual(first branch, shortcut=[second branch])."""
+        start, first_end, main = self.branches.pop()
+        shortcut = self.layers[start:]
+        if self.shapes[first_end] != self.shapes[self.cur]:
+            raise self.fail(
+                n.where,
+                f"it adds the branches' ends {first_end!r} {self.shapes[first_end]} and {self.cur!r} "
+                f"{self.shapes[self.cur]}, which differ in shape",
+            )
+        if not np.array_equal(self.order(first_end), self.order(self.cur)):
+            raise self.fail(n.where, "a residual Add of branches laid out differently (a Transpose in one of them)")
+        block = residual_block(main, shortcut, f"{self.source}: {n.where}")
+        shape, order = self.shapes[self.cur], self.orders.get(self.cur)
+        for k in [k for k, p in self.pos.items() if p > start]:
+            del self.pos[k]
+        del self.layers[start:]
+        self._produce(n, shape, block, order=order)
+
     def _join(self, n: _Node) -> None:
         a, b = n.inputs[0], n.inputs[1]
+        if n.op == "Add" and self.branches and {a, b} == {self.cur, self.branches[-1][1]}:
+            self._join_branches(n)
+            return
         if self.cur not in (a, b):
             raise self.fail(n.where, f"neither of its inputs is the chain's current value {self.cur!r}")
         other = b if a == self.cur else a
+        if other not in self.pos:  # the end of a branch that is not the innermost open one
+            what = "a product of two values is supported only as x * Sigmoid(x)" if n.op == "Mul" else ""
+            raise self.fail(
+                n.where,
+                what or f"it adds {other!r}, which is not the other branch of the residual block {self.cur!r} is in",
+            )
         start = self.pos[other]
         if n.op == "Mul":
             last = self.layers[-1] if self.layers else None
@@ -695,7 +739,12 @@ def _merge_linear(layers: List[Module]) -> List[Module]:
         if isinstance(m, Residual):
             inner = m.inner.modules if isinstance(m.inner, Sequential) else (m.inner,)
             merged = _merge_linear(list(inner))
-            m = Residual(merged[0] if len(merged) == 1 else Sequential(*merged))
+            body = merged[0] if len(merged) == 1 else Sequential(*merged)
+            if m.shortcut is None:
+                m = Residual(body)
+            else:
+                sc = m.shortcut.modules if isinstance(m.shortcut, Sequential) else (m.shortcut,)
+                m = Residual(body, shortcut=_merge_linear(list(sc)))
         if isinstance(m, L.Bias1d) and out and type(out[-1]) is L.Dense:
             d = out.pop()
             lin = L.Linear(d.n_in, d.n_out)

@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mcutrain.corefacts import WRITES_I8, Act, LossKind, Op, Storage, layer_size_of
+from mcutrain.corefacts import RESIDUAL_OPS, WRITES_I8, Act, LossKind, Op, Storage, layer_size_of
 from mcutrain.inputsteps import host_forward
 from mcutrain.losses import Loss
 from mcutrain.modelfile import Checkpoint
@@ -379,7 +379,7 @@ def full_integer_layers(
         raise AssertionError("internal: the f32 calibration table does not match the device layers")
     x = as_calibration(calibration, f32_program.n_in)
     ranges = calibrate(f32_program, f32_params, x)
-    partner = {id(d): layers[d.k] for d in layers if d.op in (Op.RES_BEGIN, Op.RES_END)}
+    partner = {id(d): layers[d.k] for d in layers if d.op in RESIDUAL_OPS}
     out: List[LayerDesc] = []
     blobs: Dict[int, bytes] = {}
 

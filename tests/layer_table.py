@@ -65,6 +65,7 @@ ROWS: List[Row] = [
     ("Relu6", lambda: L.Relu6(5)),
     ("Dropout", lambda: L.Dropout(0.25, 4, seed=3)),
     ("Residual", lambda: Residual(L.Linear(4, 4))),
+    ("Residual with a shortcut", lambda: Residual(L.Linear(4, 3), L.Tanh(), shortcut=[L.Dense(4, 3)])),
     ("LR", lambda: LR(L.Linear(4, 3), 10.0)),
 ]
 

@@ -73,6 +73,9 @@ def forward(m: Module, p: Array, x: Array, kinks: Optional[List[Array]] = None) 
             off += n
         return x
     if isinstance(m, compose.Residual):
+        n = m.inner.param_count()
+        if m.shortcut is not None:
+            return forward(m.inner, p[:n], x, kinks) + forward(m.shortcut, p[n:], x, kinks)
         return x + forward(m.inner, p, x, kinks)
     if isinstance(m, compose.LR):
         return forward(m.inner, p, x, kinks)  # the divisor only changes the learning rate

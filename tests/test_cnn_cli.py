@@ -24,6 +24,7 @@ from mcutrain.cli import main
         ("ds_cnn", 2_656_768, "49x10x1"),  # MLPerf Tiny KWS reference
         ("fc_autoencoder", 264_192, None),  # MLPerf Tiny AD reference
         ("mobilenet_v1_025", 7_489_664, "96x96x3"),  # MLPerf Tiny VWW reference (MobileNetV1 0.25, 96x96)
+        ("resnet8", 12_501_632, "32x32x3"),  # MLPerf Tiny IC reference (ResNet-8, CIFAR-10)
     ],
 )
 def test_info_prints_the_reference_architectures(arch: str, macs: int, shape: str) -> None:
@@ -34,6 +35,29 @@ def test_info_prints_the_reference_architectures(arch: str, macs: int, shape: st
         assert f"input shape {shape}" in res.output
     total = re.search(r"([\d,]+) parameters", res.output)
     assert total is not None and int(total.group(1).replace(",", "")) > 0
+    if arch == "resnet8":  # the Keras reference's count (with the BatchNorm statistics), and its two projections
+        assert int(total.group(1).replace(",", "")) == 78_666
+        assert re.search(r"Conv2d\(16->32, 1x1, stride 2\)\s+conv2d\s+32x32x16\s+16x16x32\s+544\s+131,072", res.output)
+        assert res.output.count("res_shortcut") == 2
+
+
+def test_resnet8_trains_from_the_cli_and_resumes(tmp_path: Path) -> None:
+    """--arch resnet8 on 16 random 32x32x3 images: trains (BatchNorm in both branches of its projection blocks),
+    saves the shortcuts in the model file and resumes."""
+    rng = np.random.default_rng(0)
+    data = tmp_path / "cifar.npz"
+    np.savez(data, x=rng.normal(size=(16, 32, 32, 3)).astype(np.float32), y=rng.integers(0, 10, 16))
+    model = tmp_path / "r8.mct"
+    cli = CliRunner()
+    args = ["train", "--arch", "resnet8", "--data", str(data), "--classify", "--epochs", "1", "--batch", "8"]
+    res = cli.invoke(main, [*args, "-o", str(model)])
+    assert res.exit_code == 0, res.output
+    ck = load_model(model)
+    assert ck.net.in_shape == (32, 32, 3) and ck.net.n_out == 10 and ck.net.param_count() == 78_666
+    assert ck.net.describe().count("shortcut=Conv2d") == 2
+    res = cli.invoke(main, ["train", "--resume", str(model), "--epochs", "2"])
+    assert res.exit_code == 0, res.output
+    assert load_model(model).net.describe() == ck.net.describe()
 
 
 def test_ds_cnn_trains_from_the_cli_and_resumes(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from mcutrain.cli import main
 from mcutrain.exporter import sim
 from mcutrain.exporter.export import export_project
 from mcutrain.exporter.twin import DeviceTwin
+from mcutrain.fold import fold_batchnorm, has_batchnorm
 from mcutrain.module import Module
 
 CORE_BOARDS = ["nano33ble", "bluepill", "pico", "teensy41", "nucleo_l552ze_q", "esp32c3"]
@@ -68,8 +69,34 @@ def cnn_1d() -> Module:
     ).rand_params(seed=4)
 
 
+def cnn_projection() -> Module:
+    """6x6x2 images -> 3 classes through ResNet-8's kind of block: conv 3x3 stride 2 - BatchNorm - ReLU - conv 3x3 -
+    BatchNorm added to a 1x1 stride-2 convolution of the block's input (with a BatchNorm of its own, which export
+    folds as it folds the main body's), then an identity block."""
+    return Sequential(
+        L.Conv2d(2, 4, 3, padding="same"),
+        L.BatchNorm(4),
+        L.Relu(),
+        Residual(
+            L.Conv2d(4, 6, 3, stride=2, padding="same"),
+            L.BatchNorm(6),
+            L.Relu(),
+            L.Conv2d(6, 6, 3, padding="same"),
+            L.BatchNorm(6),
+            shortcut=[L.Conv2d(4, 6, 1, stride=2), L.BatchNorm(6)],
+        ),
+        L.Relu(),
+        Residual(L.Conv2d(6, 6, 3, padding="same"), L.Tanh()),
+        L.GlobalAvgPool2d(),
+        L.Linear(6, 3),
+        L.Softmax(),
+        input_shape=(6, 6, 2),
+    ).rand_params(seed=6)
+
+
 def lockstep(net: Module, board: str, opt_kind: str, tmp_path: Path, trainable: str = "all") -> None:
-    """Export, then predict and train 30 samples on the device and on the host's twin of it: the same bits."""
+    """Export, then predict and train 30 samples on the device and on the host's twin of it: the same bits. A network
+    with BatchNorm runs folded on the device: its predictions are the folded network's (mcutrain.fold)."""
     tp = TrainParams(lr=0.05, l2=1e-3, clip=1.0)
     opt = {"adam": net.new_adam, "sgd": net.new_sgd, "momentum": lambda t: net.new_momentum(t, 0.9)}[opt_kind](tp)
     r = export_project(
@@ -81,8 +108,9 @@ def lockstep(net: Module, board: str, opt_kind: str, tmp_path: Path, trainable: 
     assert n_in is not None
     x_eval = rng.standard_normal((4, n_in)).astype(np.float32)
     xs, ts = onehot_samples(rng, 30, n_in, 3)
+    reference = fold_batchnorm(net) if has_batchnorm(net) else net
     with sim.start(r.path, r.board) as s:
-        assert_same_bits(s.device.predict(x_eval), net.forward(x_eval), "PREDICT against the API's forward")
+        assert_same_bits(s.device.predict(x_eval), reference.forward(x_eval), "PREDICT against the API's forward")
         assert_same_bits(s.device.predict(x_eval), twin.predict(x_eval), "PREDICT before training")
         train_lockstep(s.device, twin, xs, ts)
         assert_device_equals_twin(s.device, twin)
@@ -114,6 +142,16 @@ def test_transfer_learning_modes_of_a_cnn_on_the_m4f(trainable: str, tmp_path: P
     trained = sum(d.n_p for d in board_device_model(ck, board, trainable).program.layers if d.trainable)
     assert rows[trainable][key] == 4 * trained < rows["all"][key] == 4 * net.param_count()
     lockstep(net, "nano33ble", "adam", tmp_path, trainable=trainable)
+
+
+@pytest.mark.parametrize("trainable", ["all", "last:3", "biases"])
+def test_a_resnet_block_with_a_projection_trains_bit_for_bit_on_the_m4f(trainable: str, tmp_path: Path) -> None:
+    """The projection block on the nucleo_f401re in QEMU: every layer trained, only the last three layers with
+    parameters (the shortcut's convolution, the identity block's and the dense layer: the backward pass stops inside
+    the projection block, after its shortcut branch), or only the biases (each convolution's split off, which moves
+    the block's layers and re-points its partners)."""
+    net = cnn_projection()
+    lockstep(net, "nucleo_f401re", "adam", tmp_path, trainable=trainable)
 
 
 def test_a_1d_cnn_trains_bit_for_bit_on_the_uno(tmp_path: Path) -> None:

@@ -104,12 +104,13 @@ def example_layers() -> Dict[str, Module]:
         else:
             out[name] = cls(n=4)
     out["Residual"] = Residual(layer_mod.Linear(4, 4))
+    out["Residual with a shortcut"] = Residual(layer_mod.Linear(4, 3), shortcut=[layer_mod.Dense(4, 3)])
     return out
 
 
 def test_python_layers_cover_exactly_the_non_quantized_ops() -> None:
-    """The Python layers (LAYER_TYPES plus Residual) emit every op of the core that is not a full-integer
-    op, and no other."""
+    """The Python layers (LAYER_TYPES plus Residual, with and without a shortcut) emit every op of the core that is
+    not a full-integer op, and no other."""
     ops = {d.op for m in example_layers().values() for d in m.program.layers}
     assert {cf.Op(int(o)) for o in ops} == set(cf.Op) - cf.QUANT_OPS
 

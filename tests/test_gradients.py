@@ -107,6 +107,14 @@ CASES: List[Tuple[str, Callable[[], Module]]] = list(layer_table.ROWS) + [
     ("LR(Sequential)", lambda: LR(Sequential(Linear(4, 5), Swish(), Dense(5, 3)), 4.0)),
     ("Residual(Residual)", lambda: Residual(Residual(Diag(4)), Relu())),
     ("LR(LR(Residual))", lambda: LR(LR(Residual(Sequential(Linear(4, 4), SiLU())), 2.0), 3.0)),
+    # shortcuts: an identity block inside the main body, a residual block as the shortcut, an LR inside a shortcut
+    (
+        "Residual(shortcut, nested)",
+        lambda: Residual(
+            Linear(4, 3), Residual(Diag(3)), Tanh(), shortcut=Residual(Dense(4, 3), shortcut=[Linear(4, 3)])
+        ),
+    ),
+    ("Residual(shortcut=LR)", lambda: Residual(Sigmoid(4), Linear(4, 2), shortcut=[LR(Dense(4, 2), 3.0), Bias1d(2)])),
     (
         "Sequential-in-both",
         lambda: Sequential(Residual(Sequential(Linear(3, 3), Sigmoid())), LR(Sequential(DyT(3), Linear(3, 2)), 2.0)),

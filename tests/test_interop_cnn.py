@@ -1,7 +1,7 @@
 """Convolutional networks from other frameworks in, ONNX out: PyTorch CNNs (images and series) exported to ONNX by
 both of torch's exporters and Keras 3 CNNs import into mcutrain's channels-last layers and predict what
 onnxruntime, PyTorch and Keras predict (within float32 rounding); their ONNX export gives in onnxruntime what
-net.forward gives; what mcutrain cannot express (a projection shortcut) is refused by name. Imported through the
+net.forward gives; a ResNet block with a projection shortcut imports as a Residual with a shortcut. Imported through the
 CLI, they fine-tune with `mcutrain train --resume` and, exported with `mcutrain export --board native`, predict
 and train on the native firmware bit for bit with the host (needs gcc and PlatformIO, as test_firmware_native)."""
 
@@ -105,23 +105,93 @@ def test_torch_cnn_imports_and_predicts_what_onnxruntime_and_torch_predict(
     assert back.describe() == net.describe() and np.array_equal(back.params, net.params)
 
 
-def test_projection_shortcut_is_refused_by_name(tmp_path: Path) -> None:
-    """A ResNet block whose shortcut is a 1x1 Conv is not y = x + M(x): mcutrain's Residual cannot express it."""
+class _Projected:
+    """A ResNet block as PyTorch writes it: relu(body(x) + shortcut(x)), the body conv 3x3 stride 2 - BatchNorm -
+    ReLU - conv 3x3 - BatchNorm, the shortcut a 1x1 stride-2 conv with a BatchNorm (ResNet-8's has none)."""
+
+    @staticmethod
+    def make(seed: int, classes: int = 5, softmax: bool = False) -> Any:
+        import torch
+        from torch import nn
+
+        class Projected(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.body = nn.Sequential(
+                    nn.Conv2d(4, 8, 3, stride=2, padding=1),
+                    nn.BatchNorm2d(8),
+                    nn.ReLU(),
+                    nn.Conv2d(8, 8, 3, padding=1),
+                    nn.BatchNorm2d(8),
+                )
+                self.shortcut = nn.Sequential(nn.Conv2d(4, 8, 1, stride=2), nn.BatchNorm2d(8))
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return torch.relu(self.body(x) + self.shortcut(x))
+
+        torch.manual_seed(seed)
+        head = [nn.Linear(72, classes)] + ([nn.Softmax(dim=1)] if softmax else [])
+        net = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), Projected(), nn.Flatten(), *head)
+        for m in net.modules():  # running statistics of a trained network, not the initial 0 and 1
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.3, 0.3)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.data.uniform_(0.5, 1.5)
+                m.bias.data.uniform_(-0.3, 0.3)
+        return net.eval()
+
+
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_projection_shortcut_imports_and_predicts_what_onnxruntime_and_torch_predict(
+    dynamo: bool, tmp_path: Path
+) -> None:
+    """A ResNet block whose shortcut is a 1x1 stride-2 Conv with BatchNorm: the graph's second branch becomes the
+    Residual's shortcut; the import predicts what onnxruntime and PyTorch predict, its ONNX export comes back the
+    same, and folded (as export folds it) it predicts the same within float32 rounding."""
     import torch
-    from torch import nn
 
-    class Projected(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.body = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))
-            self.shortcut = nn.Conv2d(4, 8, 1)
+    module = _Projected.make(seed=2)
+    src = torch_onnx(module, (2, 6, 6), tmp_path / "p.onnx", dynamo=dynamo)
+    net = from_onnx(src)
+    blocks = [m for m in walk(net) if isinstance(m, Residual)]
+    assert len(blocks) == 1 and blocks[0].shortcut is not None, net.describe()
+    assert blocks[0].in_shape == (6, 6, 4) and blocks[0].out_shape == (3, 3, 8)
+    assert "Conv2d" in kinds(blocks[0].shortcut)  # (the exporters may fold its BatchNorm into the Conv themselves)
+    x = (np.random.default_rng(1).standard_normal((16, 2, 6, 6)) * 1.5).astype(np.float32)
+    got = net.forward(channels_last(x))
+    d = max_diff(got, ort_run(src, x))
+    with torch.no_grad():
+        d_torch = max_diff(got, module(torch.from_numpy(x)).numpy())
+    print(f"\nmax|diff| torch projection block vs onnxruntime {d:.3g}, torch {d_torch:.3g}")
+    assert d <= TOL and d_torch <= TOL
+    assert np.abs(got).max() > 0.1, "the outputs are too small to compare"
+    assert_onnx_export_matches(net, tmp_path / "back.onnx", channels_last(x))
+    back = from_onnx(tmp_path / "back.onnx")
+    assert back.describe() == net.describe() and np.array_equal(back.params, net.params)
+    folded = fold_batchnorm(net)
+    assert "BatchNorm" not in kinds(folded)
+    assert max_diff(folded.forward(channels_last(x)), got) <= TOL
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.relu(self.body(x) + self.shortcut(x))
 
-    torch.manual_seed(0)
-    src = torch_onnx(nn.Sequential(nn.Conv2d(2, 4, 3), Projected(), nn.Flatten()), (2, 6, 6), tmp_path / "p.onnx")
-    with pytest.raises(ImportModelError, match=r"projection.*mcutrain's Residual adds the block's input unchanged"):
+def test_a_branch_that_never_joins_is_refused(tmp_path: Path) -> None:
+    """Two branches from one value whose ends are not added: no residual block, a clear error."""
+    w = np.ones((3, 3), np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("MatMul", ["a", "w"], ["c"]),
+        helper.make_node("Mul", ["b", "c"], ["y"]),
+    ]
+    src = make_onnx(tmp_path / "m.onnx", nodes, {"w": w}, ["N", 3], ["N", 3])
+    with pytest.raises(ImportModelError, match=r"a product of two values is supported only as x \* Sigmoid\(x\)"):
+        from_onnx(src)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("MatMul", ["a", "w"], ["y"]),
+    ]
+    src = make_onnx(tmp_path / "n.onnx", nodes, {"w": w}, ["N", 3], ["N", 3])
+    with pytest.raises(ImportModelError, match=r"the branch that ends in 'b' is never added back"):
         from_onnx(src)
 
 
@@ -249,6 +319,61 @@ def test_keras_cnn_imports_and_predicts_what_keras_predicts(name: str, tmp_path:
     assert in_memory.describe() == net.describe() and np.array_equal(in_memory.params, net.params)
 
 
+def keras_resnet(path: Path, seed: int) -> Any:
+    """A functional Keras ResNet on (8, 8, 3) as the MLPerf Tiny reference writes it: a stem, a block whose shortcut
+    is a 1x1 stride-2 Conv2D (main body conv-BatchNormalization-ReLU-conv-BatchNormalization), the shortcut's
+    output read second by the Add, then an identity block; saved to path (.keras)."""
+    import keras
+    from keras import layers as K
+
+    keras.utils.set_random_seed(seed)
+    x = keras.Input((8, 8, 3))
+    h = K.Conv2D(4, 3, padding="same", activation="relu")(x)
+    a = K.Conv2D(8, 3, strides=2, padding="same")(h)
+    a = K.ReLU()(K.BatchNormalization()(a))
+    a = K.BatchNormalization()(K.Conv2D(8, 3, padding="same")(a))
+    y = K.ReLU()(K.Add()([a, K.Conv2D(8, 1, strides=2)(h)]))
+    y = K.Add()([y, K.Conv2D(8, 3, padding="same", activation="tanh")(y)])
+    model = keras.Model(x, K.Dense(3, activation="softmax")(K.GlobalAveragePooling2D()(y)))
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:  # statistics as training would leave them
+        if isinstance(layer, K.BatchNormalization):
+            layer.moving_mean.assign(rng.uniform(-0.3, 0.3, 8).astype(np.float32))
+            layer.moving_variance.assign(rng.uniform(0.5, 2.0, 8).astype(np.float32))
+    model.save(path)
+    return model
+
+
+def test_keras_functional_resnet_imports_and_predicts_what_keras_predicts(tmp_path: Path) -> None:
+    """The two branches from one value become Residual(main body, shortcut=[Conv2d]); the Add of the chain's value
+    and an earlier one a Residual; BatchNorm folded at import."""
+    model = keras_resnet(tmp_path / "r.keras", seed=4)
+    net = from_keras(tmp_path / "r.keras")
+    blocks = [m for m in walk(net) if isinstance(m, Residual)]
+    assert [b.shortcut is not None for b in blocks] == [True, False], net.describe()
+    assert kinds(blocks[0].shortcut) == ["Conv2d"] and "BatchNorm" not in kinds(net)
+    x = (np.random.default_rng(2).standard_normal((16, 8, 8, 3)) * 1.5).astype(np.float32)
+    got = net.forward(x)
+    d = max_diff(got, model.predict(x, verbose=0))
+    print(f"\nmax|diff| Keras functional ResNet vs Keras.predict: {d:.3g}")
+    assert d <= TOL and np.abs(got).max() > 0.1
+    assert_onnx_export_matches(net, tmp_path / "back.onnx", x)
+
+
+def test_keras_functional_graphs_other_than_residual_blocks_are_named(tmp_path: Path) -> None:
+    import keras
+    from keras import layers as K
+
+    x = keras.Input((6,))
+    a = K.Dense(4)(x)
+    b = K.Dense(4)(a)
+    c = K.Dense(4)(a)  # a second branch from a, joined by a product
+    with pytest.raises(ImportModelError, match="Multiply.*this layer is not supported"):
+        from_keras_model(keras.Model(x, K.Multiply()([b, c])))
+    with pytest.raises(ImportModelError, match="an Add of 3 values"):
+        from_keras_model(keras.Model(x, K.Add()([a, b, K.Dense(4)(x)])))
+
+
 def test_keras_layers_mcutrain_cannot_run_are_named(tmp_path: Path) -> None:
     import keras
 
@@ -311,6 +436,9 @@ def cnn_source(kind: str, tmp_path: Path) -> Tuple[Path, Tuple[int, ...]]:
     """A model file of the other framework and the channels-last input shape of its import."""
     if kind == "torch":
         return torch_onnx(torch_cnn(seed=9), (3, 12, 12), tmp_path / "src.onnx"), (12, 12, 3)
+    if kind == "torch-projection":  # a ResNet block whose shortcut is a 1x1 stride-2 Conv with BatchNorm
+        model = _Projected.make(seed=9, classes=4, softmax=True)
+        return torch_onnx(model, (2, 6, 6), tmp_path / "src.onnx"), (6, 6, 2)
     keras_cnn(tmp_path / "src.keras", seed=9)
     return tmp_path / "src.keras", (12, 12, 3)
 
@@ -319,7 +447,7 @@ def cross_entropy(p: np.ndarray, labels: np.ndarray) -> float:
     return float(-np.mean(np.log(np.maximum(p[np.arange(len(labels)), labels], 1e-30))))
 
 
-@pytest.mark.parametrize("kind", ["torch", "keras"])
+@pytest.mark.parametrize("kind", ["torch", "torch-projection", "keras"])
 def test_imported_cnn_fine_tunes_and_runs_on_the_native_firmware_bit_for_bit(
     kind: str, tmp_path: Path, pio_core: Path
 ) -> None:
@@ -331,7 +459,7 @@ def test_imported_cnn_fine_tunes_and_runs_on_the_native_firmware_bit_for_bit(
     r = cli.invoke(main, ["import", str(src), "-o", str(tmp_path / "m.mct")])
     assert r.exit_code == 0, r.output
     assert "loss cross_entropy" in r.stdout
-    assert ("the input is 12x12x3, channels-last" in r.stderr) == (kind == "torch")
+    assert (f"the input is {'x'.join(map(str, shape))}, channels-last" in r.stderr) == kind.startswith("torch")
     rng = np.random.default_rng(10)
     x = rng.standard_normal((48, *shape)).astype(np.float32)
     labels = (x[..., 0].mean(axis=(1, 2)) > 0).astype(int) + 2 * (x[..., 1].mean(axis=(1, 2)) > 0)  # 4 classes

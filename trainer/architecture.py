@@ -28,7 +28,7 @@ _LOWER = {name.lower(): cls for name, cls in L.LAYER_TYPES.items()}
 _LOWER.update(_ALIASES)  # aliases besides the lower-case class names
 COMPOSITIONS = {
     "Sequential": "layers = [...]: the layers in order (a file's top level is one)",
-    "Residual": "inner = {...}: y = x + inner(x)",
+    "Residual": "inner = {...}: y = x + inner(x); with shortcut = {...}: y = inner(x) + shortcut(x)",
     "LR": "inner = {...}, divisor = D: inner learns at lr / D",
 }  # the compositions a network file may use besides the layers (from_architecture builds them)
 
@@ -66,7 +66,11 @@ def from_architecture(spec: Dict[str, Any], where: str = "network", _depth: int 
                 input_shape=shape,
             )
         if t.lower() == "residual":
-            return Residual(from_architecture(args["inner"], f"{where} (residual body)", _depth + 1))
+            inner = from_architecture(args["inner"], f"{where} (residual body)", _depth + 1)
+            if args.get("shortcut") is None:
+                return Residual(inner)
+            shortcut = from_architecture(args["shortcut"], f"{where} (residual shortcut)", _depth + 1)
+            return Residual(inner, shortcut=shortcut)
         if t.lower() == "lr":
             return LR(from_architecture(args["inner"], f"{where} (LR body)", _depth + 1), args["divisor"])
         cls = _LOWER.get(t.lower())

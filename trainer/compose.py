@@ -1,8 +1,9 @@
-"""Compositions: Sequential (positional, nestable), Residual (y = x + M(x)) and LR (M learns at lr / divisor)."""
+"""Compositions: Sequential (positional, nestable), Residual (y = x + M(x), or y = M(x) + S(x) with a shortcut) and
+LR (M learns at lr / divisor)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -132,58 +133,108 @@ class Sequential(_Composite):
 
 
 class Residual(_Composite):
-    """y = x + M(x); M must map its input size to itself."""
+    """y = x + M(x), M the layers given (it must map its input's shape to itself); or, with a shortcut,
+    y = M(x) + S(x): `Residual(*body, shortcut=[...])` adds a projection of the block's input (ResNet's 1x1
+    convolution with stride 2, with or without BatchNorm), and both branches must give the same shape."""
 
-    def __init__(self, module: Module, *more: Module) -> None:
+    def __init__(self, module: Module, *more: Module, shortcut: Union[Module, Sequence[Module], None] = None) -> None:
         super().__init__()
         inner = module if not more else Sequential(module, *more)
         self.inner = inner
-        if inner.n_in is None:
-            if _takes_shape(inner):
-                return  # a block of spatial layers: sized by the Sequential around it
-            raise ShapeError(
-                f"Residual({inner.describe()}): give the inner layer a size, e.g. {type(inner).__name__}(20)"
-            )
+        self.shortcut: Optional[Module] = None
+        if shortcut is not None:
+            if isinstance(shortcut, (list, tuple)):
+                if not shortcut:
+                    raise ShapeError(
+                        f"Residual({inner.describe()}): the shortcut is empty; give it its layers, or leave "
+                        "shortcut out for y = x + M(x)"
+                    )
+                for i, m in enumerate(shortcut):
+                    if not isinstance(m, Module):
+                        raise ShapeError(f"Residual: shortcut item {i + 1} is {m!r}, not a layer")
+                shortcut = shortcut[0] if len(shortcut) == 1 else Sequential(*shortcut)
+            if not isinstance(shortcut, Module):
+                raise ShapeError(f"Residual: the shortcut is {shortcut!r}, not a layer or a list of layers")
+            self.shortcut = shortcut
+        for what, m in self._branches():
+            if m.n_in is None and not _takes_shape(m):
+                raise ShapeError(
+                    f"Residual({m.describe()}): give the {what}'s first layer a size, e.g. {type(m).__name__}(20)"
+                )
+        if any(m.n_in is None for _, m in self._branches()):
+            return  # a block of spatial layers: sized by the Sequential around it
         self._check_inner()
 
+    def _branches(self) -> Tuple[Tuple[str, Module], ...]:
+        """(name, module) of the main body and, when there is one, the shortcut."""
+        main = ("main body" if self.shortcut is not None else "body", self.inner)
+        return (main,) if self.shortcut is None else (main, ("shortcut", self.shortcut))
+
     def _check_inner(self) -> None:
-        inner = self.inner
-        if inner.n_out != inner.n_in or (inner.out_shape != inner.in_shape and len(inner.in_shape or ()) > 1):
-            raise ShapeError(
-                f"Residual({inner.describe()}): the inner module maps {_text(inner.in_shape)} to "
-                f"{_text(inner.out_shape)}; a residual block needs the same shape in and out"
-            )
-        self.n_in = self.n_out = inner.n_in
+        inner, sc = self.inner, self.shortcut
+        if sc is None:
+            if inner.n_out != inner.n_in or (inner.out_shape != inner.in_shape and len(inner.in_shape or ()) > 1):
+                raise ShapeError(
+                    f"Residual({inner.describe()}): the inner module maps {_text(inner.in_shape)} to "
+                    f"{_text(inner.out_shape)}; a residual block needs the same shape in and out "
+                    "(or a shortcut that maps its input to the body's output: Residual(..., shortcut=[...]))"
+                )
+        else:
+            if inner.n_in != sc.n_in:
+                raise ShapeError(
+                    f"Residual: the main body {inner.describe()} takes {_text(inner.in_shape)} but the shortcut "
+                    f"{sc.describe()} takes {_text(sc.in_shape)}; both branches read the block's input"
+                )
+            if inner.n_out != sc.n_out or (inner.out_shape != sc.out_shape and len(inner.out_shape or ()) > 1):
+                raise ShapeError(
+                    f"Residual: the main body {inner.describe()} maps {_text(inner.in_shape)} to "
+                    f"{_text(inner.out_shape)} but the shortcut {sc.describe()} maps it to {_text(sc.out_shape)}; "
+                    "the block adds them, so both branches must give the same shape"
+                )
+        self.n_in, self.n_out = inner.n_in, inner.n_out
         self._shape = inner.in_shape if len(inner.in_shape or ()) > 1 else None
         self._finish()
 
     def _resolve_shape(self, shape: Tuple[int, ...]) -> None:
         if self.n_in is None:
-            self.inner._resolve_shape(tuple(shape))
+            for _, m in self._branches():
+                if m.n_in is None:
+                    m._resolve_shape(tuple(shape))
+                elif m.n_in != int(np.prod(shape)):
+                    m._resolve(int(np.prod(shape)))  # a sized branch: its own message
             self._check_inner()
         else:
             self._resolve(int(np.prod(shape)))
 
     @property
     def out_shape(self) -> Optional[Tuple[int, ...]]:
-        return self.in_shape
+        return self.in_shape if self.shortcut is None else self.inner.out_shape
 
     def children(self) -> Tuple[Module, ...]:
-        return (self.inner,)
+        return (self.inner,) if self.shortcut is None else (self.inner, self.shortcut)
 
     def _emit(self, b: ProgramBuilder) -> None:
-        n = self.n_in
+        n, m = self.n_in, self.n_out
+        assert n is not None and m is not None
         begin = b.add(Op.RES_BEGIN, n, n, alias=True, name="Residual begin")
         self.inner._emit(b)
-        end = b.add(Op.RES_END, n, n, name="Residual end")
+        added = begin  # RES_END adds the input of this layer: the block's, or (with a shortcut) the main body's output
+        if self.shortcut is not None:
+            added = b.add(Op.RES_SHORTCUT, m, n, k=begin, out_at=b.layers[begin].out_off, name="Residual shortcut")
+            self.shortcut._emit(b)
+        end = b.add(Op.RES_END, m, m, k=added, name="Residual end")
         b.layers[begin].k = end
-        b.layers[end].k = begin
 
     def describe(self) -> str:
-        return f"Residual({self.inner.describe()})"
+        if self.shortcut is None:
+            return f"Residual({self.inner.describe()})"
+        return f"Residual({self.inner.describe()}, shortcut={self.shortcut.describe()})"
 
     def architecture(self) -> Dict[str, Any]:
-        return {"type": "Residual", "inner": self.inner.architecture()}
+        a: Dict[str, Any] = {"type": "Residual", "inner": self.inner.architecture()}
+        if self.shortcut is not None:
+            a["shortcut"] = self.shortcut.architecture()
+        return a
 
 
 class LR(_Composite):
@@ -237,7 +288,7 @@ def _text(shape: Optional[Tuple[int, ...]]) -> str:
 def flatten_names(module: Module, prefix: Optional[str] = None) -> Dict[str, Module]:
     """Map the leaf layers' positions to them, for messages and plots: '0', '1', ... for the layers of a
     Sequential, with one more '.i' per level of nesting (the body of a Residual or LR is its child 0,
-    e.g. '1.0', and a Sequential inside it gives '1.0.0', '1.0.1', ...)."""
+    e.g. '1.0', and a Sequential inside it gives '1.0.0', '1.0.1', ...; a Residual's shortcut is its child 1)."""
     out: Dict[str, Module] = {}
     kids = module.children()
     if not kids:

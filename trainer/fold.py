@@ -63,7 +63,10 @@ def _rebuild(m: Module) -> Tuple[Module, List[np.ndarray]]:
         return Sequential(*mods, input_shape=m.in_shape), [a for p in params for a in p]
     if isinstance(m, Residual):
         inner, p = _rebuild(m.inner)
-        return Residual(inner), p
+        if m.shortcut is None:
+            return Residual(inner), p
+        shortcut, ps = _rebuild(m.shortcut)
+        return Residual(inner, shortcut=shortcut), p + ps
     if isinstance(m, LR):
         inner, p = _rebuild(m.inner)
         return LR(inner, m.divisor), p

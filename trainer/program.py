@@ -7,7 +7,7 @@ and the exporter writes the same table into the firmware as C source.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -100,12 +100,14 @@ class ProgramBuilder:
         alpha: float = 0.0,
         n_w: int = 0,
         alias: bool = False,
+        out_at: Optional[int] = None,
         name: str = "",
         **geometry: float,
     ) -> int:
         """Append a layer reading the current activation; returns its index. Its parameter count, aux trace
         and output floats are what the op's own C code says (corefacts.layer_size); alias: its output is its
-        input (a residual block's start); geometry: a spatial op's fields (corefacts.GEOMETRY_FIELDS)."""
+        input (a residual block's start); out_at: its output is this earlier region (a residual shortcut: the
+        block's input); geometry: a spatial op's fields (corefacts.GEOMETRY_FIELDS)."""
         if n_in != self.cur_n:
             raise AssertionError(f"internal: {name} reads {n_in} values, {self.cur_n} are there")
         size = layer_size(op, n_in, n_out, kind=kind, k=k, alpha=alpha, **geometry)
@@ -129,6 +131,8 @@ class ProgramBuilder:
         )
         if alias:
             d.out_off = self.cur_off
+        elif out_at is not None:
+            d.out_off = out_at
         else:
             d.out_off = self.arena
             self.arena += size.out

@@ -1,10 +1,10 @@
 """Reference architectures of embedded ML, built from mcutrain's layers: the MLPerf Tiny models (keyword spotting
-DS-CNN, the anomaly-detection autoencoder, MobileNetV1 0.25 for visual wake words) and the small CNN on 8x8 digits
-that the tests and benchmarks train. `mcutrain train --arch NAME` and `mcutrain info --arch NAME` use them.
+DS-CNN, the anomaly-detection autoencoder, ResNet-8 for image classification, MobileNetV1 0.25 for visual wake
+words) and the small CNN on 8x8 digits that the tests and benchmarks train. `mcutrain train --arch NAME` and
+`mcutrain info --arch NAME` use them.
 
 Shapes follow the MLPerf Tiny reference models (channels last); Dropout is left out (it is the identity at export),
-and BatchNorm is folded into the layer before it when the model is exported. ResNet-8 is not here: two of its three
-stacks add a 1x1-convolution projection of the block's input, and mcutrain's Residual adds the input itself.
+and BatchNorm is folded into the layer before it when the model is exported.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List
 
 from . import layers as L
-from .compose import Sequential
+from .compose import Residual, Sequential
 from .module import Module
 
 
@@ -58,6 +58,29 @@ def fc_autoencoder(batchnorm: bool = True) -> Sequential:
     return Sequential(*mods)
 
 
+def resnet8(classes: int = 10) -> Sequential:
+    """MLPerf Tiny image classification (CIFAR-10, 32x32x3): conv 3x3 to 16 channels with BatchNorm and ReLU, then
+    three residual stacks of 16, 32 and 64 filters, each conv 3x3 (stride 1, 2, 2) - BatchNorm - ReLU - conv 3x3 -
+    BatchNorm, added to the block's input (the first stack) or to a 1x1 convolution of it with the same stride and no
+    BatchNorm (the other two, as in the reference), then ReLU; average pooling over the 8x8 map and a dense layer
+    (78,666 parameters with the BatchNorm statistics, as Keras counts them; 12,501,632 MACs)."""
+    mods: List[Module] = [L.Conv2d(3, 16, 3, padding="same"), L.BatchNorm(16), L.Relu()]
+    c = 16
+    for filters, stride in ((16, 1), (32, 2), (64, 2)):
+        body: List[Module] = [
+            L.Conv2d(c, filters, 3, stride=stride, padding="same"),
+            L.BatchNorm(filters),
+            L.Relu(),
+            L.Conv2d(filters, filters, 3, padding="same"),
+            L.BatchNorm(filters),
+        ]
+        shortcut = None if stride == 1 and filters == c else [L.Conv2d(c, filters, 1, stride=stride)]
+        mods += [Residual(*body, shortcut=shortcut), L.Relu()]
+        c = filters
+    mods += [L.AvgPool2d(8), L.Flatten(), L.Linear(c, classes), L.Softmax()]
+    return Sequential(*mods, input_shape=(32, 32, 3))
+
+
 def mobilenet_v1_025(classes: int = 2) -> Sequential:
     """MobileNetV1 with width 0.25 on 96x96x3 (visual wake words): conv 3x3 stride 2 to 8 channels, then 13
     depthwise-separable blocks (depthwise 3x3 with BatchNorm and ReLU6, pointwise with BatchNorm and ReLU6), global
@@ -78,6 +101,7 @@ ARCHITECTURES: Dict[str, Callable[[], Sequential]] = {
     "ds_cnn": ds_cnn,
     "fc_autoencoder": fc_autoencoder,
     "mobilenet_v1_025": mobilenet_v1_025,
+    "resnet8": resnet8,
 }  # the names `--arch` takes
 
 

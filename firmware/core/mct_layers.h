@@ -342,9 +342,14 @@ void mct_dropout_backward(const mct_layer *L, float *p, const mct_bwd *b);
 /* Residual blocks (layer_residual.c): RES_BEGIN forward (nothing: its output is its input). */
 void mct_res_begin_forward(const mct_net *net, const mct_layer *L, const float *x, float *y, float *arena,
                            uint32_t nb);
-/* RES_BEGIN backward: dL/dx = dL/dy + the gradient around the body, kept in its RES_END's aux. */
+/* RES_BEGIN backward: dL/dx = dL/dy + the gradient around the body (its RES_END's or RES_SHORTCUT's aux). */
 void mct_res_begin_backward(const mct_net *net, const mct_layer *L, float *arena, const mct_bwd *b);
-/* RES_END forward: y = x + the block's input. */
+/* RES_SHORTCUT forward (nothing: its output is its block's input, where the shortcut body starts). */
+void mct_res_shortcut_forward(const mct_net *net, const mct_layer *L, const float *x, float *y, float *arena,
+                              uint32_t nb);
+/* RES_SHORTCUT backward: keeps dL/dx of the shortcut body in aux; dL/d(main body output) = its RES_END's dL/dy. */
+void mct_res_shortcut_backward(const mct_net *net, const mct_layer *L, float *arena, const mct_bwd *b);
+/* RES_END forward: y = x + the input of layer k (the block's input, or the main body's output). */
 void mct_res_end_forward(const mct_net *net, const mct_layer *L, const float *x, float *y, float *arena,
                          uint32_t nb);
 /* RES_END backward: dL/dy flows into the body and, kept in aux, around it. */

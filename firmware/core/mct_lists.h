@@ -50,7 +50,8 @@
     X(CONV1D, 11, conv1d, PARAM, 0, 0)                                                                        \
     /* start of a residual block: identity (its output is its input); k = index of its RES_END */             \
     X(RES_BEGIN, 12, res_begin, NET, 0, 0)                                                                    \
-    /* end of a residual block: y = body(x) + x; k = index of its RES_BEGIN */                                \
+    /* end of a residual block: y = x + the input of layer k, its RES_BEGIN (y = body(x) + x) or, with a      \
+     * projection, its RES_SHORTCUT (y = body(x) + shortcut(x)) */                                            \
     X(RES_END, 13, res_end, NET, 0, 0)                                                                        \
     /* f32 -> int8 (see "Full-integer int8 ops" in mct.h) */                                                  \
     X(QUANT, 14, quantize, QOP, 0, 1)                                                                         \
@@ -79,7 +80,10 @@
     /* int8 -> int8 max pooling (the input's quantization) */                                                \
     X(QMAXPOOL2D, 26, qmaxpool2d, QOP, 1, 1)                                                                  \
     /* int8 -> int8 average pooling (the input's quantization) */                                            \
-    X(QAVGPOOL2D, 27, qavgpool2d, QOP, 1, 1)
+    X(QAVGPOOL2D, 27, qavgpool2d, QOP, 1, 1) \
+    /* a residual block's projection: after the main body, before the shortcut body, whose input is the       \
+     * block's input again (its output aliases its RES_BEGIN's output); k = index of its RES_BEGIN */         \
+    X(RES_SHORTCUT, 28, res_shortcut, NET, 0, 0)
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU): X(NAME, value, layer, gate);
  * layer = 1: usable as an ACT layer, gate = 1: usable as a GLU gate. Values stay below 16. */
@@ -189,7 +193,7 @@
     X(uint8_t, storage, 'u')     /* enum mct_storage */                                                       \
     X(uint16_t, n_in, 'u')       /* input width per sample */                                                 \
     X(uint16_t, n_out, 'u')      /* output width per sample */                                                \
-    X(uint16_t, k, 'u')          /* conv filter size, or index of the partner RES_BEGIN/RES_END */            \
+    X(uint16_t, k, 'u')          /* conv filter size, or the index of a residual partner */                   \
     X(uint16_t, reserved2, 'u')                                                                               \
     X(float, alpha, 'f')         /* leaky slope, softmax temperature or RMSNorm eps */                        \
     X(float, lr_div, 'f')        /* learning rate divisor of enclosing LR wrappers (1 = none) */              \

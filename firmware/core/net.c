@@ -36,6 +36,56 @@ int mct_layer_size_of(const mct_layer *L, uint32_t nb, int host, mct_layer_size 
     }
 }
 
+/* The fields of a layer that link a residual block (a few bytes on the stack rather than a whole mct_layer copy,
+ * which AVR needs for a table in flash). */
+typedef struct res_link {
+    uint8_t op;
+    uint16_t k, n_in, n_out;
+    uint32_t in_off, out_off;
+} res_link;
+
+static res_link res_link_of(const mct_net *net, uint16_t l) {
+    mct_layer c;
+    const mct_layer *L = mct_get_layer(net, l, &c);
+    res_link r;
+    r.op = L->op;
+    r.k = L->k;
+    r.n_in = L->n_in;
+    r.n_out = L->n_out;
+    r.in_off = L->in_off;
+    r.out_off = L->out_off;
+    return r;
+}
+
+/* Are the partners of residual layer l consistent? Every op of a block checks the whole block: RES_BEGIN b
+ * (k = e, its output its input), RES_END e (k = b, or k = s in a block with a projection) and RES_SHORTCUT s
+ * (k = b, b < s < e, its output b's output, its input as wide as e's output). */
+static int residual_ok(const mct_net *net, uint16_t l) {
+    res_link L = res_link_of(net, l), B, S, E;
+    uint16_t b, e;
+    if (L.k >= net->n_layers) return 0;
+    if (L.op == MCT_OP_RES_BEGIN) {
+        b = l;
+        e = L.k;
+    } else if (L.op == MCT_OP_RES_SHORTCUT) {
+        b = L.k;
+        e = res_link_of(net, b).k;
+    } else {
+        S = res_link_of(net, L.k);
+        e = l;
+        b = S.op == MCT_OP_RES_SHORTCUT ? S.k : L.k;
+    }
+    if (b >= net->n_layers || e >= net->n_layers || b >= e) return 0;
+    B = res_link_of(net, b);
+    E = res_link_of(net, e);
+    if (B.op != MCT_OP_RES_BEGIN || E.op != MCT_OP_RES_END || B.k != e || B.out_off != B.in_off) return 0;
+    if (E.k == b) return L.op != MCT_OP_RES_SHORTCUT && B.n_out == E.n_out;   /* identity shortcut */
+    if (E.k >= net->n_layers || (L.op == MCT_OP_RES_SHORTCUT && E.k != l)) return 0;
+    S = res_link_of(net, E.k);
+    return S.op == MCT_OP_RES_SHORTCUT && b < E.k && E.k < e && S.k == b && S.out_off == B.out_off &&
+           S.n_out == B.n_out && S.n_in == E.n_out;
+}
+
 int mct_net_check(const mct_net *net) {
     if (!net || !net->layers || net->n_layers == 0) return MCT_E_NET;
     uint32_t prev_out = net->in_off, prev_n = net->n_in;
@@ -67,14 +117,8 @@ int mct_net_check(const mct_net *net) {
         if ((uint64_t)L->aux_off + sz.aux > net->arena) return MCT_E_NET;
         if (L->n_in > net->max_width || L->n_out > net->max_width) return MCT_E_NET;
         if (L->lr_div <= 0.0f) return MCT_E_NET;
-        if (L->op == MCT_OP_RES_BEGIN || L->op == MCT_OP_RES_END) {
-            mct_layer Pc;
-            if (L->k >= net->n_layers) return MCT_E_NET;
-            const mct_layer *P = mct_get_layer(net, L->k, &Pc);
-            if (P->k != l || P->n_out != L->n_out) return MCT_E_NET;
-            if (L->op == MCT_OP_RES_BEGIN && (L->k <= l || P->op != MCT_OP_RES_END || L->out_off != L->in_off))
-                return MCT_E_NET;
-            if (L->op == MCT_OP_RES_END && (L->k >= l || P->op != MCT_OP_RES_BEGIN)) return MCT_E_NET;
+        if (L->op == MCT_OP_RES_BEGIN || L->op == MCT_OP_RES_END || L->op == MCT_OP_RES_SHORTCUT) {
+            if (!MCT_WITH_OP(MCT_OP_RES_BEGIN) || !residual_ok(net, l)) return MCT_E_NET;   /* none in this build */
         } else if (L->out_off == L->in_off) {
             return MCT_E_NET; /* only RES_BEGIN may alias its input */
         }

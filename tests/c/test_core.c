@@ -143,6 +143,7 @@ typedef struct netb {
     uint32_t n_params;   /* parameters used so far */
     uint16_t max_width;
     int open[8];         /* RES_BEGIN indices waiting for their RES_END */
+    int open_sc[8];      /* the RES_SHORTCUT of each open block (-1: none yet) */
     int n_open;
 } netb;
 
@@ -174,7 +175,7 @@ static uint32_t spec_aux(uint8_t op, uint32_t O) {
     switch (op) {
     case MCT_OP_GLU: return 2u * O;
     case MCT_OP_RMSNORM: return 1;
-    case MCT_OP_RES_END: return O;
+    case MCT_OP_RES_END: case MCT_OP_RES_SHORTCUT: return O;
     default: return 0;
     }
 }
@@ -188,7 +189,8 @@ static void nb_init(netb *b, uint16_t n_in) {
     b->max_width = n_in;
 }
 
-/* Append a layer fed by the current output; returns its index. */
+/* Append a layer fed by the current output; returns its index. A RES_SHORTCUT (after a block's main body) goes back
+ * to the block's input; the RES_END after it adds the main body's output. */
 static int nb_add(netb *b, uint8_t op, uint8_t kind, uint16_t n_out, uint16_t k, float alpha) {
     int idx = b->net.n_layers;
     if (idx >= MAX_LAYERS) {
@@ -202,6 +204,7 @@ static int nb_add(netb *b, uint8_t op, uint8_t kind, uint16_t n_out, uint16_t k,
     L->trainable = 1;
     L->n_in = b->cur_n;
     L->n_out = (op == MCT_OP_RES_BEGIN || op == MCT_OP_RES_END) ? b->cur_n : n_out;
+    if (op == MCT_OP_RES_SHORTCUT) L->n_out = b->L[b->open[b->n_open - 1]].n_in;
     L->k = k;
     L->alpha = alpha;
     L->lr_div = 1.0f;
@@ -212,7 +215,12 @@ static int nb_add(netb *b, uint8_t op, uint8_t kind, uint16_t n_out, uint16_t k,
     L->in_off = b->cur_off;
     if (op == MCT_OP_RES_BEGIN) {
         L->out_off = L->in_off;
+        b->open_sc[b->n_open] = -1;
         b->open[b->n_open++] = idx;
+    } else if (op == MCT_OP_RES_SHORTCUT) {
+        L->k = (uint16_t)b->open[b->n_open - 1];
+        L->out_off = b->L[L->k].out_off;
+        b->open_sc[b->n_open - 1] = idx;
     } else {
         L->out_off = b->arena;
         b->arena += L->n_out;
@@ -221,8 +229,8 @@ static int nb_add(netb *b, uint8_t op, uint8_t kind, uint16_t n_out, uint16_t k,
     L->aux_off = aux ? b->arena : 0u;
     b->arena += aux;
     if (op == MCT_OP_RES_END) {
-        int beg = b->open[--b->n_open];
-        L->k = (uint16_t)beg;
+        int beg = b->open[--b->n_open], sc = b->open_sc[b->n_open];
+        L->k = (uint16_t)(sc >= 0 ? sc : beg);
         b->L[beg].k = (uint16_t)idx;
     }
     if (L->n_in > b->max_width) b->max_width = L->n_in;
@@ -743,7 +751,7 @@ static void test_fused_equals_buffered_mixed(uint8_t kind) {
 
 /* Fused and buffered agree with one layer type between two Linear layers, for every optimizer kind.
  * op/kind/alpha/k describe the layer (k: Conv1d filter size); op RES_BEGIN stands for a residual block
- * around a Linear. */
+ * around a Linear, op RES_SHORTCUT for a block 6 -> 4 with a Linear and Tanh and a Linear projection. */
 static void fused_vs_buffered_layer(uint8_t op, uint8_t kind, float alpha, uint16_t k, const char *name) {
     for (uint8_t ok = 0; ok <= MCT_OPT_ADAM; ok++) {
         netb b;
@@ -753,6 +761,13 @@ static void fused_vs_buffered_layer(uint8_t op, uint8_t kind, float alpha, uint1
         if (op == MCT_OP_RES_BEGIN) {
             nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);
             nb_add(&b, MCT_OP_DENSE, 1, 6, 0, 0.0f);
+            nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);
+        } else if (op == MCT_OP_RES_SHORTCUT) {
+            nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);
+            nb_add(&b, MCT_OP_DENSE, 1, 4, 0, 0.0f);
+            nb_add(&b, MCT_OP_ACT, MCT_ACT_TANH, 4, 0, 0.0f);
+            nb_add(&b, MCT_OP_RES_SHORTCUT, 0, 0, 0, 0.0f);
+            nb_add(&b, MCT_OP_DENSE, 1, 4, 0, 0.0f);
             nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);
         } else {
             nb_add(&b, op, kind, w, k, alpha);
@@ -803,6 +818,7 @@ static void test_fused_equals_buffered_conv1d(void) {
 }
 static void test_fused_equals_buffered_residual(void) {
     fused_vs_buffered_layer(MCT_OP_RES_BEGIN, 0, 0.0f, 0, "residual");
+    fused_vs_buffered_layer(MCT_OP_RES_SHORTCUT, 0, 0.0f, 0, "residual_projection");
 }
 
 /* The host layout (transposes in scratch) and the device layout store the same gradient sums. */
@@ -1378,6 +1394,11 @@ static void test_op_list_dispatch(void) {
     nb_add(&b, MCT_OP_RES_BEGIN, 0, 3, 0, 0.0f);
     nb_add(&b, MCT_OP_ACT, MCT_ACT_SIGMOID, 3, 0, 0.0f);
     nb_add(&b, MCT_OP_RES_END, 0, 3, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_BEGIN, 0, 3, 0, 0.0f);   /* a block with a projection: 3 -> 2 both ways */
+    nb_add(&b, MCT_OP_DENSE, 1, 2, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_SHORTCUT, 0, 0, 0, 0.0f);
+    nb_add(&b, MCT_OP_DENSE, 0, 2, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_END, 0, 2, 0, 0.0f);
     const mct_net *net = nb_finish(&b);
     CHECK(mct_net_check(net) == MCT_OK);
     float *p = falloc(net->n_params);
@@ -1851,7 +1872,116 @@ static void test_qpool_by_hand(void) {
         CHECKF(ya[j] == want_a[j], "QAVGPOOL2D output %d: %g want %g", j, (double)ya[j], (double)want_a[j]);
 }
 
+/* A residual block with a projection, y = relu(x W + c) + x V, on x = (1, -2) (every number exact):
+ * layers 0 RES_BEGIN, 1 Linear(2, 3) W c, 2 ReLU, 3 RES_SHORTCUT, 4 Dense(2, 3) V, 5 RES_END. */
+static void test_residual_projection_by_hand(void) {
+    netb b;
+    nb_init(&b, 2);
+    nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);
+    nb_add(&b, MCT_OP_DENSE, 1, 3, 0, 0.0f);
+    nb_add(&b, MCT_OP_ACT, MCT_ACT_RELU, 3, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_SHORTCUT, 0, 0, 0, 0.0f);
+    nb_add(&b, MCT_OP_DENSE, 0, 3, 0, 0.0f);
+    nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);
+    const mct_net *net = nb_finish(&b);
+    CHECK(mct_net_check(net) == MCT_OK);
+    CHECK(b.L[0].k == 5 && b.L[3].k == 0 && b.L[5].k == 3);
+    CHECK(b.L[3].out_off == 0 && b.L[4].in_off == 0);   /* the shortcut body reads the block's input */
+    CHECK(net->n_params == 15);
+    /* W = [[1, 2, -1], [0.5, -1, 1]] ([n_in][n_out]), c = (0.5, 1, 0); V = [[2, 0, 1], [1, -1, 0.5]] */
+    float p[15] = {1, 2, -1, 0.5f, -1, 1, 0.5f, 1, 0, 2, 0, 1, 1, -1, 0.5f};
+    const float x[2] = {1, -2};
+    /* h = x W + c = (1 - 1 + 0.5, 2 + 2 + 1, -1 - 2 + 0) = (0.5, 5, -3); relu: (0.5, 5, 0)
+     * x V = (2 - 2, 0 + 2, 1 - 1) = (0, 2, 0); y = (0.5, 7, 0) */
+    const float want_y[3] = {0.5f, 7, 0};
+    float arena[64];
+    CHECK(net->arena <= 64);
+    const float *y = mct_forward(net, p, x, arena, 1);
+    CHECK(same_bits(y, want_y, 3));
+    CHECK(same_bits(arena, x, 2));   /* the block's input is still there */
+    /* dL/dy = (1, 2, -1): the shortcut gets it all, dV = x^T g = [[1, 2, -1], [-2, -4, 2]], its dL/dx = V g =
+     * (2 - 1, 1 - 2 - 0.5) = (1, -1.5); the main body: dh = g * relu'(h) = (1, 2, 0), dW = x^T dh =
+     * [[1, 2, 0], [-2, -4, 0]], dc = (1, 2, 0), its dL/dx = W dh = (1 + 4, 0.5 - 2) = (5, -1.5); dL/dx = (6, -3) */
+    const float gy[3] = {1, 2, -1};
+    const float want_gx[2] = {6, -3};
+    /* relu'(h) = 0 makes dh[2] = -1 * 0 = -0, so dW[0][2] = 1 * -0 and dc[2] are -0 (bit for bit) */
+    const float want_g[15] = {1, 2, -0.0f, -2, -4, 0, 1, 2, -0.0f, 1, 2, -1, -2, -4, 2};
+    float gx[2], grads[15], scratch[64];
+    memset(grads, 0, sizeof grads);
+    CHECK(mct_scratch_size(net, 1, 0, 1) <= 64);
+    mct_sink sink;
+    memset(&sink, 0, sizeof sink);
+    sink.grads = grads;
+    mct_backward(net, p, arena, 1, gy, gx, &sink, scratch, 64, 0);
+    CHECK(same_bits(gx, want_gx, 2));
+    CHECK(same_bits(grads, want_g, 15));
+    /* without dL/dx (the device's training step), the same parameter gradients */
+    memset(grads, 0, sizeof grads);
+    mct_backward(net, p, arena, 1, gy, NULL, &sink, scratch, 64, 0);
+    CHECK(same_bits(grads, want_g, 15));
+    /* two samples at once: the second one is the first negated, dL/dy the same; relu(-h) = (0, 0, 3) */
+    const float x2[4] = {1, -2, -1, 2};
+    float arena2[128];
+    const float *y2 = mct_forward(net, p, x2, arena2, 2);
+    /* sample 1: h = (-1 + 1 + 0.5, -2 - 2 + 1, 1 + 2 + 0) = (0.5, -3, 3) -> (0.5, 0, 3); x V = (0, -2, 0) */
+    const float want_y2[6] = {0.5f, 7, 0, 0.5f, -2, 3};
+    CHECK(same_bits(y2, want_y2, 6));
+}
+
+/* Residual blocks with a projection: nested, with an identity block inside either body; and the table's checks. */
+static void test_residual_projection_checks(void) {
+    netb b;
+    nb_init(&b, 4);
+    nb_add(&b, MCT_OP_DENSE, 1, 4, 0, 0.0f);                   /* 0 */
+    nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);               /* 1 (k = 9) */
+    nb_add(&b, MCT_OP_DENSE, 1, 3, 0, 0.0f);                   /* 2 */
+    nb_add(&b, MCT_OP_RES_BEGIN, 0, 0, 0, 0.0f);               /* 3 identity block inside the main body */
+    nb_add(&b, MCT_OP_DIAG, 0, 3, 0, 0.0f);                    /* 4 */
+    nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);                 /* 5 */
+    nb_add(&b, MCT_OP_RES_SHORTCUT, 0, 0, 0, 0.0f);            /* 6 (k = 1) */
+    nb_add(&b, MCT_OP_DENSE, 0, 3, 0, 0.0f);                   /* 7 */
+    nb_add(&b, MCT_OP_ACT, MCT_ACT_TANH, 3, 0, 0.0f);          /* 8 */
+    nb_add(&b, MCT_OP_RES_END, 0, 0, 0, 0.0f);                 /* 9 (k = 6) */
+    nb_add(&b, MCT_OP_DENSE, 1, 2, 0, 0.0f);                   /* 10 */
+    const mct_net *net = nb_finish(&b);
+    CHECK(mct_net_check(net) == MCT_OK);
+    CHECK(b.L[1].k == 9 && b.L[6].k == 1 && b.L[9].k == 6 && b.L[3].k == 5 && b.L[5].k == 3);
+    CHECK(b.L[6].n_in == 3 && b.L[6].n_out == 4 && b.L[6].out_off == b.L[1].out_off);
+    mct_layer keep[MAX_LAYERS];
+    memcpy(keep, b.L, sizeof keep);
+#define MUTATE(what, stmt)                                                                          \
+    do {                                                                                            \
+        memcpy(b.L, keep, sizeof keep);                                                             \
+        stmt;                                                                                       \
+        CHECKF(mct_net_check(&b.net) == MCT_E_NET, "%s: accepted", what);                           \
+    } while (0)
+    MUTATE("RES_SHORTCUT partner not a RES_BEGIN", b.L[6].k = 2);
+    MUTATE("RES_SHORTCUT partner the inner block's RES_BEGIN", b.L[6].k = 3);
+    MUTATE("RES_SHORTCUT partner past the table", b.L[6].k = 300);
+    MUTATE("RES_SHORTCUT output not the block's input", (b.L[6].out_off = b.L[2].out_off, b.L[7].in_off = b.L[2].out_off));
+    MUTATE("RES_END adding the block's input though it has a shortcut", b.L[9].k = 1);
+    MUTATE("RES_END partner a layer of the shortcut body", b.L[9].k = 7);
+    MUTATE("RES_BEGIN partner the RES_SHORTCUT", b.L[1].k = 6);
+    MUTATE("a RES_SHORTCUT with an identity RES_END", (b.L[6].k = 3));
+    MUTATE("RES_SHORTCUT narrower than the block's input", (b.L[6].n_out = 3, b.L[7].n_in = 3));
+    MUTATE("main body as wide as the input, not the output", (b.L[6].n_in = 4));
+    MUTATE("the inner RES_END pointing at the outer shortcut", b.L[5].k = 6);
+#undef MUTATE
+    memcpy(b.L, keep, sizeof keep);
+    CHECK(mct_net_check(&b.net) == MCT_OK);
+    /* a RES_SHORTCUT outside any block */
+    nb_init(&b, 3);
+    nb_add(&b, MCT_OP_DENSE, 1, 3, 0, 0.0f);
+    b.open[b.n_open] = 0;
+    b.open_sc[b.n_open++] = -1;
+    nb_add(&b, MCT_OP_RES_SHORTCUT, 0, 0, 0, 0.0f);
+    nb_add(&b, MCT_OP_DENSE, 1, 2, 0, 0.0f);
+    CHECK(mct_net_check(nb_finish(&b)) == MCT_E_NET);
+}
+
 int main(void) {
+    RUN(test_residual_projection_by_hand);
+    RUN(test_residual_projection_checks);
     RUN(test_conv2d_by_hand);
     RUN(test_qconv2d_by_hand);
     RUN(test_qdwconv2d_by_hand);
