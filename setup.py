@@ -79,6 +79,8 @@ class BuildExt(build_ext):
         os.makedirs(gen, exist_ok=True)
         objects = self.compile_core(base_name, [], ext)
         nm = os.environ.get("NM", "nm")
+        if shutil.which(nm) is None:
+            sys.exit(f"error: {nm} not found: building mcutrain lists the C core's functions with nm (binutils)")
         listing = subprocess.run([nm, "-g", *objects], capture_output=True, text=True, check=True).stdout
         functions, data = HOST_BUILD["core_symbols"](listing, sys.platform == "darwin")
         for name, text in HOST_BUILD["entry_headers"](functions).items():

@@ -19,8 +19,9 @@ one core. The machine may be shared: every figure is the best of --rounds interl
 --builds compares the installed (dispatched) build with one built for this CPU only (MCUTRAIN_MARCH=native,
 one copy of the core, the way the extension was built before the runtime dispatch): networks A and B and the
 digits CNN, train_batch and whole epochs, each build in a child process, rounds interleaved. Each row reports
-the dispatched build's samples/s as a ratio of the native build's in the same round: the median over the rounds
-and their range (the goal: within 5%). The machine may be loaded, so --count also counts the instructions of a
+the dispatched build's samples per CPU second (the process's CPU time, which a shared machine disturbs less than
+wall time) as a ratio of the native build's in the same round: the median over the rounds and their range (the
+goal: within 5%). The machine may be loaded, so --count also counts the instructions of a
 fixed amount of training of each row under valgrind's callgrind (load-independent); valgrind runs no AVX-512,
 so there the dispatched build runs its AVX2 copy and the reference is a build for x86-64-v3 (AVX2) only.
 
@@ -66,29 +67,35 @@ def make_data(sizes: List[int], batch: int, n_batches: int = 64, seed: int = 0) 
 
 
 def timed(
-    step: Callable[[np.ndarray, np.ndarray], object], data: List[Tuple[np.ndarray, np.ndarray]], seconds: float
+    step: Callable[[np.ndarray, np.ndarray], object],
+    data: List[Tuple[np.ndarray, np.ndarray]],
+    seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """Samples per second of step over the batches, run for about `seconds` after a warm-up."""
+    """Samples per second of step over the batches, run for about `seconds` after a warm-up (seconds of
+    `clock`: wall time, or the process's CPU time, which a loaded machine disturbs less)."""
     for x, y in data[:4]:
         step(x, y)
-    n, t0 = 0, time.perf_counter()
+    n, t0 = 0, clock()
     while True:
         for x, y in data:
             step(x, y)
         n += sum(x.shape[0] for x, _ in data)
-        dt = time.perf_counter() - t0
+        dt = clock() - t0
         if dt >= seconds:
             return n / dt
 
 
-def timed_epochs(run_epoch: Callable[[int], object], n: int, seconds: float) -> float:
-    """Samples per second of whole epochs (run_epoch(epoch) trains one epoch of n samples)."""
+def timed_epochs(
+    run_epoch: Callable[[int], object], n: int, seconds: float, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Samples per second of whole epochs (run_epoch(epoch) trains one epoch of n samples); clock as timed's."""
     run_epoch(0)
-    e, t0 = 1, time.perf_counter()
+    e, t0 = 1, clock()
     while True:
         run_epoch(e)
         e += 1
-        dt = time.perf_counter() - t0
+        dt = clock() - t0
         if dt >= seconds:
             return (e - 1) * n / dt
 
@@ -322,11 +329,13 @@ def build_rows(threads: int) -> Dict[str, Tuple[Callable, List[Tuple[np.ndarray,
 
 
 def timed_rows(seconds: float, threads: int) -> Dict[str, float]:
-    """{row: samples/s} of build_rows in this interpreter's build."""
+    """{row: samples per second of the process's CPU time} of build_rows in this interpreter's build (CPU time:
+    a process that waits for a core on a shared machine is not charged for the wait)."""
     out: Dict[str, float] = {}
     for name, (fn, data, epochs) in build_rows(threads).items():
         n = sum(x.shape[0] for x, _ in data)
-        out[name] = timed_epochs(fn, n, seconds) if epochs else timed(fn, data, seconds)
+        clock = time.process_time
+        out[name] = timed_epochs(fn, n, seconds, clock) if epochs else timed(fn, data, seconds, clock)
     return out
 
 
@@ -446,9 +455,9 @@ def compare_builds(seconds: float, rounds: int, threads: int, count: bool) -> Li
                 variant[b] = res.pop("_variant")
                 runs[b].append(res)
         lines = [
-            f"samples/s, best of {rounds} interleaved rounds: the dispatched build (running its "
-            f"{variant['dispatched']} copy) against the native build (-march=native, one copy: {variant['native']});"
-            " ratio = dispatched / native within each round, median [min - max] over the rounds",
+            f"samples per CPU second (the process's CPU time), best of {rounds} interleaved rounds: the dispatched "
+            f"build (running its {variant['dispatched']} copy) against the native build (-march=native, one copy: "
+            f"{variant['native']}); ratio = dispatched / native within each round, median [min - max] over the rounds",
             f"  {'row':26s} {'dispatched':>11s} {'native':>11s}  {'ratio':>6s}  {'spread':>15s}",
         ]
         medians = []

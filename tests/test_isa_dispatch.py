@@ -210,3 +210,27 @@ def test_switching_variants_while_another_thread_trains_changes_no_bit() -> None
         isa.select(start)
     assert got == [want]
     assert switches > 10 * len(isa.runnable()), f"the training ended after {switches} switches"
+
+
+def test_the_build_lists_the_core_functions_and_refuses_global_mutable_state(tmp_path) -> None:
+    """setup.py's reading of the core's symbol table (mcutrain.host_build.core_symbols over nm's output of real
+    objects): functions and constant tables are listed for the per-variant copies (static ones are not), and a
+    writable global stops the build naming it, since each copy would have its own."""
+    from mcutrain.host_build import core_symbols, rename_header
+
+    gcc = shutil.which("gcc")
+    assert gcc, "gcc is needed: apt-get install gcc"
+
+    def symbols(code: str) -> tuple:
+        src, obj = tmp_path / "x.c", tmp_path / "x.o"
+        src.write_text(code)
+        subprocess.run([gcc, "-std=c99", "-O2", "-c", str(src), "-o", str(obj)], check=True)
+        return core_symbols(subprocess.run(["nm", "-g", str(obj)], capture_output=True, text=True).stdout)
+
+    clean = "const int mct_t[2] = {1, 2};\nstatic int h(int x) { return x + mct_t[1]; }\n"
+    clean += "int mct_f(int x) { return h(x); }\n"
+    assert symbols(clean) == (["mct_f"], ["mct_t"])
+    assert "#define mct_f mct_f_avx2\n#define mct_t mct_t_avx2" in rename_header(["mct_f", "mct_t"], "avx2")
+    for state in ("int mct_count;", "int mct_count = 3;"):
+        with pytest.raises(ValueError, match=r"writable global data \(mct_count\)"):
+            symbols(clean + state + "\nint mct_g(void) { return mct_count++; }\n")
