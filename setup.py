@@ -94,15 +94,21 @@ class BuildExt(build_ext):
         super().build_extension(ext)
 
     def compile_core(self, name: str, extra: list, ext: Extension) -> list:
-        """The C core's objects for one variant, compiled with its flags (and `extra`) into isa_<name>/."""
-        return self.compiler.compile(
-            core_sources,
-            output_dir=os.path.join(self.build_temp, "isa_" + name),
-            include_dirs=["firmware/core"],
-            extra_postargs=cflags + ISA_VARIANTS[name] + extra,
-            debug=self.debug,
-            depends=ext.depends,
-        )
+        """The C core's objects for one variant, compiled with its flags (and `extra`, then a source's own flags
+        of host_build.ISA_SOURCE_FLAGS) into isa_<name>/, in the order of core_sources."""
+        own = HOST_BUILD["ISA_SOURCE_FLAGS"].get(name, {})
+        objects = {}
+        for group in [[c for c in core_sources if c not in own]] + [[c] for c in core_sources if c in own]:
+            built = self.compiler.compile(
+                group,
+                output_dir=os.path.join(self.build_temp, "isa_" + name),
+                include_dirs=["firmware/core"],
+                extra_postargs=cflags + ISA_VARIANTS[name] + extra + own.get(group[0], []),
+                debug=self.debug,
+                depends=ext.depends,
+            )
+            objects.update(zip(group, built))
+        return [objects[c] for c in core_sources]
 
     @staticmethod
     def write_if_changed(path: str, text: str) -> None:

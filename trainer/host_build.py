@@ -31,10 +31,15 @@ HOST_CORE_FLAGS = [
 ISA_VARIANTS = {
     "x86_64": {
         "avx2": ["-mavx2"],
-        "avx512": ["-mavx2", "-mavx512f", "-mavx512vl", "-mavx512dq", "-mavx512bw", "-mprefer-vector-width=512"],
+        "avx512": ["-mavx2", "-mavx512f", "-mavx512vl", "-mavx512dq", "-mavx512bw", "-mprefer-vector-width=256"],
     },
 }
 ISA_VARIANTS["AMD64"] = ISA_VARIANTS["x86_64"]
+# variant -> {source: flags added after the variant's}: the AVX-512 copy's matrix kernels use 512-bit vectors
+# (a 4 x 16 register tile is one zmm register per row), the rest 256-bit ones, as GCC tunes for AVX-512 CPUs:
+# measured with bench/train_throughput.py --builds, 512-bit vectors everywhere made the small channel counts
+# of convolutions and pooling slower than a -march=native build (0.90x on the digits CNN)
+ISA_SOURCE_FLAGS = {"avx512": {"firmware/core/gemm.c": ["-mprefer-vector-width=512"]}}
 
 
 def isa_variants(machine: str, march: str = "") -> dict:
@@ -105,6 +110,7 @@ def host_tool_file(name: str, source: bytes, cflags: list, libs: list, suffix: s
 __all__ = [
     "HOST_CORE_FLAGS",
     "ISA_VARIANTS",
+    "ISA_SOURCE_FLAGS",
     "isa_variants",
     "core_symbols",
     "rename_header",
