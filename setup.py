@@ -14,9 +14,10 @@ wants data in sub-folders declared (without it, it warns that each would be igno
 
 The C core's flags for the host build are trainer/host_build.py's (HOST_CORE_FLAGS, which says why
 each is there); the C core tests build the host variant with the same list. The extension is built for the
-machine's baseline instruction set, and the hot kernels (host_build.DISPATCHED_SOURCES) once more per wider
-one (host_build.ISA_VARIANTS), chosen at run time (trainer/isa_dispatch.c). MCUTRAIN_MARCH=<arch> adds
--march=<arch> to the whole build (e.g. native: a build for this machine only, as before the dispatch).
+machine's baseline instruction set, and the whole C core once more per wider one (host_build.ISA_VARIANTS),
+each copy's names suffixed by a generated rename header, chosen at run time (trainer/isa_dispatch.c).
+MCUTRAIN_MARCH=<arch> builds one copy with -march=<arch> instead (e.g. native: a build for this machine only,
+as before the dispatch).
 """
 
 import glob
@@ -34,8 +35,8 @@ from setuptools.command.build_ext import build_ext
 
 HOST_BUILD = run_path(os.path.join("trainer", "host_build.py"))
 HOST_CORE_FLAGS = HOST_BUILD["HOST_CORE_FLAGS"]
-ISA_VARIANTS = HOST_BUILD["isa_variants"](platform.machine())
 march = os.environ.get("MCUTRAIN_MARCH", "")
+ISA_VARIANTS = HOST_BUILD["isa_variants"](platform.machine(), march)
 cflags = [
     "-std=c99",
     *HOST_CORE_FLAGS,
@@ -52,36 +53,72 @@ if march:
 if sys.platform == "darwin":
     cflags.remove("-fopenmp")
 
-dispatched = HOST_BUILD["DISPATCHED_SOURCES"]
-core_sources = [c for c in sorted(glob.glob("firmware/core/*.c")) if c not in dispatched]
+core_sources = sorted(glob.glob("firmware/core/*.c"))
+base_name, *wider = ISA_VARIANTS
 ext = Extension(
     "mcutrain._core",
-    sources=["trainer/_core.pyx", "trainer/isa_dispatch.c"] + core_sources,
+    sources=["trainer/_core.pyx", "trainer/isa_dispatch.c"],
     include_dirs=["firmware/core", "trainer", numpy.get_include()],
-    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
-    + [("MCT_ISA_HAVE_" + name.upper(), "1") for name in ISA_VARIANTS if name != "baseline"],
+    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"), ("MCT_ISA_BASE_NAME", f'"{base_name}"')]
+    + [("MCT_ISA_HAVE_" + name.upper(), "1") for name in wider],
+    depends=core_sources + sorted(glob.glob("firmware/core/*.h")) + ["trainer/isa_dispatch.h", "trainer/host_build.py"],
     extra_compile_args=cflags,
     extra_link_args=[] if sys.platform == "darwin" else ["-fopenmp"],
 )
 
 
 class BuildExt(build_ext):
-    """build_ext that first compiles the dispatched kernels once per instruction-set variant (each into a
-    folder of its own, with MCT_ISA_SUFFIX naming its functions) and links those objects in."""
+    """build_ext that first compiles the whole C core once per instruction-set variant, each into a folder of
+    its own: the baseline copy with the core's names, then each wider one with a rename header (gcc -include)
+    that suffixes every name the baseline objects define (their symbol table, read with nm); then the
+    extension's own sources (the Cython module, trainer/isa_dispatch.c) with the generated headers of the
+    table of entry points, linked with all the copies."""
 
     def build_extension(self, ext: Extension) -> None:
-        objects = []
-        for name, flags in ISA_VARIANTS.items():
-            objects += self.compiler.compile(
-                dispatched,
-                output_dir=os.path.join(self.build_temp, "isa_" + name),
-                macros=[("MCT_ISA_SUFFIX", name)],
-                include_dirs=ext.include_dirs,
-                extra_postargs=cflags + flags,
-                debug=self.debug,
-            )
+        gen = os.path.join(self.build_temp, "isa_headers")
+        os.makedirs(gen, exist_ok=True)
+        objects = self.compile_core(base_name, [], ext)
+        nm = os.environ.get("NM", "nm")
+        if shutil.which(nm) is None:
+            sys.exit(f"error: {nm} not found: building mcutrain lists the C core's functions with nm (binutils)")
+        listing = subprocess.run([nm, "-g", *objects], capture_output=True, text=True, check=True).stdout
+        functions, data = HOST_BUILD["core_symbols"](listing, sys.platform == "darwin")
+        for name, text in HOST_BUILD["entry_headers"](functions).items():
+            self.write_if_changed(os.path.join(gen, name), text)
+        for name in wider:
+            rename = os.path.join(gen, f"isa_rename_{name}.h")
+            self.write_if_changed(rename, HOST_BUILD["rename_header"](functions + data, name))
+            objects += self.compile_core(name, ["-include", rename], ext)
         ext.extra_objects = [*(ext.extra_objects or []), *objects]
+        ext.include_dirs = [*ext.include_dirs, gen]
         super().build_extension(ext)
+
+    def compile_core(self, name: str, extra: list, ext: Extension) -> list:
+        """The C core's objects for one variant, compiled with its flags (and `extra`, then a source's own flags
+        of host_build.ISA_SOURCE_FLAGS) into isa_<name>/, in the order of core_sources."""
+        own = HOST_BUILD["ISA_SOURCE_FLAGS"].get(name, {})
+        objects = {}
+        for group in [[c for c in core_sources if c not in own]] + [[c] for c in core_sources if c in own]:
+            built = self.compiler.compile(
+                group,
+                output_dir=os.path.join(self.build_temp, "isa_" + name),
+                include_dirs=["firmware/core"],
+                extra_postargs=cflags + ISA_VARIANTS[name] + extra + own.get(group[0], []),
+                debug=self.debug,
+                depends=ext.depends,
+            )
+            objects.update(zip(group, built))
+        return [objects[c] for c in core_sources]
+
+    @staticmethod
+    def write_if_changed(path: str, text: str) -> None:
+        """Write a generated header unless it already holds `text` (an unchanged header keeps its time)."""
+        if os.path.exists(path):
+            with open(path) as f:
+                if f.read() == text:
+                    return
+        with open(path, "w") as f:
+            f.write(text)
 
     def run(self) -> None:
         super().run()

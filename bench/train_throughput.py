@@ -17,10 +17,15 @@ one core. The machine may be shared: every figure is the best of --rounds interl
     python bench/train_throughput.py [--seconds 2] [--rounds 3] [--json out.json]
 
 --builds compares the installed (dispatched) build with one built for this CPU only (MCUTRAIN_MARCH=native,
-the way the extension was built before the runtime dispatch), each in a child process, rounds interleaved:
-the dispatched build's mcutrain rows as a ratio of the native build's (the goal: within 5%).
+one copy of the core, the way the extension was built before the runtime dispatch): networks A and B and the
+digits CNN, train_batch and whole epochs, each build in a child process, rounds interleaved. Each row reports
+the dispatched build's samples per CPU second (the process's CPU time, which a shared machine disturbs less than
+wall time) as a ratio of the native build's in the same round: the median over the rounds and their range (the
+goal: within 5%). The machine may be loaded, so --count also counts the instructions of a
+fixed amount of training of each row under valgrind's callgrind (load-independent); valgrind runs no AVX-512,
+so there the dispatched build runs its AVX2 copy and the reference is a build for x86-64-v3 (AVX2) only.
 
-    python bench/train_throughput.py --builds [--seconds 2] [--rounds 3]
+    python bench/train_throughput.py --builds [--seconds 2] [--rounds 5] [--count]
 """
 
 from __future__ import annotations
@@ -62,29 +67,35 @@ def make_data(sizes: List[int], batch: int, n_batches: int = 64, seed: int = 0) 
 
 
 def timed(
-    step: Callable[[np.ndarray, np.ndarray], object], data: List[Tuple[np.ndarray, np.ndarray]], seconds: float
+    step: Callable[[np.ndarray, np.ndarray], object],
+    data: List[Tuple[np.ndarray, np.ndarray]],
+    seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """Samples per second of step over the batches, run for about `seconds` after a warm-up."""
+    """Samples per second of step over the batches, run for about `seconds` after a warm-up (seconds of
+    `clock`: wall time, or the process's CPU time, which a loaded machine disturbs less)."""
     for x, y in data[:4]:
         step(x, y)
-    n, t0 = 0, time.perf_counter()
+    n, t0 = 0, clock()
     while True:
         for x, y in data:
             step(x, y)
         n += sum(x.shape[0] for x, _ in data)
-        dt = time.perf_counter() - t0
+        dt = clock() - t0
         if dt >= seconds:
             return n / dt
 
 
-def timed_epochs(run_epoch: Callable[[int], object], n: int, seconds: float) -> float:
-    """Samples per second of whole epochs (run_epoch(epoch) trains one epoch of n samples)."""
+def timed_epochs(
+    run_epoch: Callable[[int], object], n: int, seconds: float, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Samples per second of whole epochs (run_epoch(epoch) trains one epoch of n samples); clock as timed's."""
     run_epoch(0)
-    e, t0 = 1, time.perf_counter()
+    e, t0 = 1, clock()
     while True:
         run_epoch(e)
         e += 1
-        dt = time.perf_counter() - t0
+        dt = clock() - t0
         if dt >= seconds:
             return (e - 1) * n / dt
 
@@ -281,25 +292,130 @@ def report(results: Dict[str, Dict[str, float]], cores: int) -> List[str]:
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def mcutrain_rows(seconds: float, threads: int) -> Dict[str, float]:
-    """{network row: samples/s} of mcutrain's own rows (train_batch and fit, 1 and `threads` threads)."""
-    out: Dict[str, float] = {}
+def cnn_setup(name: str, batch: int):
+    """A reference CNN (seed 1), its Adam optimizer and 8 batches of random data: (net, opt, [(x, y)], x, y)."""
+    from mcutrain.tiny_models import build
+
+    net = build(name).rand_params(seed=1)
+    shape, n_out = net.in_shape, net.n_out
+    assert shape is not None and n_out is not None
+    rng = np.random.default_rng(0)
+    n = 8 * batch
+    ex = rng.random((n, *shape), dtype=np.float32)
+    ey = np.eye(n_out, dtype=np.float32)[rng.integers(0, n_out, n)]
+    data = [(ex[i : i + batch].reshape(batch, -1), ey[i : i + batch]) for i in range(0, n, batch)]
+    return net, net.new_adam(TrainParams(lr=1e-3)), data, ex, ey
+
+
+def build_rows(threads: int) -> Dict[str, Tuple[Callable, List[Tuple[np.ndarray, np.ndarray]], bool]]:
+    """--builds' rows: {name: (function, batches, whole epochs)} for networks A and B (1 and `threads`
+    threads) and the digits CNN (1 thread); a per-batch function takes (x, y), an epoch function the epoch."""
+    rows: Dict[str, Tuple[Callable, List[Tuple[np.ndarray, np.ndarray]], bool]] = {}
     for name, (sizes, acts, batch) in NETS.items():
         data = make_data(sizes, batch)
         ex, ey = np.concatenate([x for x, _ in data]), np.concatenate([y for _, y in data])
         for th in sorted({1, threads}):
-            out[f"{name} train_batch {th}t"] = timed(mcutrain_step(sizes, acts, th), data, seconds)
-            out[f"{name} fit {th}t"] = timed_epochs(
-                mcutrain_epochs(sizes, acts, batch, th, ex, ey), ex.shape[0], seconds
-            )
+            rows[f"{name} train_batch {th}t"] = (mcutrain_step(sizes, acts, th), data, False)
+            rows[f"{name} fit {th}t"] = (mcutrain_epochs(sizes, acts, batch, th, ex, ey), data, True)
+    net, opt, data, ex, ey = cnn_setup("digits_cnn", 32)
+    rows["digits_cnn train_batch 1t"] = (lambda x, y: train_batch(opt, net, losses.cross_entropy, x, y), data, False)
+    net2, opt2, _, _, _ = cnn_setup("digits_cnn", 32)
+    rows["digits_cnn fit 1t"] = (
+        lambda e: net2.fit(opt2, losses.cross_entropy, ex, ey, epochs=1, batch=32, shuffle=e, callback_every=1 << 30),
+        data,
+        True,
+    )
+    return rows
+
+
+def timed_rows(seconds: float, threads: int) -> Dict[str, float]:
+    """{row: samples per second of the process's CPU time} of build_rows in this interpreter's build (CPU time:
+    a process that waits for a core on a shared machine is not charged for the wait)."""
+    out: Dict[str, float] = {}
+    for name, (fn, data, epochs) in build_rows(threads).items():
+        n = sum(x.shape[0] for x, _ in data)
+        clock = time.process_time
+        out[name] = timed_epochs(fn, n, seconds, clock) if epochs else timed(fn, data, seconds, clock)
     return out
 
 
-def native_package(work: Path) -> Path:
-    """A copy of the package whose extension is built for this CPU only (MCUTRAIN_MARCH=native); the folder
-    to put on PYTHONPATH."""
-    env = dict(os.environ, MCUTRAIN_MARCH="native")
-    build, temp = work / "build", work / "temp"
+COUNT_PASSES = 4  # passes over a row's batches (or epochs) per instruction count
+
+
+def counted_rows() -> Tuple[str, List[str]]:
+    """Fixed work for callgrind: every 1-thread row of build_rows, COUNT_PASSES passes over its batches, after one
+    warm-up pass; mcutrain.isa.active() (which calls the core's mct_isa_active) before each row and after the last,
+    where callgrind dumps its counts (--dump-before=mct_isa_active), so the last len(rows) dumps hold one row's
+    training each. (the variant that ran, the row names)"""
+    from mcutrain import isa
+
+    rows = {k: v for k, v in build_rows(1).items() if k.endswith(" 1t")}
+    for fn, data, epochs in rows.values():
+        if epochs:
+            fn(0)
+        else:
+            for x, y in data:
+                fn(x, y)
+    variant = ""
+    for fn, data, epochs in rows.values():
+        variant = isa.active()
+        for p in range(COUNT_PASSES):
+            if epochs:
+                fn(p + 1)
+            else:
+                for x, y in data:
+                    fn(x, y)
+    isa.active()
+    return variant, list(rows)
+
+
+def callgrind_counts(pkg: str, work: Path, tag: str, isa_name: Optional[str]) -> Tuple[str, Dict[str, int]]:
+    """(variant, {row: instructions per sample}) of counted_rows in the build on `pkg` (a PYTHONPATH) under
+    callgrind, with MCUTRAIN_ISA=isa_name when given."""
+    env = {k: v for k, v in os.environ.items() if k != "MCUTRAIN_ISA"}
+    env["PYTHONPATH"] = pkg
+    if isa_name:
+        env["MCUTRAIN_ISA"] = isa_name
+    out = work / f"callgrind-{tag}"
+    out.mkdir()
+    r = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--dump-before=mct_isa_active",
+            f"--callgrind-out-file={out}/cg.%p",
+            sys.executable,
+            __file__,
+            "--child-count",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        raise SystemExit(f"callgrind run of the {tag} build failed:\n{r.stderr[-3000:]}")
+    variant, names = json.loads(r.stdout.strip().splitlines()[-1])
+    dumps = sorted(out.glob("cg.*.*"), key=lambda f: int(f.name.rsplit(".", 1)[1]))
+    totals = []
+    for f in dumps:
+        for line in f.read_text().splitlines():
+            if line.startswith(("totals:", "summary:")):
+                totals.append(int(line.split()[1]))
+                break
+    per_row = totals[-len(names) :]  # the dumps before: import, set-up and warm-up
+    rows = build_rows(1)
+    counts = {}
+    for name, ir in zip(names, per_row):
+        n = sum(x.shape[0] for x, _ in rows[name][1]) * COUNT_PASSES
+        counts[name] = ir // n
+    return variant, counts
+
+
+def built_package(work: Path, march: str) -> Path:
+    """A copy of the package whose extension is built with MCUTRAIN_MARCH=march (one copy of the core, for that
+    CPU only); the folder to put on PYTHONPATH."""
+    env = dict(os.environ, MCUTRAIN_MARCH=march)
+    build, temp = work / f"build-{march}", work / f"temp-{march}"
     subprocess.run(
         [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(build), "--build-temp", str(temp)],
         cwd=ROOT,
@@ -308,18 +424,21 @@ def native_package(work: Path) -> Path:
         capture_output=True,
     )
     (so,) = list(build.glob("mcutrain/_core*" + sysconfig.get_config_var("EXT_SUFFIX")))
-    pkg = work / "pkg" / "mcutrain"
+    pkg = work / f"pkg-{march}" / "mcutrain"
     shutil.copytree(ROOT / "trainer", pkg, ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
     shutil.copy(so, pkg / so.name)
     return pkg.parent
 
 
-def compare_builds(seconds: float, rounds: int, threads: int) -> List[str]:
-    """The dispatched (installed) build against the native one, interleaved child processes; table lines."""
+def compare_builds(seconds: float, rounds: int, threads: int, count: bool) -> List[str]:
+    """The dispatched (installed) build against the native one: interleaved child processes, each round's
+    ratio per row, then (count) the instructions per sample under callgrind; table lines."""
+    import statistics
+
     with tempfile.TemporaryDirectory() as tmp:
-        native = native_package(Path(tmp))
-        builds = {"dispatched": os.environ.get("PYTHONPATH", ""), "native": str(native)}
-        best: Dict[str, Dict[str, float]] = {b: {} for b in builds}
+        work = Path(tmp)
+        builds = {"dispatched": os.environ.get("PYTHONPATH", ""), "native": str(built_package(work, "native"))}
+        runs: Dict[str, List[Dict[str, float]]] = {b: [] for b in builds}
         variant: Dict[str, str] = {}
         for _ in range(rounds):
             for b, path in builds.items():
@@ -334,16 +453,48 @@ def compare_builds(seconds: float, rounds: int, threads: int) -> List[str]:
                 )
                 res = json.loads(r.stdout)
                 variant[b] = res.pop("_variant")
-                for k, v in res.items():
-                    best[b][k] = max(best[b].get(k, 0.0), v)
-    lines = [
-        f"samples/s, best of {rounds} interleaved runs: the dispatched build (kernels: {variant['dispatched']}) "
-        f"against the native build (-march=native, kernels: {variant['native']})",
-        f"  {'row':22s} {'dispatched':>12s} {'native':>12s}  {'ratio':>6s}",
-    ]
-    for k, v in best["dispatched"].items():
-        ref = best["native"][k]
-        lines.append(f"  {k:22s} {v:>12,.0f} {ref:>12,.0f}  {v / ref:6.3f}")
+                runs[b].append(res)
+        lines = [
+            f"samples per CPU second (the process's CPU time), best of {rounds} interleaved rounds: the dispatched "
+            f"build (running its {variant['dispatched']} copy) against the native build (-march=native, one copy: "
+            f"{variant['native']}); ratio = dispatched / native within each round, median [min - max] over the rounds",
+            f"  {'row':26s} {'dispatched':>11s} {'native':>11s}  {'ratio':>6s}  {'spread':>15s}",
+        ]
+        medians = []
+        for k in runs["dispatched"][0]:
+            d = [r[k] for r in runs["dispatched"]]
+            nat = [r[k] for r in runs["native"]]
+            ratios = [a / b for a, b in zip(d, nat)]
+            med = statistics.median(ratios)
+            medians.append(med)
+            lines.append(
+                f"  {k:26s} {max(d):>11,.0f} {max(nat):>11,.0f}  {med:6.3f}  [{min(ratios):.3f} - {max(ratios):.3f}]"
+            )
+        geo = float(np.exp(np.mean(np.log(medians))))
+        lines.append(f"  {'geometric mean of the medians':48s} {geo:6.3f}   (goal: >= 0.95)")
+        if count:
+            if shutil.which("valgrind") is None:
+                lines.append("instruction counts: valgrind is not installed (apt-get install valgrind)")
+                return lines
+            v3 = str(built_package(work, "x86-64-v3"))
+            got = {
+                "dispatched": callgrind_counts(builds["dispatched"], work, "dispatched", None),
+                "dispatched-baseline": callgrind_counts(builds["dispatched"], work, "baseline", "baseline"),
+                "x86-64-v3": callgrind_counts(v3, work, "v3", None),
+            }
+            lines += [
+                "",
+                "instructions per sample under callgrind (load-independent; valgrind offers no AVX-512): the "
+                f"dispatched build running its {got['dispatched'][0]} copy, the same build forced to its baseline "
+                "copy, and a build for x86-64-v3 only (-march=x86-64-v3, one copy); ratio = reference / dispatched "
+                "(>= 1: the dispatched build executes no more instructions)",
+                f"  {'row':26s} {'dispatched':>11s} {'x86-64-v3':>11s} {'ratio':>6s}  "
+                f"{'baseline copy':>13s} {'ratio':>6s}",
+            ]
+            for k, ir in got["dispatched"][1].items():
+                v3ir, base = got["x86-64-v3"][1][k], got["dispatched-baseline"][1][k]
+                lines.append(f"  {k:26s} {ir:>11,d} {v3ir:>11,d} {v3ir / ir:6.3f}  {base:>13,d} {base / ir:6.3f}")
+    return lines
 
 
 CNN_TARGETS = {("digits_cnn", "mcutrain fit 1 thread"): 5.0, ("ds_cnn", "mcutrain fit 1 thread"): 1.0}
@@ -380,18 +531,8 @@ def torch_cnn(net: Sequential):
 
 def measure_cnn(name: str, batch: int, seconds: float, rounds: int) -> Dict[str, float]:
     """{row: samples/s} of one reference CNN: mcutrain's train_batch and fit, PyTorch's per-batch loop."""
-    from mcutrain.tiny_models import build
-
-    net = build(name).rand_params(seed=1)
-    shape = net.in_shape
-    n_out = net.n_out
-    assert shape is not None and n_out is not None
-    rng = np.random.default_rng(0)
-    n = 8 * batch
-    ex = rng.random((n, *shape), dtype=np.float32)
-    ey = np.eye(n_out, dtype=np.float32)[rng.integers(0, n_out, n)]
-    data = [(ex[i : i + batch].reshape(batch, -1), ey[i : i + batch]) for i in range(0, n, batch)]
-    opt = net.new_adam(TrainParams(lr=1e-3))
+    net, opt, data, ex, ey = cnn_setup(name, batch)
+    shape, n = net.in_shape, ex.shape[0]
     rows: Dict[str, Tuple[Callable, bool]] = {
         "mcutrain 1 thread": (lambda x, y: train_batch(opt, net, losses.cross_entropy, x, y), False),
         "mcutrain fit 1 thread": (
@@ -444,7 +585,9 @@ def report_cnn(results: Dict[str, Dict[str, float]]) -> List[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--builds", action="store_true", help="compare the dispatched build with a native one")
+    ap.add_argument("--count", action="store_true", help="with --builds: also count instructions (callgrind)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-count", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurements per row (the best counts)")
     ap.add_argument("--threads", type=int, default=2, help="the multi-threaded rows' thread count")
@@ -454,10 +597,14 @@ def main() -> None:
         from mcutrain import isa
 
         with one_blas_thread():
-            print(json.dumps({"_variant": isa.active(), **mcutrain_rows(args.seconds, args.threads)}))
+            print(json.dumps({"_variant": isa.active(), **timed_rows(args.seconds, args.threads)}))
+        return
+    if args.child_count:  # fixed work under callgrind: the variant and the rows' names, as JSON
+        with one_blas_thread():
+            print(json.dumps(counted_rows()))
         return
     if args.builds:
-        print("\n".join(compare_builds(args.seconds, max(1, args.rounds), args.threads)))
+        print("\n".join(compare_builds(args.seconds, max(1, args.rounds), args.threads, args.count)))
         return
     cores = os.cpu_count() or 1
     results: Dict[str, Dict[str, float]] = {}

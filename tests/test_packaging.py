@@ -1,6 +1,6 @@
 """What `pip install mcutrain` gives: the base install carries no framework (they are extras), the demo's set-up
 installs the base only and the test command the `test` extra, an optional feature used without its extra
-stops with one line naming it, and the package carries its license."""
+stops with one line naming it, the package carries its license, and the sdist every file its build reads."""
 
 from __future__ import annotations
 
@@ -81,3 +81,50 @@ def test_the_license_is_the_metadata_license() -> None:
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License") and "WITHOUT WARRANTY OF ANY KIND" in text
     assert (ROOT / "CHANGELOG.md").read_text().startswith("# Changelog")
+
+
+def test_the_sdist_carries_every_file_the_extension_is_built_from(tmp_path: Path) -> None:
+    """`python -m build --sdist` packs the Cython module with the files it includes (_feat.pxi), the dispatcher
+    (trainer/isa_dispatch.c, .h), the build's flags (trainer/host_build.py) and every C core file, so the wheel
+    that `python -m build` makes from the sdist builds."""
+    import tarfile
+
+    src = tmp_path / "src"
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files"], check=True, capture_output=True, text=True).stdout
+    for rel in tracked.split():
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_bytes((ROOT / rel).read_bytes())
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--sdist",
+            "--no-isolation",
+            "--skip-dependency-check",
+            "-o",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    (sdist,) = (tmp_path / "dist").glob("mcutrain-*.tar.gz")
+    with tarfile.open(sdist) as t:
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    pyx = (ROOT / "trainer" / "_core.pyx").read_text()
+    included = {"trainer/" + f for f in re.findall(r'^include "([^"]+)"', pyx, flags=re.MULTILINE)}
+    assert included, "the Cython module includes its feature bindings (_feat.pxi)"
+    core = {str(p.relative_to(ROOT)) for p in (ROOT / "firmware" / "core").iterdir() if p.suffix in (".c", ".h")}
+    need = {
+        "setup.py",
+        "trainer/_core.pyx",
+        "trainer/isa_dispatch.c",
+        "trainer/isa_dispatch.h",
+        "trainer/host_build.py",
+    }
+    missing = sorted((need | included | core) - names)
+    assert not missing, f"the sdist lacks {missing}"

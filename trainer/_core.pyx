@@ -5,10 +5,18 @@ Everything numeric happens in the C core; this module only checks buffer sizes, 
 scratch memory and releases the GIL around the C calls (the parallel batch runs chunks of the
 batch on OpenMP threads, each with its own arena, scratch and gradient buffers).
 """
+# Every call of the C core in this module goes through the table of the variant that runs (trainer/isa_dispatch.h);
+# first, before NumPy's headers bring complex.h, whose macro I would clash with the core's variables named I.
+cdef extern from *:
+    """
+    #define MCT_ISA_VIA_TABLE 1
+    #include "isa_dispatch.h"
+    """
+
 import numpy as np
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
 from libc.math cimport NAN
 
@@ -121,11 +129,12 @@ cdef extern from "isa_dispatch.h" nogil:
     int mct_isa_runs(int i)
     int mct_isa_select(const char *name)
     const char *mct_isa_active()
+    uintptr_t mct_isa_entry(const char *name)
 
 cnp.import_array()
 
 
-# ---- which copy of the hot kernels runs (trainer/isa_dispatch.c; mcutrain.isa is the public face) ----
+# ---- which copy of the C core runs (trainer/isa_dispatch.c; mcutrain.isa is the public face) ----
 
 def isa_variants():
     """[(name, this CPU runs it)] of the kernel variants built in, the baseline first."""
@@ -143,6 +152,11 @@ def isa_select(name=None):
 def isa_active():
     """The name of the variant that runs."""
     return mct_isa_active().decode()
+
+
+def isa_entry(name):
+    """The address the running variant's table holds for the named C core function (0: no such function)."""
+    return mct_isa_entry(name.encode())
 
 
 def _isa_from_env():

@@ -1,8 +1,8 @@
-"""Which copy of the host's hot kernels runs: the extension holds the matrix kernels compiled for the baseline
-instruction set and for each wider one (trainer/host_build.py), and picks the widest the CPU runs at import.
-MCUTRAIN_ISA=<name> in the environment, or select(name), picks another; every variant computes the same bits
-(the same summation order, -ffp-contract=off), only the speed differs. Select before training starts: a
-switch while other threads train is not synchronised with their kernel calls."""
+"""Which copy of the host's C core runs: the extension holds the whole core compiled for the baseline
+instruction set and once more for each wider one (trainer/host_build.py), and picks the widest the CPU runs at
+import. MCUTRAIN_ISA=<name> in the environment, or select(name), picks another; every variant computes the same
+bits (the same summation order, -ffp-contract=off), only the speed differs. A switch is safe while other threads
+train: each call of the core runs wholly in the copy that was chosen when it started."""
 
 from __future__ import annotations
 

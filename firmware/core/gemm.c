@@ -7,20 +7,6 @@
  */
 #include "mct_layers.h"
 
-/* The host build compiles this file once per instruction set (trainer/host_build.py, ISA_VARIANTS) with
- * MCT_ISA_SUFFIX naming the variant: its public kernels become mct_gemm_<suffix> and so on, and the host's
- * dispatcher (trainer/isa_dispatch.c) calls the copy the CPU runs. The same source and flags but the ISA in
- * every copy, so every copy computes the same bits. */
-#ifdef MCT_ISA_SUFFIX
-#define MCT_ISA_CAT2(a, b) a##_##b
-#define MCT_ISA_CAT(a, b) MCT_ISA_CAT2(a, b)
-#define mct_gemm MCT_ISA_CAT(mct_gemm, MCT_ISA_SUFFIX)
-#define mct_gemm_bt MCT_ISA_CAT(mct_gemm_bt, MCT_ISA_SUFFIX)
-#define mct_transpose MCT_ISA_CAT(mct_transpose, MCT_ISA_SUFFIX)
-#define mct_matmul_backward MCT_ISA_CAT(mct_matmul_backward, MCT_ISA_SUFFIX)
-#define mct_bias_grads MCT_ISA_CAT(mct_bias_grads, MCT_ISA_SUFFIX)
-#endif
-
 #ifndef MCT_TILE_M
 #define MCT_TILE_M 1
 #endif
