@@ -3,7 +3,13 @@
 //
 // The sensor here is synthetic (replace read_sensor() with analogRead() of yours); the label comes from a
 // pin (LABEL_PIN: a button, a second sensor's comparator...) or, with LABEL_PIN -1, from a rule (class 1
-// when the first reading exceeds the second). Every step trains once; every REPORT steps the sketch prints
+// when the first reading exceeds the second).
+//
+// A model with a feature pipeline (`mcutrain train --features ...`) learns from whole raw windows: the
+// board's sensor fills one through port_sensor_read(), the hook `mcutrain collect` captures through (define
+// it in your sketch: fill dst with the n bytes of the next window, return 1); without one the example makes
+// synthetic windows of noise at a random level. The model computes its own features on the board. The
+// rule then: class 1 when the window's mean absolute sample exceeds a quarter of full scale (LEVEL). Every step trains once; every REPORT steps the sketch prints
 // the mean loss of those steps on Serial, and every SAVE_EVERY steps it saves what it learned to EEPROM
 // (double-buffered with a CRC: a power cut loses nothing), so a reset carries on where it stopped.
 #include <mcutrain.h>
@@ -18,7 +24,7 @@ static uint32_t seed = 0x2545F491u;
 static float loss_sum = 0.0f;
 static uint16_t in_window = 0;
 
-#if MCT_N_IN < 2
+#if !MCT_MODEL_FEAT && MCT_N_IN < 2
 #error "this example's labelling rule needs a model with two inputs or more"
 #endif
 
@@ -29,6 +35,35 @@ float read_sensor() {
     seed ^= seed << 5;
     return (float)(seed >> 8) * (1.0f / 8388608.0f) - 1.0f;
 }
+
+#if MCT_MODEL_FEAT
+extern "C" int port_sensor_read(void *dst, uint32_t n);   // the sensor hook (mct_port.h)
+
+static mct_raw_t window[MCT_RAW_IN];
+// full scale of a raw sample: int16 audio samples, or floats (motion) in [-1, 1)
+static const float FULL_SCALE = sizeof(mct_raw_t) == 2 ? 32767.0f : 1.0f;
+#ifndef LEVEL
+#define LEVEL (0.25f * FULL_SCALE)
+#endif
+
+// The next window: the board's sensor when it has one ready, else synthetic noise at a random level.
+void read_window() {
+    if (port_sensor_read(window, sizeof window)) return;
+    float level = 0.5f * (read_sensor() + 1.0f);                   // in [0, 1)
+    for (uint16_t i = 0; i < MCT_RAW_IN; i++) window[i] = (mct_raw_t)(level * FULL_SCALE * read_sensor());
+}
+
+// The label of the window: from LABEL_PIN, or the rule (its mean absolute sample above LEVEL).
+uint8_t read_window_label() {
+#if LABEL_PIN >= 0
+    return digitalRead(LABEL_PIN) == HIGH ? 1 : 0;
+#else
+    float sum = 0.0f;
+    for (uint16_t i = 0; i < MCT_RAW_IN; i++) sum += window[i] < 0 ? -(float)window[i] : (float)window[i];
+    return sum > LEVEL * MCT_RAW_IN ? 1 : 0;
+#endif
+}
+#endif
 
 // The label of the sample x: from LABEL_PIN, or the rule.
 uint8_t read_label(const float *x) {
@@ -51,12 +86,22 @@ void setup() {
 }
 
 void loop() {
-    float x[MCT_N_IN], target[MCT_N_OUT], loss;
+    float target[MCT_N_OUT], loss;
+#if MCT_MODEL_FEAT
+    read_window();
+    uint8_t c = read_window_label();
+#else
+    float x[MCT_N_IN];
     for (uint16_t i = 0; i < MCT_N_IN; i++) x[i] = read_sensor();
     uint8_t c = read_label(x);
+#endif
     for (uint16_t j = 0; j < MCT_N_OUT; j++) target[j] = 0.0f;
     target[MCT_N_OUT > 1 ? c : 0] = MCT_N_OUT > 1 ? 1.0f : (float)c;
+#if MCT_MODEL_FEAT
+    if (mct_model_train_raw(window, target, &loss) != MCT_ST_OK) return;   // a bad window: the model is unchanged
+#else
     if (mct_model_train(x, target, &loss) != MCT_ST_OK) return;   // a bad reading: the model is unchanged
+#endif
     loss_sum += loss;
     if (++in_window == REPORT) {
         Serial.print(F("step "));
