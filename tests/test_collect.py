@@ -156,10 +156,13 @@ UNO_MOTION = "motion:rate=50,length=32,axes=3,stats=mean+rms+std+min+max,bands=2
 def test_capture_and_collect_on_the_uno_in_simavr(tmp_path: Path, pio_core: Path) -> None:
     """The Uno's stand-in (the ATmega328P in mcutrain's simavr harness) reads its sensor through an I/O register the
     harness serves from the recording: CAPTURE gives an NPZ recording's 32 x 3 float windows in order, bit for bit,
-    then NO_WINDOW; a captured window predicts as the host twin predicts it; without a recording there is no window;
-    and `collect --sim --sensor` records a CSV recording's windows with their label into windows.npz."""
+    then NO_WINDOW; a captured window predicts as the host twin predicts it; the memory plan's flash (with the front
+    end's code) covers the built firmware; without a recording there is no window; and `collect --sim --sensor`
+    records a CSV recording's windows with their label into windows.npz."""
     from mcutrain.exporter import sim
     from mcutrain.exporter.export import export_project
+    from mcutrain.exporter.memplan import plan
+    from mcutrain.exporter.sim_avr import avr_sizes
     from mcutrain.exporter.twin import DeviceTwin
     from mcutrain.featdata import raw_windows
     from mcutrain.features import FeatureSpec
@@ -183,6 +186,9 @@ def test_capture_and_collect_on_the_uno_in_simavr(tmp_path: Path, pio_core: Path
         assert s.device.capture(spec) is None  # and stays so
         twin = DeviceTwin(ex.model)
         assert_same_bits(s.device.predict_raw(got[0]), twin.predict_raw(got[0]), "PREDICT_RAW of a captured window")
+        flash = avr_sizes(s.firmware)["flash"]
+    mp = plan(ex.model, ex.board, sim=True)  # the plan counts the front end's code: it covers the real firmware
+    assert flash <= mp.flash <= mp.flash_budget, (flash, mp.table())
     with sim.start(ex.path, ex.board, build=False) as s:  # no recording: no window
         assert s.device.capture(spec) is None
     # collect from a CSV recording (one window per row, the label last, as train --features reads it)
