@@ -157,11 +157,14 @@ def test_capture_and_collect_on_the_uno_in_simavr(tmp_path: Path, pio_core: Path
     """The Uno's stand-in (the ATmega328P in mcutrain's simavr harness) reads its sensor through an I/O register the
     harness serves from the recording: CAPTURE gives an NPZ recording's 32 x 3 float windows in order, bit for bit,
     then NO_WINDOW; a captured window predicts as the host twin predicts it; the memory plan's flash (with the front
-    end's code) covers the built firmware; without a recording there is no window; and `collect --sim --sensor`
-    records a CSV recording's windows with their label into windows.npz."""
+    end's code) covers the built firmware; without a recording there is no window; a served board (`serve --sensor`)
+    plays the recording on from client to client; and `collect --sim --sensor` records a CSV recording's windows with
+    their label into windows.npz."""
     from mcutrain.exporter import sim
+    from mcutrain.exporter.client import Device
     from mcutrain.exporter.export import export_project
     from mcutrain.exporter.memplan import plan
+    from mcutrain.exporter.serve import serve
     from mcutrain.exporter.sim_avr import avr_sizes
     from mcutrain.exporter.twin import DeviceTwin
     from mcutrain.featdata import raw_windows
@@ -191,6 +194,15 @@ def test_capture_and_collect_on_the_uno_in_simavr(tmp_path: Path, pio_core: Path
     assert flash <= mp.flash <= mp.flash_budget, (flash, mp.table())
     with sim.start(ex.path, ex.board, build=False) as s:  # no recording: no window
         assert s.device.capture(spec) is None
+    # served (`mcutrain serve --sensor`): client after client, the recording goes on where the last one left it
+    with serve(ex.path, ex.board, build=False, sensor=tmp_path / "rec.npz") as board:
+        for first in (0, 3):
+            with Device.open(board.port, 1000000, timeout=60.0) as d:
+                for p in played[first : first + 3]:
+                    g = d.capture(spec)
+                    assert g is not None and np.array_equal(g, p)
+        with Device.open(board.port, 1000000, timeout=60.0) as d:
+            assert d.capture(spec) is None
     # collect from a CSV recording (one window per row, the label last, as train --features reads it)
     rec = x[5:9]
     csv = tmp_path / "rec.csv"
