@@ -5,8 +5,8 @@ over USART0; the harness (firmware/host_tools/avr_run.c, compiled once into sim.
 libsimavr) bridges that UART to a pty, so the Device client talks to it as to a board. The harness also
 counts the exact cycles between the firmware's markers (one PREDICT's forward pass, one TRAIN step),
 tracks the lowest stack pointer, stops the run when the stack grows into the static data (a stack
-overflow: SimError with the numbers, never a silent pass), and keeps the EEPROM in a file so saves
-persist across runs.
+overflow: SimError with the numbers, never a silent pass), keeps the EEPROM in a file so saves
+persist across runs, and plays a file of raw windows back as the sensor (CAPTURE) through an I/O register.
 """
 
 from __future__ import annotations
@@ -91,15 +91,6 @@ def read_report(path: Path) -> Optional[Dict[str, Any]]:
         return None
 
 
-def _no_sensor(board: Board, sensor: Optional[Path]) -> None:
-    """SimError for a sensor recording: the simavr harness does not play one back (CAPTURE answers NO_WINDOW)."""
-    if sensor is not None:
-        raise SimError(
-            f"the simavr stand-in of {board.name} has no sensor to play a recording back: capture from a board "
-            "whose stand-in is QEMU or the native build"
-        )
-
-
 class AvrLink(ProcessLink):
     """The serial line to the simulated AVR; a stack overflow the harness saw is reported with its numbers."""
 
@@ -136,12 +127,13 @@ class SimavrSimulator(Simulator):
         max_cycles: int = 0,
         cut_after_eeprom_writes: int = 0,
         serve: bool = False,
+        sensor: Optional[str] = None,
     ) -> List[str]:
         """The harness's command line: the board's MCU and clock, the firmware's serial line on `serial` (pty,
         stdio), the JSON report to `report`, the EEPROM image in `store` (none: not kept), stack overflow
         detection at the end of the static data, a cycle limit (0: none), and a power cut right after that many
         EEPROM byte writes (0: none; the harness then ends with status 86); with serve, a host that closes the pty
-        ends nothing (the harness waits for the next one)."""
+        ends nothing (the harness waits for the next one); the sensor plays back the file `sensor` (raw windows)."""
         s = board.sim or {}
         cmd = (
             [
@@ -156,21 +148,24 @@ class SimavrSimulator(Simulator):
         )
         cmd += [f"max_cycles={max_cycles}"] if max_cycles else []
         cmd += ["serve=1"] if serve else []
+        cmd += [f"sensor={sensor}"] if sensor else []
         return cmd + ([f"cut_after_eeprom_writes={cut_after_eeprom_writes}"] if cut_after_eeprom_writes else [])
 
     def serve_spec(
         self, firmware: Path, board: Board, project: Path, store: Optional[Path], sensor: Optional[Path] = None
     ) -> ProcessSpec:
         """The harness in serve mode: the firmware's UART on a pty that serves client after client, the EEPROM
-        image in `store` (default: store_path). The harness has no sensor yet (SimError for one)."""
-        _no_sensor(board, sensor)
+        image in `store` (default: store_path), the sensor playing back `sensor` (a file of raw windows)."""
         require_tools(*self.tools)
         harness = build_harness()
         firmware = Path(firmware).resolve()
         store = Path(store or self.store_path(project, board)).resolve()
         store.parent.mkdir(parents=True, exist_ok=True)
         report = firmware.parent / "simavr_serve_report.json"
-        cmd = self.command(str(harness), str(firmware), board, "pty", str(report), str(store), serve=True)
+        played = str(Path(sensor).resolve()) if sensor is not None else None
+        cmd = self.command(
+            str(harness), str(firmware), board, "pty", str(report), str(store), serve=True, sensor=played
+        )
         return ProcessSpec(cmd, firmware.parent / "simavr_serve.log", "the simavr harness", START_TIMEOUT, store)
 
     def launch(
@@ -185,8 +180,8 @@ class SimavrSimulator(Simulator):
     ) -> SimSession:
         """Start the firmware in the harness (which always measures: counting cycles costs nothing) with
         the EEPROM image `store` (default: store_path) and connect a Device to its pty; a power cut after
-        cut_after_eeprom_writes EEPROM byte writes if that is not 0. The harness has no sensor yet."""
-        _no_sensor(board, sensor)
+        cut_after_eeprom_writes EEPROM byte writes if that is not 0; the sensor plays back `sensor` (a file of raw
+        windows)."""
         require_tools(*self.tools)
         harness = build_harness()
         firmware = Path(firmware).resolve()
@@ -204,6 +199,7 @@ class SimavrSimulator(Simulator):
             str(store),
             int((board.sim or {}).get("max_cycles", 0)),
             cut_after_eeprom_writes,
+            sensor=str(Path(sensor).resolve()) if sensor is not None else None,
         )
         dev = launch_process(
             cmd,

@@ -148,3 +148,69 @@ def test_imu_capture_train_export_predict_on_a_simulated_board(tmp_path: Path, p
         got = np.stack([s.device.predict_raw(w) for w in xt])
     assert_same_bits(got, twin.predict_raw(xt), "PREDICT_RAW")
     assert np.mean(np.argmax(got, 1) == yt) >= 0.9
+
+
+UNO_MOTION = "motion:rate=50,length=32,axes=3,stats=mean+rms+std+min+max,bands=2,fft=32,band_lo=0.5,band_hi=20"
+
+
+def test_capture_and_collect_on_the_uno_in_simavr(tmp_path: Path, pio_core: Path) -> None:
+    """The Uno's stand-in (the ATmega328P in mcutrain's simavr harness) reads its sensor through an I/O register the
+    harness serves from the recording: CAPTURE gives an NPZ recording's 32 x 3 float windows in order, bit for bit,
+    then NO_WINDOW; a captured window predicts as the host twin predicts it; the memory plan's flash (with the front
+    end's code) covers the built firmware; without a recording there is no window; a served board (`serve --sensor`)
+    plays the recording on from client to client; and `collect --sim --sensor` records a CSV recording's windows with
+    their label into windows.npz."""
+    from mcutrain.exporter import sim
+    from mcutrain.exporter.client import Device
+    from mcutrain.exporter.export import export_project
+    from mcutrain.exporter.memplan import plan
+    from mcutrain.exporter.serve import serve
+    from mcutrain.exporter.sim_avr import avr_sizes
+    from mcutrain.exporter.twin import DeviceTwin
+    from mcutrain.featdata import raw_windows
+    from mcutrain.features import FeatureSpec
+    from mcutrain.modelfile import load_model
+
+    spec = FeatureSpec.parse(UNO_MOTION)
+    x, y = gestures(24, seed=3)
+    x = np.ascontiguousarray(x[:, :32, :])
+    np.savez(tmp_path / "seed.npz", x=x, y=y)
+    cli_ok("train", "--data", str(tmp_path / "seed.npz"), "--features", UNO_MOTION, "--net",
+           "linear:21x6,tanh,linear:6x3,softmax", "--loss", "xent", "--opt", "sgd", "--steps", "20", "-o",
+           str(tmp_path / "u.mct"))  # fmt: skip
+    ex = export_project(load_model(tmp_path / "u.mct"), "uno", tmp_path / "fw", trainable="last:1", sim=True)
+    played = x[:5]
+    np.savez(tmp_path / "rec.npz", x=played, y=y[:5])
+    with sim.start(ex.path, ex.board, sensor=tmp_path / "rec.npz") as s:
+        got = [s.device.capture(spec) for _ in played]
+        for g, p in zip(got, played):
+            assert g is not None and g.dtype == np.float32 and np.array_equal(g, p)
+        assert s.device.capture(spec) is None  # the recording ended: NO_WINDOW
+        assert s.device.capture(spec) is None  # and stays so
+        twin = DeviceTwin(ex.model)
+        assert_same_bits(s.device.predict_raw(got[0]), twin.predict_raw(got[0]), "PREDICT_RAW of a captured window")
+        flash = avr_sizes(s.firmware)["flash"]
+    mp = plan(ex.model, ex.board, sim=True)  # the plan counts the front end's code: it covers the real firmware
+    assert flash <= mp.flash <= mp.flash_budget, (flash, mp.table())
+    with sim.start(ex.path, ex.board, build=False) as s:  # no recording: no window
+        assert s.device.capture(spec) is None
+    # served (`mcutrain serve --sensor`): client after client, the recording goes on where the last one left it
+    with serve(ex.path, ex.board, build=False, sensor=tmp_path / "rec.npz") as board:
+        for first in (0, 3):
+            with Device.open(board.port, 1000000, timeout=60.0) as d:
+                for p in played[first : first + 3]:
+                    g = d.capture(spec)
+                    assert g is not None and np.array_equal(g, p)
+        with Device.open(board.port, 1000000, timeout=60.0) as d:
+            assert d.capture(spec) is None
+    # collect from a CSV recording (one window per row, the label last, as train --features reads it)
+    rec = x[5:9]
+    csv = tmp_path / "rec.csv"
+    rows = [",".join([*(repr(float(v)) for v in w.ravel()), "2"]) for w in rec]
+    csv.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "imu"
+    r = cli_ok("collect", "--sim", str(ex.path), "--sensor", str(csv), "--label", "up", "--count", "4", str(out))
+    assert "recorded 4 windows labelled 'up'" in r.output and "up 4 (1 labels, 4 windows)" in r.output, r.output
+    xc, yc, labels = raw_windows(out / "windows.npz", spec)
+    assert labels == ["up"] and list(yc) == [0] * 4
+    assert np.array_equal(xc, rec)

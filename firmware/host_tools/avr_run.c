@@ -4,6 +4,7 @@
  *         (Debian/Ubuntu: apt-get install simavr libsimavr-dev)
  * Usage:  avr_run FIRMWARE.elf [mcu=atmega328p] [freq=16000000] [serial=pty|stdio] [eeprom=FILE]
  *                 [ram_floor=ADDR|auto] [max_cycles=N] [cut_after_eeprom_writes=N] [report=FILE] [serve=1]
+ *                 [sensor=FILE]
  *
  * What it does (the firmware side is firmware/app/ports/port_simavr.c):
  *  - serial: USART0 is bridged to a pseudo terminal (serial=pty: prints "PTY /dev/pts/N" on stdout,
@@ -20,6 +21,12 @@
  *    and that code becomes the harness's exit status.
  *  - EEPROM: loaded from FILE at start (if it exists) and written back whenever the firmware waits
  *    for the host after changing it, and at the end, so saves persist across runs.
+ *  - sensor (CAPTURE): with sensor=FILE the firmware reads FILE's bytes, window after window, through the
+ *    I/O register at data address 0x49 (I/O 0x29, reserved on the ATmega48-328 and 640-2560, so no
+ *    peripheral of simavr or of a real chip answers there). The firmware writes a window's length n,
+ *    low byte then high byte; its next read answers 1 when FILE holds n more bytes (the window is taken
+ *    from it) and 0 when it does not (the recording ended, or there is no FILE); then n reads give the
+ *    window's bytes in order.
  *  - power cut: with cut_after_eeprom_writes=N the run stops right after the N-th EEPROM byte write
  *    (EEPE set in EECR), whatever the firmware was doing; the EEPROM is kept as it then was (exit 86).
  *  - stack: the lowest stack pointer is tracked after every instruction. When the stack writes below
@@ -52,6 +59,7 @@
 #define GPIOR0_ADDR 0x3E
 #define GPIOR1_ADDR 0x4A
 #define GPIOR2_ADDR 0x4B
+#define SENSOR_ADDR 0x49     /* reserved on these MCUs: the sensor's register (see above) */
 #define SPL_ADDR 0x5D
 #define SPH_ADDR 0x5E
 #define SPL_IO 0x3D          /* I/O addresses of SPL and SPH, as the OUT instruction encodes them */
@@ -127,6 +135,11 @@ static struct {
     const char *eeprom_path;
     unsigned long long eeprom_writes, cut_after;   /* EEPROM byte writes so far; power cut after that many */
     int cut;
+    FILE *sensor;                    /* the recording the sensor plays back (NULL: none) */
+    uint8_t *window;                 /* the window being read out */
+    unsigned window_len, window_at;  /* its length (being written: len_half) and the next byte */
+    int len_half, status_due, ready; /* the high length byte is next; the next read is the status (ready) */
+    unsigned long long windows;      /* windows handed out */
     volatile sig_atomic_t signal;
 } S;
 
@@ -287,6 +300,39 @@ static void eecr_write(avr_t *avr, avr_io_addr_t addr, uint8_t v, void *param) {
     if (S.cut_after && S.eeprom_writes >= S.cut_after) S.cut = 1;
 }
 
+/* The sensor: the firmware writes a window's length (low, high byte); the next read is 1 when the file had that many
+ * more bytes, else 0; the reads after a 1 give the window's bytes. */
+static void sensor_write(avr_t *avr, avr_io_addr_t addr, uint8_t v, void *param) {
+    (void)avr; (void)addr; (void)param;
+    if (!S.len_half) {
+        S.window_len = v;
+        S.len_half = 1;
+        return;
+    }
+    S.window_len |= (unsigned)v << 8;
+    S.len_half = 0;
+    S.window_at = 0;
+    S.status_due = 1;
+    S.ready = 0;
+    if (!S.sensor) return;
+    long at = ftell(S.sensor);
+    if (S.window_len && fread(S.window, 1, S.window_len, S.sensor) == S.window_len) {
+        S.ready = 1;
+        S.windows++;
+    } else if (at >= 0) {
+        fseek(S.sensor, at, SEEK_SET);               /* no whole window left: it stays so */
+    }
+}
+
+static uint8_t sensor_read(avr_t *avr, avr_io_addr_t addr, void *param) {
+    (void)avr; (void)addr; (void)param;
+    if (S.status_due) {
+        S.status_due = 0;
+        return (uint8_t)S.ready;
+    }
+    return S.ready && S.window_at < S.window_len ? S.window[S.window_at++] : 0;
+}
+
 /* ---- EEPROM file ---- */
 static void load_eeprom(void) {
     if (!S.eeprom_path) return;
@@ -422,7 +468,7 @@ static void write_report(const char *path, const char *reason, int status, const
             (unsigned long long)avr->cycle);
     fprintf(f, "  \"ramend\": %u,\n  \"ram_floor\": %u,\n  \"min_sp\": %u,\n  \"min_sp_pc\": %u,\n"
             "  \"stack_peak\": %u,\n", avr->ramend, S.ram_floor, S.min_sp, S.min_sp_pc, peak);
-    fprintf(f, "  \"eeprom_writes\": %llu,\n", S.eeprom_writes);
+    fprintf(f, "  \"eeprom_writes\": %llu,\n  \"sensor_windows\": %llu,\n", S.eeprom_writes, S.windows);
     fprintf(f, "  \"data_size\": %u,\n  \"bss_size\": %u,\n  \"flash_used\": %u,\n", (unsigned)fw->datasize,
             (unsigned)fw->bsssize, (unsigned)fw->flashsize);
     if (S.overflow)
@@ -446,7 +492,8 @@ static void write_report(const char *path, const char *reason, int status, const
 
 static void usage(const char *argv0) {
     fprintf(stderr, "usage: %s FIRMWARE.elf [mcu=atmega328p] [freq=16000000] [serial=pty|stdio] [eeprom=FILE]\n"
-                    "       [ram_floor=ADDR|auto] [max_cycles=N] [cut_after_eeprom_writes=N] [report=FILE] [serve=1]\n", argv0);
+                    "       [ram_floor=ADDR|auto] [max_cycles=N] [cut_after_eeprom_writes=N] [report=FILE] [serve=1]\n"
+                    "       [sensor=FILE]\n", argv0);
 }
 
 int main(int argc, char **argv) {
@@ -467,6 +514,10 @@ int main(int argc, char **argv) {
         else if (!strncmp(a, "cut_after_eeprom_writes=", 24)) S.cut_after = strtoull(v, NULL, 0);
         else if (!strncmp(a, "report=", 7)) report = v;
         else if (!strncmp(a, "serve=", 6)) S.serve = atoi(v) != 0;
+        else if (!strncmp(a, "sensor=", 7)) {
+            S.sensor = fopen(v, "rb");
+            if (!S.sensor) { fprintf(stderr, "avr_run: cannot read the sensor file %s: %s\n", v, strerror(errno)); return EXIT_USAGE; }
+        }
         else { usage(argv[0]); return EXIT_USAGE; }
     }
 
@@ -501,6 +552,10 @@ int main(int argc, char **argv) {
     avr_register_io_write(avr, GPIOR1_ADDR, gpior1_write, NULL);
     avr_register_io_write(avr, GPIOR2_ADDR, gpior2_write, NULL);
     avr_register_io_write(avr, EECR_ADDR, eecr_write, NULL);
+    avr_register_io_write(avr, SENSOR_ADDR, sensor_write, NULL);
+    avr_register_io_read(avr, SENSOR_ADDR, sensor_read, NULL);
+    S.window = malloc(0x10000u);                      /* the longest window a 16-bit length gives */
+    if (!S.window) return EXIT_USAGE;
 
     /* EEPROM: simavr hands out its buffer for a zero-length GET without a destination */
     avr_eeprom_desc_t ee = {.ee = NULL, .offset = 0, .size = 0};

@@ -10,6 +10,10 @@
  *    (1/2: inference, 3/4: training step); the harness counts the exact cycles between them.
  *  - waiting for the host: GPIOR2 = 1 before polling an empty receiver, so the harness may block
  *    until the host sends something; the harness answers 0xFF in GPIOR2 when the host is gone.
+ *  - sensor (CAPTURE): the I/O register at data address 0x49 (reserved on these chips): the firmware writes a
+ *    window's length (low byte, high byte), reads 1 when the harness's recording holds a whole window (0: it
+ *    ended, or no recording), then reads the window byte after byte. On a real chip nothing answers there
+ *    (reads give 0), so CAPTURE answers NO_WINDOW.
  *  - exit: the code goes to GPIOR0, then the CPU sleeps with interrupts off, which ends simavr.
  *  - stack: from __heap_start (the end of .data/.bss; nothing uses malloc) to RAMEND. */
 #ifdef MCT_PORT_SIMAVR
@@ -29,6 +33,7 @@
 
 #define WAIT_HINT 0x01u      /* GPIOR2: the firmware waits for a byte */
 #define HOST_GONE 0xFFu      /* GPIOR2, set by the harness: no more bytes will come */
+#define SENSOR _SFR_IO8(0x29)  /* data address 0x49, reserved: the harness's sensor register */
 
 void port_init(void) {
     UCSR0A = _BV(U2X0);
@@ -88,8 +93,15 @@ void port_exit(int code) {
 
 void port_mark(uint8_t region, uint8_t begin) { GPIOR1 = (uint8_t)(2u * region + (begin ? 1u : 2u)); }
 
-/* No sensor in the simavr stand-in yet: CAPTURE answers NO_WINDOW. */
-int port_sensor_read(void *dst, uint32_t n) { (void)dst; (void)n; return 0; }
+int port_sensor_read(void *dst, uint32_t n) {
+    if (n > 0xFFFFu) return 0;
+    SENSOR = (uint8_t)n;
+    SENSOR = (uint8_t)(n >> 8);
+    if (SENSOR != 1u) return 0;
+    uint8_t *d = (uint8_t *)dst;
+    for (uint16_t i = (uint16_t)n; i; i--) *d++ = SENSOR;
+    return 1;
+}
 
 int port_stack_bounds(uint8_t **lo, uint8_t **hi) {
     extern uint8_t __heap_start;
