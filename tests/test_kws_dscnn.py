@@ -15,17 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import assert_device_equals_twin, assert_same_bits, cli_ok
+from helpers import assert_device_equals_twin, assert_same_bits, cli_ok, load_bench
 from mcutrain.wordsynth import synthesize_words, voices
 
-WORDS = ["yes", "no", "up", "down"]
-DS_CNN = (
-    "conv2d:16/10x4/s2/same,batchnorm,relu,"
-    "dwconv2d:3x3/same,batchnorm,relu,conv2d:16/1x1,batchnorm,relu,"
-    "dwconv2d:3x3/same,batchnorm,relu,conv2d:16/1x1,batchnorm,relu,"
-    "globalavgpool2d,linear:16x4,softmax"
-)
-ADAPT_VOICE = "en-us+f1"  # female; the training voices are all male: the model does worst on this one
+# the words, the network and the voice to adapt to: the benchmark's own (bench/kws_adapt.py), so both run one setup
+KWS = load_bench("kws_adapt")
+WORDS, DS_CNN, ADAPT_VOICE = KWS.WORDS, KWS.DS_CNN, KWS.ADAPT_VOICE
 
 
 def _accuracy(out: str) -> float:
@@ -70,7 +65,7 @@ def test_ds_cnn_on_spoken_words_runs_on_raw_audio_and_adapts_on_the_device(tmp_p
     assert list(np.argmax(got, 1)) == list(range(len(labels)))
 
     # adaptation to a held-out voice: the board's sensor plays 2 of its 4 pitches, the other 2 measure it
-    synthesize_words(tmp_path / "voice", WORDS, [ADAPT_VOICE], (120, 140, 160, 175, 190), (30, 45, 60, 75), seed=5)
+    synthesize_words(tmp_path / "voice", WORDS, [ADAPT_VOICE], KWS.ADAPT_SPEEDS, KWS.ADAPT_PITCHES, seed=5)
     played, ya, xe, ye = tmp_path / "played", [], [], []
     for c, word in enumerate(labels):
         (played / word).mkdir(parents=True)
