@@ -256,6 +256,7 @@ def test_the_sketch_learns_from_its_own_sensor_windows_through_the_feature_pipel
     r = export_project(load_model(tmp_path / "m.mct"), "uno", tmp_path / "my_model", library=True)
     ino = r.path / "examples" / "learn_on_device" / "learn_on_device.ino"
     elf = arduino_avr.build_library_sketch(r.path, ino, tmp_path / "build")
+    assert avr_sizes(elf)["flash"] <= r.plan.flash <= r.plan.flash_budget, (avr_sizes(elf), r.plan.table())
     lines, losses = run_sketch(elf, tmp_path / "eeprom.bin", 400_000_000)
     assert lines[0] == "mcutrain: model ready, as exported", lines[:3]
     assert len(losses) >= 8, lines
