@@ -62,6 +62,7 @@ class Case:
     quant: str = "f32"
     trainable: str = "all"
     level: str = "Os"
+    loss: str = "cross_entropy"  # the mcutrain.losses function the export is given
 
 
 CASES = [
@@ -196,7 +197,7 @@ def measure(case: Case, calls: int, workdir: Path) -> Dict[str, Any]:
         workdir / case.name,
         quant=case.quant,
         trainable=case.trainable,
-        loss=losses.cross_entropy,
+        loss=getattr(losses, case.loss),
         sim=True,
         force=True,
         calibration=calib,
@@ -215,7 +216,7 @@ def measure(case: Case, calls: int, workdir: Path) -> Dict[str, Any]:
     elf = sim.simulator_for(r.board).firmware_path(r.path, r.board)
     nm = NM.get(board.core, "arm-none-eabi-nm")
     rep["size"] = size_split(nm, NM_OBJ.get(board.core, nm), elf, int(rep["flash"]))
-    rep.update(case=asdict(case), n_params=r.model.program.n_params)
+    rep.update(case=asdict(case), n_params=r.model.program.n_params, plan_ram=r.plan.ram, plan_flash=r.plan.flash)
     return rep
 
 

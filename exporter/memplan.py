@@ -112,6 +112,16 @@ class MemoryPlan:
         """Flash bytes the quantization saves against the f32 export (0 for f32)."""
         return 0 if self.baseline_flash is None else self.baseline_flash - self.flash
 
+    @property
+    def ram_left(self) -> int:
+        """RAM bytes the board has beyond the plan (negative: over the budget)."""
+        return self.ram_budget - self.ram
+
+    @property
+    def flash_left(self) -> int:
+        """Flash bytes the board has beyond the plan (negative: over the budget)."""
+        return self.flash_budget - self.flash
+
     def fits(self) -> bool:
         """Does it fit both budgets?"""
         return self.ram <= self.ram_budget and self.flash <= self.flash_budget
@@ -127,6 +137,7 @@ class MemoryPlan:
             lines.append(f"  {n:{w}}  {r:>10,}  {f:>10,}")
         lines.append(f"  {'total':{w}}  {self.ram:>10,}  {self.flash:>10,}")
         lines.append(f"  {'board has':{w}}  {self.ram_budget:>10,}  {self.flash_budget:>10,}")
+        lines.append(f"  {'left':{w}}  {self.ram_left:>10,}  {self.flash_left:>10,}")
         if self.baseline_ram is not None and self.baseline_flash is not None:
             lines.append(f"  {'f32 export':{w}}  {self.baseline_ram:>10,}  {self.baseline_flash:>10,}")
             lines.append(f"  {self.quant + ' saves':{w}}  {self.ram_saved:>10,}  {self.flash_saved:>10,}")

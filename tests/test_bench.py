@@ -109,3 +109,22 @@ def test_numpy_step_is_mcutrains_step(bench: ModuleType) -> None:
     assert numpy_params.dtype == np.float32
     np.testing.assert_allclose(numpy_params, net.params, rtol=0, atol=ATOL)
     assert np.median(np.abs(net.params - start)) > 0.01, "three steps hardly moved the parameters"
+
+
+def test_tiny_models_split_and_what_is_not_supported() -> None:
+    """bench/tiny_models.py: its DS-CNN prefixes start with the DS-CNN's own convolutions (same ops, sizes and
+    geometry), each longer one by one layer and its ReLU; the int8-full path converts DS-CNN, the autoencoder and
+    the digits CNN whole, and ResNet-8 is reported as not supported for want of an int8 residual add."""
+    from mcutrain.tiny_models import ds_cnn
+
+    tiny = load_bench("tiny_models")
+    full = ds_cnn(batchnorm=False).program.layers
+    for n, k in ((1, 2), (2, 4), (3, 6)):
+        pre = tiny.ds_cnn_prefix(n).program.layers
+        assert [(d.op, d.n_in, d.n_out, d.geometry) for d in pre[:k]] == [
+            (d.op, d.n_in, d.n_out, d.geometry) for d in full[:k]
+        ]
+        assert [d.op.name for d in pre[k:]] == ["AVGPOOL2D", "DENSE", "SOFTMAX"]
+    for net in ("ds_cnn", "fc_autoencoder", "digits_cnn"):
+        assert tiny.int8_gap(net, "nucleo_f401re") is None, net
+    assert "residual" in tiny.int8_gap("resnet8", "nucleo_f401re")

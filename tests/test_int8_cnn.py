@@ -39,10 +39,13 @@ def tool_dirs(pio_core: Path) -> Path:
 
 def every_spatial_op_net() -> Sequential:
     """7x6x2 images -> 3 classes through every spatial layer the int8 path converts: strided and padded
-    convolutions (ReLU fused, Tanh as a table), a depthwise convolution with multiplier 2 and ReLU6, a 1x1
-    convolution, max and average pooling with padding, global average pooling."""
+    convolutions (ReLU fused, Tanh as a table), depthwise convolutions with multiplier 1 (strided, 5 channels: one
+    group of four and one left over) and 2 (ReLU6), a 1x1 convolution, max and average pooling with padding, global
+    average pooling."""
     return Sequential(
         L.Conv2d(2, 5, 3, stride=(2, 1), padding="same"),
+        L.Relu(),
+        L.DepthwiseConv2d(5, 3, stride=(1, 2), padding="same"),
         L.Relu(),
         L.DepthwiseConv2d(5, 3, padding="same", depth_multiplier=2),
         L.Relu6(),
@@ -151,8 +154,8 @@ def test_every_spatial_int8_op_equals_the_integer_rederivation() -> None:
     m = build_device_model(ck, "last:1", "int8-full", calibration=cal)
     ops = [d.op.name for d in m.program.layers]
     # the ReLU and ReLU6 after convolutions are fused into them (as TFLite fuses them); Tanh becomes a table
-    assert ops == ["QUANT", "QCONV2D", "QDWCONV2D", "QCONV2D", "QLUT", "QMAXPOOL2D", "QAVGPOOL2D", "QAVGPOOL2D",
-                   "DEQUANT", "DENSE", "SOFTMAX"]  # fmt: skip
+    assert ops == ["QUANT", "QCONV2D", "QDWCONV2D", "QDWCONV2D", "QCONV2D", "QLUT", "QMAXPOOL2D", "QAVGPOOL2D",
+                   "QAVGPOOL2D", "DEQUANT", "DENSE", "SOFTMAX"]  # fmt: skip
     x = rng.normal(size=(16, net.n_in)).astype(np.float32)
     nb = x.shape[0]
     # each layer gets its own arena region here, so every int8 tensor can be read after the forward pass
@@ -243,8 +246,9 @@ def test_digits_cnn_int8_full_loses_at_most_a_point_and_runs_bit_for_bit(tmp_pat
 
 @pytest.mark.parametrize("board", ["nano33ble", "teensy41", "nucleo_l552ze_q"])
 def test_int8_cnn_with_every_spatial_op_on_the_dsp_cores(board: str, tmp_path: Path) -> None:
-    """On the Cortex-M4F, M7 and M33 (QCONV2D through SMLAD and QMAXPOOL2D through SEL: windows with padding,
-    strides, 5 output channels and windows of 18 and 10 values, no multiples of four) the int8 body predicts what
+    """On the Cortex-M4F, M7 and M33 (QCONV2D through SMLAD, QDWCONV2D through SMLABB/SMLATT and QMAXPOOL2D through
+    SEL: windows with padding, strides, 5 output channels and windows of 18 and 10 values, no multiples of four;
+    depthwise with multipliers 1 and 2) the int8 body predicts what
     the host's int8 model (the reference kernels) predicts, and training the f32 head behind it matches bit for
     bit."""
     net = every_spatial_op_net()
@@ -261,3 +265,48 @@ def test_int8_cnn_with_every_spatial_op_on_the_dsp_cores(board: str, tmp_path: P
         train_lockstep(s.device, twin, x[:4], t)
         assert_device_equals_twin(s.device, twin)
         assert_same_bits(s.device.predict(x), twin.predict(x), f"PREDICT on {board} after training")
+
+
+def test_frozen_int8_ds_cnn_trains_its_f32_last_layer_on_the_nucleo_f401re(tmp_path: Path) -> None:
+    """Issue 21's Done-when: the MLPerf Tiny DS-CNN (49x10x1 -> 12, BatchNorm trained a few steps on the host and
+    folded at export) with a frozen full-integer int8 body and a trainable f32 last layer, calibrated on random
+    inputs: the plan for the real nucleo_f401re fits its 96 KB and says how much is left; in QEMU the firmware's
+    static RAM plus its measured stack peak stays within the plan; PREDICT and a TRAIN step match the host twin
+    bit for bit."""
+    from mcutrain.exporter.boards import get_board
+    from mcutrain.exporter.export import board_device_model
+    from mcutrain.exporter.memplan import plan
+    from mcutrain.tiny_models import ds_cnn
+
+    net = ds_cnn().rand_params(seed=1)
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(16, 49, 10, 1)).astype(np.float32)
+    y = np.eye(12, dtype=np.float32)[rng.integers(0, 12, 16)]
+    net.fit(net.new_adam(TrainParams(lr=1e-3)), losses.cross_entropy, x, y, epochs=1, batch=8)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)), {"loss": "cross_entropy"})
+    cal = rng.normal(size=(100, net.n_in)).astype(np.float32)
+    board = get_board("nucleo_f401re")
+    m = board_device_model(ck, board, "last:1", "int8-full", calibration=cal)
+    assert m.program.layers[0].op == Op.QUANT and m.program.layers[-1].op == Op.SOFTMAX
+    assert sum(d.op == Op.QDWCONV2D for d in m.program.layers) == 4
+    assert m.program.n_params == 64 * 12 + 12  # only the f32 head lives in RAM
+    real = plan(m, board)
+    table = real.table()
+    assert real.fits() and real.ram_left == 96 * 1024 - real.ram > 0, table
+    assert re.search(rf"\n\s+left\s+{real.ram_left:,}\s+{real.flash_left:,}\n", table), table
+    r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8-full", trainable="last:1", sim=True,
+                       calibration=cal, loss=losses.cross_entropy)  # fmt: skip
+    assert r.plan.fits(), r.plan.table()
+    twin = DeviceTwin(r.model)
+    xs = x[:3].reshape(3, -1)
+    with sim.start(r.path, r.board, measure=True) as s:
+        assert_same_bits(s.device.predict(xs), twin.predict(xs), "PREDICT")
+        train_lockstep(s.device, twin, xs[:2], y[:2])
+        assert_device_equals_twin(s.device, twin)
+        assert_same_bits(s.device.predict(xs), twin.predict(xs), "PREDICT after training")
+        rep = s.report()
+    used = rep["ram_static"] + rep["stack_peak"]
+    assert 0 < used <= r.plan.ram <= 96 * 1024, (rep, r.plan.table())
+    print(f"\nDS-CNN int8-full, last:1 on nucleo_f401re: plan {real.ram:,} B RAM ({real.ram_left:,} B left), "
+          f"measured {rep['ram_static']:,} B static + {rep['stack_peak']:,} B stack = {used:,} B; "
+          f"PREDICT {rep['predict']:,.0f}, TRAIN {rep['train']:,.0f} instructions")  # fmt: skip

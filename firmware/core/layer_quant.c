@@ -597,7 +597,99 @@ void mct_qconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, f
     })
 }
 
+#if QDOT_DSP
+/* Output channels the Cortex-M4/M7/M33 QDWCONV2D sums at once (int32 sums on the stack, 256 B). */
+#define QDW_BLOCK 64u
+
+/* Window taps (kh kw) up to which the Cortex-M4/M7/M33 QDWCONV2D with depth multiplier 1 keeps the window's tap
+ * offsets on the stack and four channels' sums in registers. */
+#define QDW_TAPS 16u
+
+/* One window of a QDWCONV2D with depth multiplier 1 (win = ky0, ky1, kx0, kx1): the taps' offsets computed once,
+ * then four channels at a time over all taps (a word of x and of the weights per tap, SXTB16 into pairs, SSUB16 for
+ * zx, SMLABB / SMLATT per product), the last c % 4 channels one by one. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qdw1_window(const mct_layer *L, const uint8_t *c, const int8_t *xs, int8_t *yo, uint32_t oy, uint32_t ox,
+                        const uint32_t *win, int16_t zx, int32_t zy) {
+    const uint32_t C = L->c_out, KW = L->kw;
+    const int16x2_t zz = (int16x2_t)(((uint32_t)(uint16_t)zx << 16) | (uint16_t)zx);
+    const uint8_t *w = c + 8u + 12u * C;
+    size_t off[QDW_TAPS], woff[QDW_TAPS];
+    uint32_t nt = 0, ch = 0;
+    for (uint32_t ky = win[0]; ky < win[1]; ky++)
+        for (uint32_t kx = win[2]; kx < win[3]; kx++, nt++) {
+            off[nt] = mct_tap_at(L, oy, ox, ky, kx);
+            woff[nt] = ((size_t)ky * KW + kx) * C;
+        }
+    for (; ch + 4u <= C; ch += 4u) {
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (uint32_t t = 0; t < nt; t++) {
+            uint32_t xv, wv;
+            memcpy(&xv, xs + off[t] + ch, 4);
+            memcpy(&wv, w + woff[t] + ch, 4);
+            const int16x2_t xe = __ssub16(__sxtb16(xv), zz), xo = __ssub16(sxtb16_hi(xv), zz); /* (0, 2), (1, 3) */
+            const int16x2_t we = __sxtb16(wv), wo = sxtb16_hi(wv);
+            a0 = __smlabb(xe, we, a0);
+            a1 = __smlabb(xo, wo, a1);
+            a2 = __smlatt(xe, we, a2);
+            a3 = __smlatt(xo, wo, a3);
+        }
+        yo[ch] = qdense_out(c, C, ch, zy, a0);
+        yo[ch + 1u] = qdense_out(c, C, ch + 1u, zy, a1);
+        yo[ch + 2u] = qdense_out(c, C, ch + 2u, zy, a2);
+        yo[ch + 3u] = qdense_out(c, C, ch + 3u, zy, a3);
+    }
+    for (; ch < C; ch++) {
+        int32_t acc = 0;
+        for (uint32_t t = 0; t < nt; t++) acc += qterm(xs[off[t] + ch], zx, mct_cload_i8(w + woff[t] + ch));
+        yo[ch] = qdense_out(c, C, ch, zy, acc);
+    }
+}
+
+/* QDWCONV2D on Cortex-M4/M7/M33 (depth multiplier m <= QDW_BLOCK): with m 1 and windows of up to QDW_TAPS taps,
+ * qdw1_window; otherwise per window a block of output channels summed tap by tap with the channels innermost
+ * (consecutive in x and in the weights). The same exact integer sums as the reference, so the same outputs. */
+static void qdwconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw, m = Co / Ci, bci = QDW_BLOCK / m;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    const int16_t zx = (int16_t)zero_point(c);
+    const int32_t zy = zero_point(c + 4);
+    const uint8_t *w = c + 8u + 12u * Co;
+    const int one = m == 1u && (uint32_t)L->kh * L->kw <= QDW_TAPS;
+    int32_t acc[QDW_BLOCK];
+    MCT_FOR_WINDOWS(L, nb, {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co;
+        const uint32_t win[4] = {ky0, ky1, kx0, kx1};
+        if (one) {
+            qdw1_window(L, c, xs, yo, oy, ox, win, zx, zy);
+            continue;
+        }
+        for (uint32_t c0 = 0; c0 < Ci; c0 += bci) {
+            const uint32_t n = Ci - c0 < bci ? Ci - c0 : bci, o0 = c0 * m;
+            for (uint32_t q = 0; q < n * m; q++) acc[q] = 0;
+            for (uint32_t ky = ky0; ky < ky1; ky++)
+                for (uint32_t kx = kx0; kx < kx1; kx++) {
+                    const int8_t *xp = xs + mct_tap_at(L, oy, ox, ky, kx) + c0;
+                    const uint8_t *wp = w + ((size_t)ky * KW + kx) * Co + o0;
+                    for (uint32_t ci = 0, q = 0; ci < n; ci++)   /* output o0 + q = (c0 + ci) m + j */
+                        for (uint32_t j = 0; j < m; j++, q++) acc[q] += qterm(xp[ci], zx, mct_cload_i8(wp + q));
+                }
+            for (uint32_t q = 0; q < n * m; q++) yo[o0 + q] = qdense_out(c, Co, o0 + q, zy, acc[q]);
+        }
+    })
+}
+#endif
+
 void mct_qdwconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+#if QDOT_DSP
+    if (L->c_out / L->c_in <= QDW_BLOCK) {
+        qdwconv2d_dsp(L, c, x, y, nb);
+        return;
+    }
+#endif
     const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw, m = Co / Ci;
     const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
     const int16_t zx = (int16_t)zero_point(c);
