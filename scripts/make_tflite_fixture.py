@@ -52,11 +52,17 @@ def build(batch_size=None) -> "tf.keras.Model":
 
 
 def main() -> None:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "tests/fixtures/digits_cnn_int8.tflite"
+    out = (
+        Path(sys.argv[1])
+        if len(sys.argv) > 1
+        else Path(__file__).resolve().parents[1] / "tests/fixtures/digits_cnn_int8.tflite"
+    )
     tf.keras.utils.set_random_seed(SEED)
     x, y = digits()
     model = build()
-    model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.compile(
+        optimizer=tf.keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+    )
     model.fit(x[:1500], y[:1500], epochs=15, batch_size=32, verbose=0)
     _, acc = model.evaluate(x[1500:], y[1500:], verbose=0)
 
