@@ -356,7 +356,7 @@ static int32_t requantize_tflite(int32_t a, int32_t mult, int32_t shift) {
 MCT_INLINE
 #endif
 static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
-    if (shift & MCT_QSHIFT_TFLITE) return requantize_tflite(a, mult, shift & 0xff);
+    if (shift > 0 && (shift & MCT_QSHIFT_TFLITE)) return requantize_tflite(a, mult, shift & 0xff);
     uint32_t n = shift < 1 ? 1u : (shift > 62 ? 62u : (uint32_t)shift);
     uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
     uint32_t r;
