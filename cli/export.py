@@ -107,8 +107,10 @@ def project_device_model(project: str, meta: Dict[str, Any], ck: Checkpoint, boa
     """The device model the project was generated from, rebuilt on the host from ck (None if it cannot
     be: int8-full without the stored calibration inputs). CliError when ck (named model_name) is not
     the model the project was exported from."""
+    from mcutrain.exporter.tflite_import import QUANT_KEY
+
     cal = None
-    if meta.get("quant") == "int8-full":
+    if meta.get("quant") == "int8-full" and QUANT_KEY not in ck.metadata:  # an imported model keeps its ranges
         p = Path(project) / CALIBRATION
         if not p.is_file():
             return None

@@ -45,6 +45,7 @@ from .common import CliError, OutputPath, check_output, example, note, write_out
 mcutrain import net.onnx -o model.mct             # PyTorch (torch.onnx.export) or any ONNX opset 13+
 mcutrain import kws.onnx --features kws --labels yes,no,up,down -o kws.mct   # a network on 49x10 MFCCs
 mcutrain import net.keras -o model.mct            # a Keras 3 Sequential model
+mcutrain import net.tflite -o model.mct           # an int8 TFLite CNN (TFLiteConverter, full integer)
 mcutrain import mlp.joblib --trust-pickle -o model.mct   # a fitted scikit-learn MLPClassifier/MLPRegressor
 mcutrain train --resume model.mct --data more.csv --classify --steps 2000   # fine-tune it""")
 def import_cmd(
@@ -57,7 +58,8 @@ def import_cmd(
     force: bool,
 ) -> None:
     """Import a model from another framework as an mcutrain model file: ONNX (.onnx, opset 13+), Keras 3
-    (.keras, a Sequential of Dense and activations) or a scikit-learn MLP saved with pickle or joblib (.pkl,
+    (.keras, a Sequential of Dense and activations), a full-integer int8 TensorFlow Lite file (.tflite; it keeps
+    its quantization, which export --quant int8-full uses) or a scikit-learn MLP saved with pickle or joblib (.pkl,
     .pickle, .joblib; needs --trust-pickle, because unpickling runs code from the file).
 
     The network keeps the source's weights and predicts what the source predicts (within float32

@@ -146,11 +146,16 @@ def model_samples(ck: Checkpoint, n: int) -> Optional[Tuple[np.ndarray, np.ndarr
     return x, y
 
 
-def calibration_inputs(ck: Checkpoint, path: Optional[str], x_eval: Optional[np.ndarray]) -> np.ndarray:
+def calibration_inputs(ck: Checkpoint, path: Optional[str], x_eval: Optional[np.ndarray]) -> Optional[np.ndarray]:
     """Inputs that set the int8 ranges: --calibration FILE (laid out like the training data, target
-    columns allowed), else the model's training data, else the evaluation inputs (if any)."""
+    columns allowed), else None for an imported int8 model that keeps its own ranges, else the model's training
+    data, else the evaluation inputs (if any)."""
     n_in = ck.net.n_in
     assert n_in is not None
+    from mcutrain.exporter.tflite_import import QUANT_KEY
+
+    if path is None and QUANT_KEY in ck.metadata:
+        return None  # an imported int8 model (e.g. a .tflite) keeps its own ranges
     stored = (ck.metadata.get("train") or {}).get("data") or {}
     if path:
         return load_inputs(path, n_in, layout=DataSettings.from_dict(stored))

@@ -28,6 +28,7 @@ from ..errors import McuTrainError
 from .boards import Board
 from .device_model import DeviceModel
 from .quantize import QUANT_MODES, QuantError, full_integer_layers, pad4, quantize_weights
+from .tflite_import import QUANT_KEY
 
 TRAINABLE_HELP = "all, none, last:N (the last N layers with parameters) or biases"
 SAVE_MODES = ("params", "all")  # what a device save keeps: the parameters only, or the optimizer state too
@@ -224,6 +225,26 @@ def _input_steps(
     return full, {id(d) for d in front}, f"standardisation applied by the firmware ({2 * n * len(steps)} floats of RAM)"
 
 
+def _imported_quant(
+    ck: Checkpoint, layers: List[LayerDesc], old_index: List[int]
+) -> Optional[List[Optional[Dict[str, Any]]]]:
+    """The imported model's own int8 quantization (metadata QUANT_KEY, one record per host layer, see
+    tflite_import) for each device layer, or None for a model without one."""
+    meta = ck.metadata.get(QUANT_KEY)
+    if not isinstance(meta, dict) or not isinstance(meta.get("layers"), list):
+        return None
+    recs, host = meta["layers"], ck.net.program.layers
+    if len(recs) != len(host):
+        raise DeviceSpecError(
+            f"the model's imported quantization has {len(recs)} layers but its network {len(host)}: import it again"
+        )
+    out: List[Optional[Dict[str, Any]]] = []
+    for i, d in enumerate(layers):
+        o = old_index[i] if i < len(old_index) else -1
+        out.append(recs[o] if 0 <= o < len(host) and host[o].op == d.op and isinstance(recs[o], dict) else None)
+    return out
+
+
 def build_device_model(
     ck: Checkpoint,
     trainable: str = "all",
@@ -247,7 +268,7 @@ def build_device_model(
         raise DeviceSpecError(f"--save must be one of {', '.join(SAVE_MODES)}; got {save!r}")
     if quant not in QUANT_MODES:
         raise DeviceSpecError(f"--quant must be one of {', '.join(QUANT_MODES)}; got {quant!r}")
-    if quant == "int8-full" and calibration is None:
+    if quant == "int8-full" and calibration is None and QUANT_KEY not in ck.metadata:
         raise DeviceSpecError(
             "--quant int8-full needs calibration inputs: sample inputs of the network "
             f"(shape (n, {ck.net.program.n_in})) that set the int8 ranges of the activations; "
@@ -277,7 +298,9 @@ def build_device_model(
     if quant == "int8-full":
         assert baseline is not None
         try:
-            layers, qblobs = full_integer_layers(layers, full, baseline.program, baseline.params, calibration)
+            layers, qblobs = full_integer_layers(
+                layers, full, baseline.program, baseline.params, calibration, _imported_quant(ck, layers, old_index)
+            )
         except QuantError as e:
             raise DeviceSpecError(str(e)) from None
     # parameters: trainable layers and small frozen ones in RAM, frozen Dense/Linear in the blob

@@ -251,7 +251,9 @@ def _export_locked(
                 },
                 "quant_report": report.to_dict() if report else None,
                 "calibration_samples": (
-                    int(np.asarray(calibration).reshape(-1, m.program.n_in).shape[0]) if quant == "int8-full" else None
+                    int(np.asarray(calibration).reshape(-1, m.program.n_in).shape[0])
+                    if quant == "int8-full" and calibration is not None
+                    else None  # f32, int8, or an imported model's own int8 ranges
                 ),
                 "source": source,
                 "architecture": ck.net.architecture(),

@@ -29,7 +29,7 @@ MAX_WIDTH = 65535  # the largest layer size mcutrain builds (layers._check_size)
 MAX_LAYERS = 4096
 
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib")
-SUFFIXES = (".onnx", ".keras") + PICKLE_SUFFIXES
+SUFFIXES = (".onnx", ".keras", ".tflite") + PICKLE_SUFFIXES
 
 
 def check_width(n: Any, where: str) -> int:

@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mcutrain.corefacts import RESIDUAL_OPS, WRITES_I8, Act, LossKind, Op, Storage, layer_size_of
+from mcutrain.corefacts import QSHIFT_TFLITE, RESIDUAL_OPS, WRITES_I8, Act, LossKind, Op, Storage, layer_size_of
 from mcutrain.inputsteps import host_forward
 from mcutrain.losses import Loss
 from mcutrain.modelfile import Checkpoint
@@ -60,12 +60,17 @@ class QuantError(McuTrainError, ValueError):
 # ----------------------------------------------------------------------------- weights
 
 
-def quantize_weights(w: np.ndarray, n_in: int, n_out: int) -> Tuple[np.ndarray, np.ndarray]:
+def quantize_weights(
+    w: np.ndarray, n_in: int, n_out: int, scale: Optional[np.ndarray] = None
+) -> Tuple[np.ndarray, np.ndarray]:
     """Symmetric per-output-channel int8 weights of a Dense W [n_in][n_out]: (q int8 [n_in][n_out], scale f32
-    [n_out]) with W ~= q * scale, scale = max|W[:, o]| / 127 (1 for an all-zero column), q in [-127, 127]."""
+    [n_out]) with W ~= q * scale, scale = max|W[:, o]| / 127 (1 for an all-zero column) unless given (an imported
+    model's own scales), q in [-127, 127]."""
     wi = np.asarray(w, np.float32).reshape(n_in, n_out)
-    amax = np.abs(wi).max(axis=0)
-    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    if scale is None:
+        amax = np.abs(wi).max(axis=0)
+        scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    scale = np.asarray(scale, np.float32).reshape(n_out)
     q = np.clip(np.rint(wi / scale), -127, 127).astype(np.int8)
     return q, scale
 
@@ -137,6 +142,21 @@ def requant_multiplier(real: float) -> Tuple[int, int]:
     return mult, shift
 
 
+def tflite_multiplier(real: float) -> Tuple[int, int]:
+    """(mult, shift word) of a real multiplier as TensorFlow Lite computes it (QuantizeMultiplier: frexp, the
+    mantissa times 2^31 rounded half away from zero), the shift word n = 31 - TFLite's shift flagged with
+    QSHIFT_TFLITE so the core rounds as TensorFlow Lite Micro does (see MCT_OP_QDENSE in mct.h)."""
+    if not real > 0 or not math.isfinite(real):
+        return 0, 31 | QSHIFT_TFLITE
+    f, e = math.frexp(real)
+    mult = int(math.floor(f * 2**31 + 0.5))
+    if mult == 2**31:
+        mult, e = 2**30, e + 1
+    if e < -31:
+        return 0, 31 | QSHIFT_TFLITE  # TFLite's multiplier 0: every output is the zero point
+    return mult, max(1, 31 - e) | QSHIFT_TFLITE
+
+
 def pad4(b: bytes) -> bytes:
     """b with zero bytes up to a multiple of 4 (the const blob holds little-endian words)."""
     return b + b"\0" * (-len(b) % 4)
@@ -175,11 +195,19 @@ class QDenseConsts:
 
 
 def qdense_consts(
-    w: np.ndarray, b: Optional[np.ndarray], n_in: int, n_out: int, qin: QParams, qout: QParams
+    w: np.ndarray,
+    b: Optional[np.ndarray],
+    n_in: int,
+    n_out: int,
+    qin: QParams,
+    qout: QParams,
+    w_scale: Optional[np.ndarray] = None,
+    tflite: bool = False,
 ) -> QDenseConsts:
     """Integer form of y = x W (+ b) between the input quantization qin and the output quantization qout (the input
-    zero point folded into the bias, see MCT_OP_QDENSE)."""
-    q, sw = quantize_weights(w, n_in, n_out)
+    zero point folded into the bias, see MCT_OP_QDENSE); w_scale: the weights' scales (default: quantize_weights');
+    tflite: requantize as TensorFlow Lite Micro (tflite_multiplier)."""
+    q, sw = quantize_weights(w, n_in, n_out, w_scale)
     sx, sy = float(qin.scale), float(qout.scale)
     acc_scale = sx * sw.astype(np.float64)
     bias = np.zeros(n_out, np.float64)
@@ -190,7 +218,7 @@ def qdense_consts(
     # bias below 2^53; a larger bias saturates either way.
     bias = bias - float(qin.zero_point) * q.astype(np.float64).sum(axis=0)
     bias = np.clip(bias, -INT32_MAX, INT32_MAX).astype(np.int64)
-    ms = [requant_multiplier(float(a) / sy) for a in acc_scale]
+    ms = [(tflite_multiplier if tflite else requant_multiplier)(float(a) / sy) for a in acc_scale]
     return QDenseConsts(
         qin.zero_point,
         qout.zero_point,
@@ -201,21 +229,29 @@ def qdense_consts(
     )
 
 
-def qconv_consts(d: LayerDesc, params: np.ndarray, qin: QParams, qout: QParams) -> QDenseConsts:
+def qconv_consts(
+    d: LayerDesc,
+    params: np.ndarray,
+    qin: QParams,
+    qout: QParams,
+    w_scale: Optional[np.ndarray] = None,
+    tflite: bool = False,
+) -> QDenseConsts:
     """Integer constants of a Conv2d or depthwise Conv2d layer d (its f32 parameters W [kh][kw][c_in][c_out] or
     [kh][kw][c_out], then b [c_out] if kind 1) between qin and qout, as MCT_OP_QCONV2D / MCT_OP_QDWCONV2D take them:
     weights symmetric per output channel, laid out [c_out][kh][kw][c_in] (QCONV2D) or [kh][kw][c_out] (QDWCONV2D),
-    and the bias at scale sx * sw[o] without the input zero point (the kernel subtracts it per tap)."""
+    and the bias at scale sx * sw[o] without the input zero point (the kernel subtracts it per tap); w_scale: the
+    weights' scales (default: quantize_weights'); tflite: requantize as TensorFlow Lite Micro (tflite_multiplier)."""
     g = d.geometry
     co = int(g["c_out"])
     taps = int(g["kh"]) * int(g["kw"]) * (int(g["c_in"]) if d.op == Op.CONV2D else 1)
     w = params[d.p_off : d.p_off + taps * co]
-    q, sw = quantize_weights(w, taps, co)
+    q, sw = quantize_weights(w, taps, co, w_scale)
     acc_scale = float(qin.scale) * sw.astype(np.float64)
     bias = np.zeros(co, np.float64)
     if d.kind == 1:
         bias = np.rint(np.asarray(params[d.p_off + taps * co : d.p_off + taps * co + co], np.float64) / acc_scale)
-    ms = [requant_multiplier(float(a) / float(qout.scale)) for a in acc_scale]
+    ms = [(tflite_multiplier if tflite else requant_multiplier)(float(a) / float(qout.scale)) for a in acc_scale]
     return QDenseConsts(
         qin.zero_point,
         qout.zero_point,
@@ -362,11 +398,19 @@ def calibrate(
 
 
 def full_integer_layers(
-    layers: List[LayerDesc], host_params: np.ndarray, f32_program: Program, f32_params: np.ndarray, calibration: Any
+    layers: List[LayerDesc],
+    host_params: np.ndarray,
+    f32_program: Program,
+    f32_params: np.ndarray,
+    calibration: Any,
+    fixed: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
 ) -> Tuple[List[LayerDesc], Dict[int, bytes]]:
     """Replace each convertible run of `layers` (trainable flags set, p_off still into host_params) by
     QUANT -> QDENSE/QLUT ... -> DEQUANT; returns the new list and the const blob bytes of each new op,
     keyed by id(layer). f32_program/f32_params: the same layers as an f32 table (for calibration).
+    fixed: an imported model's own quantization, one record or None per layer ({"in": [scale, zp], "out": [scale,
+    zp], "w_scale": [...], "rounding": "tflite"}, see tflite_import): a run whose layers all have one uses it and
+    needs no calibration.
     Residual partners (k) are re-pointed at the new indices."""
     runs = convertible_runs(layers)
     if not runs:
@@ -377,8 +421,28 @@ def full_integer_layers(
         )
     if len(f32_program.layers) != len(layers) or any(a.op != b.op for a, b in zip(f32_program.layers, layers)):
         raise AssertionError("internal: the f32 calibration table does not match the device layers")
-    x = as_calibration(calibration, f32_program.n_in)
-    ranges = calibrate(f32_program, f32_params, x)
+    recs = list(fixed) if fixed is not None else [None] * len(layers)
+    if len(recs) != len(layers):
+        raise AssertionError("internal: the imported quantization does not match the device layers")
+    covered = all(recs[j] is not None for a, b in runs for j in range(a, b))
+    ranges = [] if covered else calibrate(f32_program, f32_params, as_calibration(calibration, f32_program.n_in))
+
+    def qin_of(j: int) -> QParams:
+        r = recs[j]
+        return QParams(float(np.float32(r["in"][0])), int(r["in"][1])) if r else QParams.from_range(*ranges[j][0])
+
+    def qout_of(j: int) -> QParams:
+        r = recs[j]
+        return QParams(float(np.float32(r["out"][0])), int(r["out"][1])) if r else QParams.from_range(*ranges[j][1])
+
+    def w_scale(j: int) -> Optional[np.ndarray]:
+        r = recs[j]
+        return np.asarray(r["w_scale"], np.float32) if r and r.get("w_scale") is not None else None
+
+    def tfl(j: int) -> bool:
+        r = recs[j]
+        return bool(r and r.get("rounding") == "tflite")
+
     partner = {id(d): layers[d.k] for d in layers if d.op in RESIDUAL_OPS}
     out: List[LayerDesc] = []
     blobs: Dict[int, bytes] = {}
@@ -415,29 +479,29 @@ def full_integer_layers(
             i += 1
             continue
         a, b = i, starts[i]
-        qcur = QParams.from_range(*ranges[a][0])
+        qcur = qin_of(a)
         q_op(Op.QUANT, layers[a].n_in, layers[a].n_in, quant_blob(qcur), f"quantize input of {layers[a].name}")
         j = a
         while j < b:
             d = layers[j]
-            qnext = qcur if d.op in POOL_OPS else QParams.from_range(*ranges[j][1])
+            qnext = qcur if d.op in POOL_OPS else qout_of(j)
             if d.op in POOL_OPS:
                 q_op(FULL_INTEGER_OPS[d.op], d.n_in, d.n_out, b"", f"{d.name} (int8)", geometry=d.geometry)
             elif d.op in (Op.CONV2D, Op.DWCONV2D):
-                name = f"{d.name} (int8)"
+                name, jc = f"{d.name} (int8)", j
                 if j + 1 < b and layers[j + 1].op == Op.ACT and layers[j + 1].kind in FUSED_ACTS:
                     # a ReLU / ReLU6 after the convolution is fused, as TFLite fuses it: the output takes the
                     # activation's range (0 is the zero point, code -128), so saturating to int8 clamps at 0
                     j += 1
-                    qnext = QParams.from_range(*ranges[j][1])
+                    qnext = qout_of(j)
                     name = f"{d.name} + {layers[j].name} (int8)"
-                c = qconv_consts(d, host_params, qcur, qnext)
+                c = qconv_consts(d, host_params, qcur, qnext, w_scale(jc), tfl(jc))
                 q_op(FULL_INTEGER_OPS[d.op], d.n_in, d.n_out, c.blob(), name, geometry=d.geometry)
             elif d.op == Op.DENSE:
                 io = d.n_in * d.n_out
                 w = host_params[d.p_off : d.p_off + io]
                 bias = host_params[d.p_off + io : d.p_off + io + d.n_out] if d.kind == 1 else None
-                c = qdense_consts(w, bias, d.n_in, d.n_out, qcur, qnext)
+                c = qdense_consts(w, bias, d.n_in, d.n_out, qcur, qnext, w_scale(j), tfl(j))
                 q_op(Op.QDENSE, d.n_in, d.n_out, c.blob(), f"{d.name} (int8)")
             else:
                 t = qlut_table(d.kind, d.alpha, qcur, qnext)
@@ -584,6 +648,7 @@ __all__ = [
     "QParams",
     "quantize_like_core",
     "requant_multiplier",
+    "tflite_multiplier",
     "qdense_consts",
     "qconv_consts",
     "QDenseConsts",

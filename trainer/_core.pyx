@@ -46,6 +46,7 @@ cdef extern from "mct.h" nogil:
     enum: MCT_OK, MCT_E_NONFINITE, MCT_E_NONFINITE_GRAD, MCT_E_NONFINITE_INPUT, MCT_E_NONFINITE_STATE
     enum: MCT_SAVE_MAGIC, MCT_SAVE_HEADER
     enum: MCT_I8_WEIGHTS_BIT
+    enum: MCT_QSHIFT_TFLITE
     ctypedef struct mct_layer_size:
         uint32_t params, aux, out, scratch
         uint64_t consts
@@ -258,6 +259,11 @@ def save_layout():
 def i8_weights_bit():
     """The MCT_OPS_MASK bit that compiles in int8-weight (MCT_STORE_I8) layers."""
     return MCT_I8_WEIGHTS_BIT
+
+
+def qshift_tflite():
+    """The flag of a shift word that requantizes as TensorFlow Lite Micro (MCT_QSHIFT_TFLITE)."""
+    return MCT_QSHIFT_TFLITE
 
 
 def save_slot_bytes(uint32_t n_params, uint32_t slots):

@@ -199,6 +199,7 @@ def i8_floats(n: int) -> int:
 
 SAVE_MAGIC, SAVE_HEADER = (int(v) for v in _core.save_layout())
 I8_WEIGHTS_BIT = int(_core.i8_weights_bit())  # the MCT_OPS_MASK bit of int8-weight const layers
+QSHIFT_TFLITE = int(_core.qshift_tflite())  # a shift word's flag: requantize as TensorFlow Lite Micro
 
 
 def save_slot_bytes(n_params: int, slots: int) -> int:

@@ -320,10 +320,43 @@ static uint32_t requantize_low(uint32_t ma, uint32_t mm, uint32_t n) {
  * pieces: the 64-bit product from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves
  * (there a 64-bit multiply or shift is a slow library call); elsewhere in uint64. Both are exact, so every target
  * gets the same integer. Inlined where SMLAD is (its callers are the hot loops there). */
+/* TensorFlow Lite Micro's MultiplyByQuantizedMultiplier (gemmlowp's SaturatingRoundingDoublingHighMul, then
+ * RoundingDivideByPOT) for a shift n in [1, 62], i.e. TFLite's shift 31 - n: two roundings, the first half up and
+ * the second ties away from zero; the left shift saturates to int32, the result to +-2^30 (as requantize). Floor
+ * division by a power of two is done on magnitudes (no shift of a negative number). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static int32_t requantize_tflite(int32_t a, int32_t mult, int32_t shift) {
+    int32_t n = shift < 1 ? 1 : (shift > 62 ? 62 : shift);
+    int64_t x = a, h, q;
+    uint32_t right = n > 31 ? (uint32_t)(n - 31) : 0u;
+    if (n < 31) {
+        x *= (int64_t)1 << (31 - n);
+        x = x > INT32_MAX ? INT32_MAX : (x < INT32_MIN ? INT32_MIN : x);
+    }
+    if (x == INT32_MIN && mult == INT32_MIN) {
+        h = INT32_MAX;
+    } else {
+        int64_t p = x * (int64_t)mult;
+        h = (p + (p >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30)))) / ((int64_t)1 << 31);
+    }
+    if (right > 0u) {
+        int64_t mask = ((int64_t)1 << right) - 1;
+        int64_t fl = h >= 0 ? h / ((int64_t)1 << right) : -((-h + mask) / ((int64_t)1 << right));
+        int64_t rem = h - fl * ((int64_t)1 << right);
+        q = fl + (rem > (mask >> 1) + (h < 0 ? 1 : 0));
+    } else {
+        q = h;
+    }
+    return (int32_t)(q > 0x40000000 ? 0x40000000 : (q < -0x40000000 ? -0x40000000 : q));
+}
+
 #if QDOT_DSP
 MCT_INLINE
 #endif
 static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
+    if (shift > 0 && (shift & MCT_QSHIFT_TFLITE)) return requantize_tflite(a, mult, shift & 0xff);
     uint32_t n = shift < 1 ? 1u : (shift > 62 ? 62u : (uint32_t)shift);
     uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
     uint32_t r;

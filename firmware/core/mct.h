@@ -73,6 +73,8 @@ enum mct_format { MCT_FORMAT_LIST(MCT_FORMAT_ENUM) MCT_FORMAT_END_ };
 #endif
 /* The MCT_OPS_MASK bit of int8-weight (MCT_STORE_I8) const layers (the ops stay below it). */
 #define MCT_I8_WEIGHTS_BIT 31
+/* A flag in a QDENSE / QCONV2D / QDWCONV2D shift word: requantize as TensorFlow Lite Micro (see MCT_OP_QDENSE). */
+#define MCT_QSHIFT_TFLITE 0x40000000
 /* Is layer op (or activation kind) compiled in? A constant for constant arguments. */
 #define MCT_WITH_OP(op) ((((uint32_t)(MCT_OPS_MASK)) >> (op)) & 1u)
 #define MCT_WITH_ACT(kind) ((((uint32_t)(MCT_ACTS_MASK)) >> (kind)) & 1u)
@@ -153,6 +155,11 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
  *                   not read it. The exporter makes the weights symmetric per output (zero point 0),
  *                   bias = round(b / (sx * sw[o])) - zx * sum_i W[o][i] (saturated to +-(2^31 - 1)) and
  *                   mult[o] / 2^shift[o] = sx * sw[o] / sy with mult in [2^30, 2^31).
+ *                   A positive shift word with MCT_QSHIFT_TFLITE set (an imported .tflite) rounds as TensorFlow Lite
+ *                   Micro's MultiplyByQuantizedMultiplier instead (its low 8 bits are the shift n, clamped to
+ *                   [1, 62]): h = (acc * 2^max(31 - n, 0) * mult + (2^30 or 1 - 2^30 by the product's sign)) / 2^31
+ *                   in int64, truncated (the left shift saturated to int32), then round(h / 2^max(n - 31, 0))
+ *                   ties away from zero: two roundings, bit for bit as TFLM's reference kernels.
  *   MCT_OP_QLUT     int8 -> int8 elementwise table: y = T[x + 128]; kind = the activation it stands for
  *                   (informational). Blob: int8 T[256] (256 bytes).
  *   MCT_OP_QCONV2D  int8 -> int8 Conv2d, kind 0, the geometry of MCT_OP_CONV2D ("Spatial ops" below; padding taps

@@ -1336,6 +1336,81 @@ static void test_qdense_at_the_limits(void) {
     free(arena);
 }
 
+/* gemmlowp's RoundingDivideByPOT of v by 2^k, worked out here with a floor division and the remainder. */
+static int64_t tfl_rdbpot(int64_t v, int k) {
+    if (k == 0) return v;
+    int64_t d = (int64_t)1 << k, fl = v / d;
+    if (v % d != 0 && v < 0) fl -= 1;
+    int64_t rem = v - fl * d, thr = (d - 1) / 2 + (v < 0 ? 1 : 0);
+    return fl + (rem > thr ? 1 : 0);
+}
+
+/* QDENSE whose shift words carry MCT_QSHIFT_TFLITE (an imported .tflite), with limit biases, multipliers
+ * (-2^31, 2^31 - 1, -1, 0, 2^30) and shifts 1, 30, 31, 32, 33, 62 (TFLite's 30 .. -31), over extreme codes: no
+ * undefined behaviour (UBSan) and every output TFLite Micro's MultiplyByQuantizedMultiplier as mct.h documents
+ * it (left shift saturated, SaturatingRoundingDoublingHighMul, RoundingDivideByPOT), worked out here in int64. */
+static void test_qdense_tflite_rounding_at_the_limits(void) {
+    enum { N = 9, O = 30 };
+    static const int32_t bias[5] = {INT32_MAX, INT32_MIN, -INT32_MAX, 0, 12345};
+    static const int32_t mult[5] = {INT32_MIN, INT32_MAX, -1, 0, 1 << 30};
+    static const int32_t shift[6] = {1, 30, 31, 32, 33, 62};
+    static uint32_t words[(8 + 8 + 12 * O + ((N * O + 3) & ~3) + 8) / 4];
+    uint8_t *c = (uint8_t *)words;
+    memset(words, 0, sizeof words);
+    put_f32(c, 1.0f); put_i32(c + 4, 0);
+    uint8_t *q = c + 8;
+    put_i32(q, 0); put_i32(q + 4, 5);
+    int8_t w[O][N];
+    rng_seed(7);
+    for (int o = 0; o < O; o++) {
+        put_i32(q + 8 + 4 * o, bias[o % 5]);
+        put_i32(q + 8 + 4 * (O + o), mult[(o / 6) % 5]);
+        put_i32(q + 8 + 4 * (2 * O + o), shift[o % 6] | MCT_QSHIFT_TFLITE);
+        for (int i = 0; i < N; i++) w[o][i] = (int8_t)(i == o % N ? -128 : (int)rng_uniform(-128.0f, 128.0f));
+    }
+    memcpy(q + 8 + 12 * O, w, sizeof w);
+    uint32_t dq = 8u + 8u + 12u * O + ((N * O + 3u) & ~3u);
+    put_f32(c + dq, 1.0f); put_i32(c + dq + 4, 0);
+    netb b;
+    nb_init(&b, N);
+    nb_add_q(&b, MCT_OP_QUANT, N, 0);
+    nb_add_q(&b, MCT_OP_QDENSE, O, 8);
+    nb_add_q(&b, MCT_OP_DEQUANT, O, dq);
+    const mct_net *net = nb_finish(&b);
+    b.net.cdata = c;
+    b.net.cdata_size = (uint32_t)sizeof words;
+    CHECK(mct_net_check(net) == MCT_OK);
+    const uint32_t nb = 3;
+    float x[3 * N] = {-128, 127, -128, 127, -128, 127, -128, 127, -128,
+                      127, 127, 127, 127, 127, 127, 127, 127, 127};
+    for (int i = 2 * N; i < 3 * N; i++) x[i] = (float)(int)rng_uniform(-128.0f, 128.0f);
+    float *arena = falloc((size_t)net->arena * nb);
+    mct_forward(net, NULL, x, arena, nb);
+    const int8_t *got = (const int8_t *)(arena + (size_t)b.L[1].out_off * nb);
+    for (uint32_t s = 0; s < nb; s++)
+        for (int o = 0; o < O; o++) {
+            int64_t acc = bias[o % 5];
+            for (int i = 0; i < N; i++) acc += (int64_t)x[s * N + i] * w[o][i];
+            acc = acc > INT32_MAX ? INT32_MAX : (acc < -INT32_MAX ? -INT32_MAX : acc);
+            int n = shift[o % 6], m = mult[(o / 6) % 5];
+            int64_t v = n < 31 ? acc * ((int64_t)1 << (31 - n)) : acc;
+            v = v > INT32_MAX ? INT32_MAX : (v < INT32_MIN ? INT32_MIN : v);
+            int64_t h;
+            if (v == INT32_MIN && m == INT32_MIN) {
+                h = INT32_MAX;
+            } else {
+                int64_t p = v * m, nudge = p >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30);
+                h = (p + nudge) / ((int64_t)1 << 31);           /* C99 division truncates, as gemmlowp's */
+            }
+            int64_t r = tfl_rdbpot(h, n > 31 ? n - 31 : 0);
+            r = (r > (1 << 30) ? (1 << 30) : (r < -(1 << 30) ? -(1 << 30) : r)) + 5;
+            int want = r < -128 ? -128 : (r > 127 ? 127 : (int)r);
+            CHECKF(got[(size_t)s * 4 * ((O + 3) / 4) + o] == want,
+                   "tflite sample %u output %d: %d want %d", s, o, got[(size_t)s * 4 * ((O + 3) / 4) + o], want);
+        }
+    free(arena);
+}
+
 /* ------------------------------------------------------------------------------------------------ */
 /* the op list (MCT_OP_LIST): every op dispatches, and its own sizes agree with the documented ones  */
 /* ------------------------------------------------------------------------------------------------ */
@@ -2031,6 +2106,7 @@ int main(void) {
     RUN(test_train_step_loss_is_batch_mean);
     RUN(test_quant_ops_by_hand);
     RUN(test_qdense_at_the_limits);
+    RUN(test_qdense_tflite_rounding_at_the_limits);
     RUN(test_op_list_dispatch);
     RUN(test_quant_rounding);
     RUN(test_net_check_quant_rules);
