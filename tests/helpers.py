@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from mcutrain import Sequential
+from mcutrain import Sequential, TrainParams
 from mcutrain import layers as L
 from mcutrain.modelfile import MAGIC
 
@@ -151,6 +151,20 @@ def own_pio_env(core: Path) -> Dict[str, str]:
         "PLATFORMIO_CORE_DIR": str(core),
         "PLATFORMIO_BUILD_CACHE_DIR": str(core.parent / f"{core.name}-build-cache"),
     }
+
+
+OPTIMIZER_KINDS = ["sgd", "momentum", "rmsprop", "rmsprop_momentum", "adam"]
+
+
+def optimizer_of_kind(net: Any, kind: str, tp: TrainParams) -> Any:
+    """A fresh optimizer of one of OPTIMIZER_KINDS for net (momentum and RMSProp's beta 0.9, Adam's defaults)."""
+    return {
+        "sgd": lambda: net.new_sgd(tp),
+        "momentum": lambda: net.new_momentum(tp, 0.9),
+        "rmsprop": lambda: net.new_rmsprop(tp, 0.9),
+        "rmsprop_momentum": lambda: net.new_rmsprop_with_momentum(tp, 0.9, 0.9),
+        "adam": lambda: net.new_adam(tp),
+    }[kind]()
 
 
 def load_bench(name: str) -> ModuleType:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import optimizer_of_kind
 from mcutrain import Sequential, TrainParams, losses, train_batch
 from mcutrain import layers as L
 from mcutrain.fold import fold_batchnorm, has_batchnorm
@@ -67,13 +68,7 @@ def test_training_step_on_batch_statistics_matches_pytorch(opt_name: str) -> Non
     y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 5)]
     p0 = net.params.astype(np.float64)
     tp = TrainParams(lr=0.05)
-    opt = {
-        "sgd": net.new_sgd,
-        "momentum": lambda t: net.new_momentum(t, 0.9),
-        "rmsprop": lambda t: net.new_rmsprop(t, 0.9),
-        "rmsprop_momentum": lambda t: net.new_rmsprop_with_momentum(t, 0.9, 0.9),
-        "adam": net.new_adam,
-    }[opt_name](tp)
+    opt = optimizer_of_kind(net, opt_name, tp)
     loss = train_batch(opt, net, losses.cross_entropy, x, y)
 
     p = torch.tensor(p0, requires_grad=True)

@@ -18,24 +18,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import OPTIMIZER_KINDS, optimizer_of_kind
 from mcutrain import Sequential, TrainingError, losses, train_batch
 from mcutrain import layers as L
 from mcutrain.modelfile import load_model, save_model
 from mcutrain.optim import TrainParams
 
-KINDS = ["sgd", "momentum", "rmsprop", "rmsprop_momentum", "adam"]
+KINDS = OPTIMIZER_KINDS
 
 
 def new_opt(net: Sequential, kind: str, lr: float) -> Any:
     """An optimizer of the given kind at learning rate lr."""
-    p = TrainParams(lr=lr)
-    return {
-        "sgd": lambda: net.new_sgd(p),
-        "momentum": lambda: net.new_momentum(p, 0.9),
-        "rmsprop": lambda: net.new_rmsprop(p, 0.9),
-        "rmsprop_momentum": lambda: net.new_rmsprop_with_momentum(p, 0.9, 0.9),
-        "adam": lambda: net.new_adam(p),
-    }[kind]()
+    return optimizer_of_kind(net, kind, TrainParams(lr=lr))
 
 
 def snapshot(net: Sequential, opt: Any) -> tuple:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import optimizer_of_kind
 from mcutrain import Residual, Sequential, ShapeError, TrainParams, load_model, losses, save_model, train_batch
 from mcutrain import layers as L
 from mcutrain.architecture import from_architecture
@@ -165,13 +166,7 @@ def test_a_training_step_of_a_resnet_matches_pytorch(opt_name: str) -> None:
     y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 5)]
     p0 = net.params.astype(np.float64)
     tp = TrainParams(lr=0.05)
-    opt = {
-        "sgd": net.new_sgd,
-        "momentum": lambda t: net.new_momentum(t, 0.9),
-        "rmsprop": lambda t: net.new_rmsprop(t, 0.9),
-        "rmsprop_momentum": lambda t: net.new_rmsprop_with_momentum(t, 0.9, 0.9),
-        "adam": net.new_adam,
-    }[opt_name](tp)
+    opt = optimizer_of_kind(net, opt_name, tp)
     loss = train_batch(opt, net, losses.cross_entropy, x, y)
 
     p = torch.tensor(p0, requires_grad=True)
