@@ -322,12 +322,17 @@ FUSED_ACTS = (Act.RELU, Act.RELU6)  # activations an int8 convolution's saturati
 def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
     """Maximal runs [a, b) of frozen Dense/Linear, Conv2d, depthwise Conv2d, pooling and elementwise activation
     layers before the first trainable layer that contain at least one layer with weights (trainable flags must be
-    set)."""
+    set); layers inside residual blocks are left out (they stay f32)."""
     first = next((i for i, d in enumerate(layers) if d.trainable), len(layers))
     runs: List[Tuple[int, int]] = []
     a = None
+    depth = 0  # residual blocks open at layer i: their layers stay f32 (there is no int8 residual add yet)
     for i in range(first + 1):
-        ok = i < first and layers[i].op in FULL_INTEGER_OPS and layers[i].storage == Storage.RAM
+        if i < first and layers[i].op == Op.RES_BEGIN:
+            depth += 1
+        ok = i < first and depth == 0 and layers[i].op in FULL_INTEGER_OPS and layers[i].storage == Storage.RAM
+        if i < first and layers[i].op == Op.RES_END:
+            depth -= 1
         if ok and a is None:
             a = i
         elif not ok and a is not None:
@@ -367,6 +372,8 @@ def own_regions(program: Program) -> Program:
         d.in_off = cur
         if d.op == Op.RES_BEGIN:
             d.out_off = cur
+        elif d.op == Op.RES_SHORTCUT:
+            d.out_off = layers[d.k].out_off  # the block's input again, where the shortcut body starts
         else:
             d.out_off = top
             top += size.out

@@ -310,3 +310,29 @@ def test_frozen_int8_ds_cnn_trains_its_f32_last_layer_on_the_nucleo_f401re(tmp_p
     print(f"\nDS-CNN int8-full, last:1 on nucleo_f401re: plan {real.ram:,} B RAM ({real.ram_left:,} B left), "
           f"measured {rep['ram_static']:,} B static + {rep['stack_peak']:,} B stack = {used:,} B; "
           f"PREDICT {rep['predict']:,.0f}, TRAIN {rep['train']:,.0f} instructions")  # fmt: skip
+
+
+@pytest.mark.parametrize("shortcut", [False, True], ids=["identity", "projection"])
+def test_int8_full_leaves_residual_blocks_in_f32_and_runs_bit_for_bit(shortcut: bool, tmp_path: Path) -> None:
+    """There is no int8 residual add yet: `--quant int8-full` converts the frozen layers around a residual block
+    (identity, or with a 1x1 projection shortcut) and leaves the block's own layers f32 between a DEQUANT and a
+    QUANT. The device model stays near the f32 network, and the nucleo_f401re (QEMU) predicts its bits."""
+    from mcutrain import Residual
+
+    kw = {"shortcut": [L.Conv2d(4, 4, 1)]} if shortcut else {}
+    block = Residual(L.Conv2d(4, 4, 3, padding="same"), L.Relu(), **kw)
+    layers = [L.Conv2d(1, 4, 3, padding="same"), L.Relu(), block, L.Relu(), L.GlobalAvgPool2d(), L.Linear(4, 3)]
+    net = Sequential(*layers, L.Softmax(), input_shape=(6, 6, 1)).rand_params(seed=0)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
+    x = np.random.default_rng(0).normal(size=(64, net.n_in)).astype(np.float32)
+    r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8-full", trainable="none", sim=True,
+                       calibration=x)  # fmt: skip
+    ops = [d.op.name for d in r.model.program.layers]
+    inside = ops[ops.index("RES_BEGIN") : ops.index("RES_END") + 1]
+    assert ops[: ops.index("RES_BEGIN")] == ["QUANT", "QCONV2D", "DEQUANT"], ops
+    assert all(not op.startswith("Q") for op in inside) and ("RES_SHORTCUT" in inside) == shortcut, ops
+    assert ops[ops.index("RES_END") + 1] == "QUANT" and "QDENSE" in ops, ops
+    twin = DeviceTwin(r.model)
+    assert np.abs(twin.predict(x) - net.forward(x)).max() < 0.02
+    with sim.start(r.path, r.board) as s:
+        assert_same_bits(s.device.predict(x[:12]), twin.predict(x[:12]), "PREDICT of the mixed int8/f32 ResNet block")
