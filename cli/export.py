@@ -228,7 +228,13 @@ def export(
         note(f"note: exporting {model} as the device it came from runs it ({' '.join(taken)}); give others to change")
     loss = model_loss(ck, loss_name)
     eval_data = model_samples(ck, 1000) if quant != "f32" else None
-    cal = calibration_inputs(ck, calibration, eval_data[0] if eval_data else None) if quant == "int8-full" else None
+    if quant == "int8-full":
+        cal = calibration_inputs(ck, calibration, eval_data[0] if eval_data else None)
+    else:  # the model's own training data, if it records any: the advice of a model that does not fit tries int8-full
+        try:
+            cal = calibration_inputs(ck, calibration, None)
+        except CliError:
+            cal = None
     res = export_project(
         model,
         b.name,

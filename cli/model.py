@@ -191,7 +191,8 @@ def device_model(
 
 TRAINABLE_HELP = (
     "Layers that keep training (f32, in RAM) on the device: all, none, last:N or biases. Only frozen "
-    "layers are quantized, so --quant needs some: with 'all' it changes nothing."
+    "layers are quantized, so --quant needs some: with 'all' it changes nothing. With --quant int8-full, "
+    "biases trains the last layer's biases only, over a full-integer body."
 )
 TRAINABLE_DEFAULT = " [default: as the model was exported, for a model pulled from a device; else all]"
 

@@ -2,8 +2,10 @@
 device's RAM parameters map back to the host network's.
 
 Trainable modes: 'all'; 'none' (the device only predicts); 'last:N' (the last N layers that have
-parameters); 'biases' (every Linear splits into a frozen Dense and a trainable bias, Bias1d layers
-train, all other parameters are frozen). Frozen Dense/Linear layers are stored in the const blob
+parameters); 'biases' (every Linear and convolution with a bias splits into its frozen weights and a
+trainable bias, Bias1d layers train, all other parameters are frozen; with quant='int8-full' only the last
+layer with parameters splits, so the whole body before its bias runs in integers: the cheap head-only
+transfer learning that fits a CNN on an Uno). Frozen Dense/Linear layers are stored in the const blob
 (flash), as f32 or, with quant='int8', as int8 weights with a scale per output; with
 quant='int8-full' the frozen Dense/Linear layers and activations before the first trainable layer
 run in integers (QUANT/QDENSE/QLUT/DEQUANT, calibrated on sample inputs; see mcutrain.exporter.quantize).
@@ -72,6 +74,14 @@ def _split_biases(layers: List[LayerDesc]) -> List[LayerDesc]:
     return out
 
 
+def _head_index(layers: List[LayerDesc]) -> int:
+    """Index of the last layer with parameters (the head whose biases train over a full-integer body)."""
+    with_params = [i for i, d in enumerate(layers) if d.n_p]
+    if not with_params:
+        raise DeviceSpecError("--trainable biases: the network has no layer with parameters")
+    return with_params[-1]
+
+
 def trainable_flags(layers: List[LayerDesc], trainable: str) -> List[bool]:
     """Per-layer trainable flags for a trainable mode."""
     t = trainable.strip().lower()
@@ -100,11 +110,14 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
     Training on the device keeps what its backward pass reads: every region from the input of the first trainable
     layer with parameters on (mct_backward stops there). The outputs of the frozen layers before it are read once,
     by the next layer, so they take turns in two shared regions (without a residual block among them, whose end
-    reads its start's input again); a frozen backbone then needs the two largest of its activations, not all."""
+    reads its start's input again): the even layers' outputs in one, as wide as the largest of them, the odd
+    layers' in the other, which starts at the network's input (read only by layer 0, so layer 1 may overwrite it).
+    A frozen CNN backbone then needs its largest convolution output and its largest pooling output, not all."""
     stop = next((i for i, d in enumerate(layers) if d.trainable and d.n_p), len(layers))
     shared = max(stop - 1, 0) if not any(d.op in RESIDUAL_OPS for d in layers[:stop]) else 0
-    width = max([layer_size_of(d).out for d in layers[:shared]], default=0)  # layers 0 .. shared-1 take turns
-    top, cur = n_in + 2 * width, 0
+    width = [max([layer_size_of(d).out for d in layers[p:shared:2]], default=0) for p in (0, 1)]
+    even = max(n_in, width[1])  # where the even layers' region starts; the odd layers' starts at 0
+    top, cur = even + width[0], 0
     for i, d in enumerate(layers):
         size = layer_size_of(d)
         d.in_off = cur
@@ -113,7 +126,7 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
         elif d.op == Op.RES_SHORTCUT:
             d.out_off = layers[d.k].out_off  # the block's input again, where the shortcut body starts
         elif i < shared:
-            d.out_off = n_in + (i % 2) * width
+            d.out_off = even if i % 2 == 0 else 0
         else:
             d.out_off = top
             top += size.out
@@ -256,6 +269,7 @@ def build_device_model(
     calibration: Any = None,
     save: str = "all",
     fold_inputs: Optional[bool] = None,
+    biases_from: Optional[int] = None,
 ) -> DeviceModel:
     """The firmware's view of a checkpoint (see the module docstring). quant='int8-full' needs calibration:
     sample inputs (n, n_in) of the network. For the quantized modes the model's `baseline` is the f32
@@ -263,7 +277,9 @@ def build_device_model(
     one the device trains with (default: the model's, see device_optimizer); save: what a device save keeps
     ('all': parameters and optimizer slots, 'params': the parameters only). fold_inputs: fold the model's input
     standardisation into a frozen first Linear layer when it can (default: for f32 weights only; see
-    _input_steps)."""
+    _input_steps). biases_from: with trainable='biases', the biases of host layers from this index on train and
+    the layers before it stay frozen whole (default: every layer's; with int8-full, the last layer with
+    parameters', so the body before it runs in integers)."""
     if save not in SAVE_MODES:
         raise DeviceSpecError(f"--save must be one of {', '.join(SAVE_MODES)}; got {save!r}")
     if quant not in QUANT_MODES:
@@ -278,11 +294,18 @@ def build_device_model(
     host = net.program
     full = net.params
     mode = trainable.strip().lower()
-    layers = _split_biases(host.layers) if mode == "biases" else [replace(d) for d in host.layers]
+    if mode == "biases" and biases_from is None:  # over a full-integer body only the head's biases train
+        biases_from = _head_index(host.layers) if quant == "int8-full" else 0
+    if mode == "biases":
+        front = [replace(d, trainable=False) for d in host.layers[:biases_from]]
+        layers = front + _split_biases(host.layers[biases_from:])
+        flags = [False] * len(front) + trainable_flags(layers[len(front) :], trainable)
+    else:
+        layers = [replace(d) for d in host.layers]
+        flags = trainable_flags(layers, trainable)
     old_index = []
     for i, d in enumerate(host.layers):
-        old_index += [i, i] if (mode == "biases" and _splits_bias(d)) else [i]
-    flags = trainable_flags(layers, trainable)
+        old_index += [i, i] if (mode == "biases" and i >= (biases_from or 0) and _splits_bias(d)) else [i]
     for d, tr in zip(layers, flags):
         d.trainable = tr
     full, fixed, steps_text = _input_steps(
@@ -293,7 +316,7 @@ def build_device_model(
     qblobs: Dict[int, bytes] = {}
     if quant != "f32":
         baseline = build_device_model(
-            ck, trainable, "f32", loss, optimizer, board, source, save=save, fold_inputs=False
+            ck, trainable, "f32", loss, optimizer, board, source, save=save, fold_inputs=False, biases_from=biases_from
         )
     if quant == "int8-full":
         assert baseline is not None

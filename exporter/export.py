@@ -69,13 +69,12 @@ def _advice(
 ) -> str:
     """What to change so the model fits: the same layers with SGD (an optimizer without state) when that is
     enough, else the most trainable layers that still fit, biases only, int8 (full-integer int8 when
-    calibration data was given), or a bigger board."""
+    calibration data was given), each with the model's optimizer or else SGD, or a bigger board."""
     opt = device_optimizer(ck, optimizer)
+    sgd = device_optimizer(ck, "sgd")
     if opt is not None and opt.kind != "sgd":
         try:
-            m = build_device_model(
-                ck, current, quant, loss, device_optimizer(ck, "sgd"), board=board, calibration=calibration, save=save
-            )
+            m = build_device_model(ck, current, quant, loss, sgd, board=board, calibration=calibration, save=save)
             if plan(m, board, sim).fits():
                 return f"train with plain SGD, which keeps no optimizer state (--optimizer sgd; {opt.kind} keeps some)"
         except DeviceSpecError:
@@ -87,25 +86,36 @@ def _advice(
     quants = [quant] + (["int8"] if quant == "f32" else [])
     if calibration is not None and quant != "int8-full":
         quants.append("int8-full")
+    opts = [opt] + ([sgd] if opt is not None and opt.kind != "sgd" else [])
+    for t in tries:
+        for q in quants:
+            for o in opts:
+                if t == current and q == quant:  # tried above
+                    continue
+                try:
+                    m = build_device_model(ck, t, q, loss, o, board=board, calibration=calibration, save=save)
+                except DeviceSpecError:
+                    continue
+                if plan(m, board, sim).fits():
+                    return _mode_advice(t, q, quant) + (" with plain SGD (--optimizer sgd)" if o is not opt else "")
+    return "use a smaller network or a board with more RAM"
+
+
+def _mode_advice(t: str, q: str, quant: str) -> str:
+    """The advice's words for trainable mode t with quantization q (the export asked for quant)."""
+    if t == "biases" and q == "int8-full":  # over a full-integer body only the head's biases train
+        return "train only the last layer's biases on the device, over a full-integer int8 body (--trainable " + (
+            "biases --quant int8-full)" if q != quant else "biases)"
+        )
+    what = {
+        "biases": "train only the biases on the device (--trainable biases)",
+        "none": "freeze every layer (--trainable none): the device then only predicts",
+    }.get(t, f"train only the last {t[5:]} layer(s) on the device (--trainable {t})")
     hints = {
         "int8": " with int8 weights in flash (--quant int8)",
         "int8-full": " with the frozen layers in full-integer int8 (--quant int8-full)",
     }
-    for t in tries:
-        for q in quants:
-            if t == current and q == quant:
-                continue
-            try:
-                m = build_device_model(ck, t, q, loss, opt, board=board, calibration=calibration, save=save)
-            except DeviceSpecError:
-                continue
-            if plan(m, board, sim).fits():
-                what = {
-                    "biases": "train only the biases on the device (--trainable biases)",
-                    "none": "freeze every layer (--trainable none): the device then only predicts",
-                }.get(t, f"train only the last {t[5:]} layer(s) on the device (--trainable {t})")
-                return what + (hints.get(q, "") if q != quant else "")
-    return "use a smaller network or a board with more RAM"
+    return what + (hints.get(q, "") if q != quant else "")
 
 
 def board_device_model(

@@ -102,6 +102,42 @@ def test_the_protocol_runs_over_the_real_hardware_serial(uno: Tuple[ExportResult
     assert sizes["flash"] <= mp.flash, (sizes, mp.table())
 
 
+def test_the_digits_cnn_trains_its_head_on_the_real_uno_firmware(tmp_path: Path) -> None:
+    """The digits CNN (scikit-learn's 8x8 digits, a few host epochs) with a full-integer int8 body and its head's 10
+    biases training (--quant int8-full --trainable biases), built on the genuine core: PREDICT and TRAIN steps give
+    the host twin's bits, and the RAM the firmware uses (static + the stack's peak the harness saw, serial buffers
+    and interrupts included) is within the real board's memory plan, which is within the Uno's 2,048 B."""
+    from sklearn.datasets import load_digits
+
+    from mcutrain import losses
+    from mcutrain.tiny_models import digits_cnn
+
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32).reshape(-1, 64)
+    y = np.eye(10, dtype=np.float32)[d.target]
+    net = digits_cnn().rand_params(seed=2)
+    net.fit(net.new_adam(TrainParams(lr=0.003)), losses.cross_entropy, x[:1200], y[:1200], epochs=4, batch=32)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
+    r = export_project(ck, "uno", tmp_path / "fw", quant="int8-full", trainable="biases", calibration=x[:300],
+                       loss=losses.cross_entropy)  # fmt: skip
+    elf = arduino_avr.build_project(r.path, "uno", SIM_FLAGS)
+    twin = DeviceTwin(r.model)
+    with launch((r, elf), tmp_path / "eeprom.bin") as s:
+        assert_same_bits(s.device.predict(x[1500:1506]), twin.predict(x[1500:1506]), "PREDICT")
+        train_lockstep(s.device, twin, x[1200:1208], y[1200:1208])
+        assert_device_equals_twin(s.device, twin)
+        rep = s.report()
+    sizes = avr_sizes(elf)
+    mp = plan(r.model, UNO, sim=False)
+    assert sizes["ram_static"] + rep["stack_peak"] <= mp.ram <= 2048, (sizes, rep["stack_peak"], mp.table())
+    assert sizes["flash"] <= mp.flash <= UNO.flash, (sizes, mp.table())
+    print(
+        f"\ndigits CNN int8-full, head biases training, genuine core: {sizes['ram_static']:,} B static + "
+        f"{rep['stack_peak']:,} B stack (plan {mp.ram:,} B), flash {sizes['flash']:,} B (plan {mp.flash:,} B), "
+        f"PREDICT {rep['predict']:,.0f} cycles, TRAIN {rep['train']:,.0f} cycles"
+    )
+
+
 def test_saves_go_to_the_real_eeprom_and_survive_a_restart(uno: Tuple[ExportResult, Path], tmp_path: Path) -> None:
     store = tmp_path / "eeprom.bin"
     x, t = samples(8, seed=2)

@@ -2,7 +2,8 @@
 a residual 2-D block, global average pooling, dense) trains on every simulated Cortex-M and RISC-V core in lockstep with
 the host, bit for bit; a 1-D CNN does the same on the Uno in simavr; and the digits CNN of the issue, trained through
 the CLI on scikit-learn's 8x8 digits (1,797 images, 360 held out), reaches 98.5% and runs bit for bit on the
-nucleo_f401re in QEMU, while the Uno's memory plan refuses it before anything is built.
+nucleo_f401re in QEMU; the Uno's memory plan refuses it in f32 before anything is built and says what fits: a
+full-integer int8 body with the head's biases training, which predicts and trains bit for bit in simavr.
 
 Needs the cross compilers, QEMU and simavr that scripts/setup.sh installs (no skips)."""
 
@@ -201,11 +202,32 @@ def test_digits_cnn_through_the_cli_reaches_98_5_percent_and_runs_on_the_m4f(tmp
         assert_same_bits(got, ck.net.forward(x), "PREDICT against the host trainer's forward")
         train_lockstep(s.device, twin, x[:4], y[:4])
         assert_device_equals_twin(s.device, twin)
-    # the Uno: the memory plan says it does not fit, before any build (exit code 3)
+    # the Uno: in f32 the memory plan says it does not fit, before any build (exit code 3), and says what would
     res = cli.invoke(main, ["export", str(model), "--board", "uno", "-o", str(tmp_path / "uno")])
     assert res.exit_code == 3, res.output
     assert "does not fit" in res.output and "2,048 B" in res.output
+    assert "--trainable biases --quant int8-full" in res.output, res.output
     assert not (tmp_path / "uno").exists()
+    # ... which fits: a full-integer body (calibrated on the model's training data) and the head's 10 biases in RAM
+    assert "--optimizer sgd" in res.output, res.output  # the model's Adam code does not fit the Uno's flash
+    res = cli.invoke(main, ["export", str(model), "--board", "uno", "--trainable", "biases", "--quant", "int8-full",
+                            "--optimizer", "sgd", "-o", str(tmp_path / "uno")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert re.search(r"accuracy\s+f32 [\d.]+%\s+device [\d.]+%", res.output), res.output
+    cal = np.load(train)["x"][:1000].reshape(1000, -1)
+    r = export_project(ck, "uno", tmp_path / "uno-sim", quant="int8-full", trainable="biases", sim=True,
+                       calibration=cal, loss=losses.cross_entropy, optimizer="sgd")  # fmt: skip
+    assert r.model.n_trainable == 10 and r.plan.fits(), r.plan.table()
+    assert [d.op.name for d in r.model.program.layers if d.trainable] == ["BIAS"]
+    twin = DeviceTwin(r.model)
+    with sim.start(r.path, r.board, measure=True) as s:
+        assert_same_bits(s.device.predict(x), twin.predict(x), "PREDICT on the Uno")
+        train_lockstep(s.device, twin, x, y)
+        assert_device_equals_twin(s.device, twin)
+        assert_same_bits(s.device.predict(x), twin.predict(x), "PREDICT on the Uno after training")
+        rep = s.report()
+    assert not np.array_equal(twin.params, r.model.params), "training changed nothing"
+    assert rep["ram_static"] + rep["stack_peak"] <= r.plan.ram <= 2048, (rep, r.plan.table())
 
 
 def test_ds_cnn_with_batchnorm_trains_its_last_layer_on_the_nucleo_f401re(tmp_path: Path) -> None:
