@@ -29,6 +29,7 @@ from mcutrain.program import LayerDesc, Program
 from ..errors import McuTrainError
 from .boards import Board
 from .device_model import DeviceModel
+from .protocol import MAX_FRAME_PAYLOAD
 from .quantize import QUANT_MODES, QuantError, full_integer_layers, pad4, quantize_weights
 from .tflite_import import QUANT_KEY
 
@@ -408,9 +409,10 @@ def build_device_model(
         if m.feat is not None:  # TRAIN_RAW carries the raw window and the target in one frame (u16 length)
             z = m.feat.spec.sizes()
             payload = z.n_in * (4 if m.feat.spec.kind == "motion" else 2) + 4 * prog.n_out
-            if payload > 65535:
+            if payload > MAX_FRAME_PAYLOAD:
                 raise DeviceSpecError(
-                    f"a raw window of {z.n_in} values does not fit a protocol frame ({payload:,} of 65,535 bytes): "
+                    f"a raw window of {z.n_in} values does not fit a protocol frame ({payload:,} of "
+                    f"{MAX_FRAME_PAYLOAD:,} bytes): "
                     "use shorter windows (length= in --features)"
                 )
     return m

@@ -31,6 +31,7 @@ from .folders import LOCK_WAIT, check_folder, folder_lock, recover, replace_fold
 from .library import library_json, library_name, library_properties, write_library
 from .memplan import MemoryPlan, check_fits, plan
 from .project import CALIBRATION, HOST_MODEL, write_project
+from .protocol import MAX_FRAME_PAYLOAD
 from .quantize import QuantError, QuantReport, evaluate
 from .selftest import expected_h
 
@@ -217,6 +218,13 @@ def _export_locked(
     except DeviceSpecError as e:
         raise ExportError(str(e)) from None
     save = m.save
+    sample = 4 * (m.program.n_in + m.program.n_out)  # a TRAIN frame's payload: the input and the target, f32
+    if not library and sample > MAX_FRAME_PAYLOAD:
+        raise ExportError(
+            f"a sample of {m.program.n_in:,} inputs does not fit the firmware's protocol frame (TRAIN carries "
+            f"{sample:,} B, a frame at most {MAX_FRAME_PAYLOAD:,} B): export it as a library (--library) and give it "
+            "its inputs from your own code, or use a smaller input (e.g. a lower resolution)"
+        )
     mp = plan(m, board, sim)
     if not mp.fits():
         check_fits(mp, _advice(ck, board, loss, trainable, quant, sim, calibration, optimizer, save))

@@ -39,8 +39,16 @@ def crc16(data: bytes) -> int:
     return binascii.crc_hqx(data, 0xFFFF)
 
 
+MAX_FRAME_PAYLOAD = 0xFFFF  # a frame's payload length is a u16
+
+
 def encode(cmd: int, payload: bytes = b"", version: int = PROTOCOL_VERSION) -> bytes:
-    """A request frame (of this mcutrain's protocol version unless told otherwise)."""
+    """A request frame (of this mcutrain's protocol version unless told otherwise); ProtocolError for a payload
+    longer than a frame carries."""
+    if len(payload) > MAX_FRAME_PAYLOAD:
+        raise ProtocolError(
+            f"a {len(payload):,} B payload does not fit a protocol frame (at most {MAX_FRAME_PAYLOAD:,} B)"
+        )
     body = struct.pack("<BBH", version, cmd, len(payload)) + payload
     return bytes([SYNC_REQUEST]) + body + struct.pack("<H", crc16(body))
 

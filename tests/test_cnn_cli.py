@@ -115,3 +115,27 @@ def test_shape_errors_name_both_layers_and_both_shapes() -> None:
         L.Conv2d(1, 2, 3, padding=3, input_shape=(4, 4, 1))
     with pytest.raises(ShapeError, match="at most 65535"):
         L.Conv2d(3, 64, 3, padding="same", input_shape=(96, 96, 3))
+
+
+def test_an_input_larger_than_a_protocol_frame_is_refused_before_the_export(tmp_path: Path) -> None:
+    """MobileNetV1 0.25 takes 96x96x3 = 27,648 f32 inputs: a TRAIN frame would carry 110,600 B, over the u16 payload
+    length of the firmware's protocol. A project export is refused at once, naming the sizes and what to do, and
+    writes nothing; a library export (the user's own code gives the inputs) is written; the client refuses to send
+    such a frame instead of failing inside struct."""
+    from mcutrain import Checkpoint, TrainParams
+    from mcutrain.exporter.export import ExportError, export_project
+    from mcutrain.exporter.protocol import ProtocolError, encode
+    from mcutrain.tiny_models import mobilenet_v1_025
+
+    net = mobilenet_v1_025().rand_params(seed=1)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)))
+    with pytest.raises(
+        ExportError, match=r"27,648 inputs does not fit .* 110,600 B, a frame at most 65,535 B.*--library"
+    ):
+        export_project(ck, "teensy41", tmp_path / "p", trainable="none")
+    assert not (tmp_path / "p").exists()
+    r = export_project(ck, "teensy41", tmp_path / "lib", trainable="none", library=True)
+    assert r.plan.fits() and (tmp_path / "lib" / "library.json").is_file()
+    assert len(encode(1, bytes(65535))) == 65535 + 7
+    with pytest.raises(ProtocolError, match="65,536 B payload does not fit a protocol frame"):
+        encode(1, bytes(65536))
