@@ -25,7 +25,7 @@ import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -36,8 +36,9 @@ import device_cost  # noqa: E402
 
 from mcutrain import Checkpoint, Sequential, TrainParams  # noqa: E402
 from mcutrain import layers as L  # noqa: E402
-from mcutrain.corefacts import RESIDUAL_OPS  # noqa: E402
+from mcutrain.corefacts import RESIDUAL_OPS, WRITES_I8, layer_size_of  # noqa: E402
 from mcutrain.exporter.boards import get_board  # noqa: E402
+from mcutrain.exporter.device_model import DeviceModel  # noqa: E402
 from mcutrain.exporter.export import board_device_model  # noqa: E402
 from mcutrain.exporter.memplan import plan  # noqa: E402
 from mcutrain.module import Module  # noqa: E402
@@ -50,6 +51,13 @@ REFERENCE = {
     "digits_cnn": (23_680, 166_333),
     "resnet8": (12_501_632, 41_070_976),
     "mobilenet_v1_025": (None, None),
+}
+# network -> CMSIS-NN's peak activation RAM, its int8 tensors + its kernels' scratch (B; issue 21's table)
+REFERENCE_ACTIVATIONS = {
+    "ds_cnn": (16_000, 256),
+    "fc_autoencoder": (768, 0),
+    "digits_cnn": (640, 288),
+    "resnet8": (49_152, 2_304),
 }
 LOSS = {"fc_autoencoder": "mse"}  # the others classify (Softmax last)
 BOARDS = {"nucleo_f401re": "M4F", "teensy41": "M7"}
@@ -94,14 +102,32 @@ def split(calls: int, work: Path) -> List[str]:
     return lines
 
 
+def int8_model(net: str, board: str) -> Tuple[Module, DeviceModel]:
+    """The network (seed 1) and its int8-full device model, every layer frozen, calibrated on 20 random inputs."""
+    model = ARCHITECTURES[net]().rand_params(seed=1)
+    ck = Checkpoint(model, model.new_sgd(TrainParams(lr=0.01)))
+    cal = np.random.default_rng(0).random((20, model.program.n_in), dtype=np.float32)
+    return model, board_device_model(ck, get_board(board), "none", "int8-full", calibration=cal)
+
+
+def activations(net: str, board: str) -> str:
+    """The int8-full model's activation RAM beside CMSIS-NN's: the int8 tensors at their peak (the largest input and
+    output of one int8 layer together, which the shared buffer holds), and all of the arena and scratch (which also
+    hold the f32 input the protocol sends and the f32 outputs it answers with)."""
+    ref = REFERENCE_ACTIVATIONS.get(net)
+    _, m = int8_model(net, board)
+    sizes = [layer_size_of(d) for d in m.program.layers]
+    i8 = [d.op in WRITES_I8 for d in m.program.layers]
+    peak = max([sizes[i - 1].out + sizes[i].out for i in range(1, len(sizes)) if i8[i - 1] and i8[i]], default=0)
+    ours = f"{4 * peak:,} int8 at peak; {4 * (m.program.arena + m.scratch):,} arena + scratch"
+    return ours + (f" | {ref[0]:,} + {ref[1]:,} scratch" if ref else " | -")
+
+
 def int8_gap(net: str, board: str) -> Optional[str]:
     """Why the int8-full export of net is not full-integer (the f32 ops it leaves between its QUANT and its last
     DEQUANT, as for a residual add with no int8 kernel), or None when the whole body is int8."""
-    model = ARCHITECTURES[net]().rand_params(seed=1)
+    model, m = int8_model(net, board)
     residual = sorted({d.op.name for d in model.program.layers if d.op in RESIDUAL_OPS})
-    ck = Checkpoint(model, model.new_sgd(TrainParams(lr=0.01)))
-    cal = np.random.default_rng(0).random((20, model.program.n_in), dtype=np.float32)
-    m = board_device_model(ck, get_board(board), "none", "int8-full", calibration=cal)
     names = [d.op.name for d in m.program.layers]
     if "QUANT" not in names:
         return "nothing converted to int8"
@@ -124,14 +150,15 @@ def row(net: str, board: str, quant: str, rep: Dict[str, Any]) -> str:
     """One table row: instructions (and against CMSIS-NN), RAM planned / measured, flash."""
     macs, ref = REFERENCE[net]
     if "error" in rep:
-        return f"| {net} | {BOARDS[board]} | {quant} | {rep['error']} | | | | |"
+        return f"| {net} | {BOARDS[board]} | {quant} | {rep['error']} | | | | | | |"
     ins = rep["predict"]
     ratio = f"{ins / ref:.2f}x of {ref:,}" if ref and BOARDS[board] == "M4F" and quant == "int8-full" else "-"
     per_mac = f"{ins / macs:.2f}" if macs else "-"
     used = rep["ram_static"] + rep["stack_peak"]
+    acts = activations(net, board) if quant == "int8-full" else "- | -"
     return (
         f"| {net} | {BOARDS[board]} | {quant} | {ins:,.0f} | {per_mac} | {ratio} | "
-        f"{rep['plan_ram']:,} / {used:,} | {rep['flash']:,} |"
+        f"{rep['plan_ram']:,} / {used:,} | {acts} | {rep['flash']:,} |"
     )
 
 
@@ -148,8 +175,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     results: Dict[str, Dict[str, Any]] = {}
     lines = [
         "| network | core | export | instructions / inference | per MAC | against CMSIS-NN (M4F) | "
-        "RAM planned / measured (B) | flash (B) |",
-        "|---|---|---|---|---|---|---|---|",
+        "RAM planned / measured (B) | activations (B) | CMSIS-NN activations (B) | flash (B) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory(prefix="mcutrain-tiny-models-") as tmp:
         work = Path(args.workdir or tmp)

@@ -109,16 +109,17 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
     mct_i8_floats of its width, the aux trace what the op's code asks for); returns (layers, arena, out_off).
 
     Training on the device keeps what its backward pass reads: every region from the input of the first trainable
-    layer with parameters on (mct_backward stops there). The outputs of the frozen layers before it are read once,
-    by the next layer, so they take turns in two shared regions (without a residual block among them, whose end
-    reads its start's input again): the even layers' outputs in one, as wide as the largest of them, the odd
-    layers' in the other, which starts at the network's input (read only by layer 0, so layer 1 may overwrite it).
-    A frozen CNN backbone then needs its largest convolution output and its largest pooling output, not all."""
+    layer with parameters on (mct_backward stops there). Each frozen layer before it reads only the output of the
+    layer before it (without a residual block among them, whose end reads its start's input again), so their
+    outputs share one buffer, each written at the end of it that its input does not use (the network's input at
+    the low end, read only by layer 0; the last frozen output stays for the trainable layer, as nothing after it
+    writes there): the buffer is as large as the largest input and output of one layer together, which is what a
+    frozen CNN backbone needs at its peak (as CMSIS-NN's ping-pong buffers), not all its activations."""
     stop = next((i for i, d in enumerate(layers) if d.trainable and d.n_p), len(layers))
-    shared = max(stop - 1, 0) if not any(d.op in RESIDUAL_OPS for d in layers[:stop]) else 0
-    width = [max([layer_size_of(d).out for d in layers[p:shared:2]], default=0) for p in (0, 1)]
-    even = max(n_in, width[1])  # where the even layers' region starts; the odd layers' starts at 0
-    top, cur = even + width[0], 0
+    shared = stop if not any(d.op in RESIDUAL_OPS for d in layers[:stop]) else 0
+    outs = [layer_size_of(d).out for d in layers[:shared]]
+    buf = max([n_in] + [a + b for a, b in zip([n_in] + outs, outs)])  # floats of the shared buffer
+    top, cur, low = buf, 0, True  # low: the current input sits at the buffer's low end
     for i, d in enumerate(layers):
         size = layer_size_of(d)
         d.in_off = cur
@@ -127,7 +128,8 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
         elif d.op == Op.RES_SHORTCUT:
             d.out_off = layers[d.k].out_off  # the block's input again, where the shortcut body starts
         elif i < shared:
-            d.out_off = even if i % 2 == 0 else 0
+            d.out_off = buf - outs[i] if low else 0  # the end of the buffer its input does not use
+            low = not low
         else:
             d.out_off = top
             top += size.out

@@ -127,4 +127,7 @@ def test_tiny_models_split_and_what_is_not_supported() -> None:
         assert [d.op.name for d in pre[k:]] == ["AVGPOOL2D", "DENSE", "SOFTMAX"]
     for net in ("ds_cnn", "fc_autoencoder", "digits_cnn"):
         assert tiny.int8_gap(net, "nucleo_f401re") is None, net
+    # the int8 tensors at their peak: DS-CNN's two 25x5x64 activations, the digits CNN's 8x8x8 and 4x4x8 (as CMSIS-NN)
+    assert tiny.activations("ds_cnn", "nucleo_f401re").startswith(f"{2 * 25 * 5 * 64:,} int8 at peak")
+    assert tiny.activations("digits_cnn", "nucleo_f401re").startswith(f"{8 * 8 * 8 + 4 * 4 * 8:,} int8 at peak")
     assert "residual" in tiny.int8_gap("resnet8", "nucleo_f401re")

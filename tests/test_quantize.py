@@ -425,10 +425,10 @@ def test_int8_full_device_model(trained: Checkpoint, calibration: np.ndarray) ->
     dense = m1.program.layers[4]
     assert dense.trainable and dense.storage == 0 and m1.program.n_params == 35 * 10 + 10
     assert np.array_equal(m1.params, trained.net.params[735:1095])
-    # int8 activations take a quarter of the arena floats (QUANT 5, QDENSE 9, QLUT 9), and the frozen prefix's outputs
-    # take turns in two regions: the odd layer's (QDENSE) over the 20 input floats, which only layer 0 reads, the even
-    # layers' in one as wide as the wider of them (QLUT 9); DEQUANT (the trained layer's input) and on are kept
-    assert m1.program.arena == 20 + 9 + 35 + 10 + 10
+    # int8 activations take a quarter of the arena floats (QUANT 5, QDENSE 9, QLUT 9), and the frozen layers' outputs
+    # share one buffer, each at the end its input does not use: as large as one layer's input and output together
+    # at most (QLUT's 9 and DEQUANT's 35 f32; the 20 input floats and QUANT's 5 fit); DENSE and SOFTMAX are kept
+    assert m1.program.arena == (9 + 35) + 10 + 10
 
 
 def test_int8_full_needs_calibration(trained: Checkpoint, tmp_path: Path) -> None:
@@ -544,8 +544,8 @@ def test_memory_plan_shows_int8_savings(trained: Checkpoint, calibration: np.nda
     assert i8.ram_saved == 0 and i8.flash_saved == f32.flash - i8.flash > 2 * 1000
     rows = {name: (ram, flash) for name, ram, flash in full.rows}
     # documented sizes: int8 tensors ceil(n / 4) floats; QUANT/DEQUANT 8 B, QDENSE 8 + 12 O + pad4(I O), QLUT 256
-    # the frozen layers' outputs take turns in two regions (mcutrain.exporter.device._relayout): the odd layers'
-    # (QDENSE 35, QDENSE 10) over the input, the even layers' (QUANT 20, QLUT 35; DEQUANT's f32 is not int8) after it
+    # the frozen layers' outputs share one buffer (mcutrain.exporter.device._relayout), each at the end its input does
+    # not use: the low end holds QDENSE 35 (then QDENSE 10), the high end QUANT 20 (then QLUT 35); the row counts both
     assert rows["int8 activations (arena)"][0] == 4 * (i8_floats(35) + max(i8_floats(20), i8_floats(35)))
     assert rows["full-integer layers (flash)"][1] == 8 + (8 + 12 * 35 + 700) + 256 + (8 + 12 * 10 + 352) + 8
     assert rows["full-integer layers (flash)"][1] == len(m.program.cdata)
