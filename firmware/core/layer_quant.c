@@ -584,8 +584,103 @@ static void qconv_outputs(const uint8_t *c, const int16_t *col, uint32_t K, uint
     }
 }
 
+/* The pointwise QCONV2D's inner loop is inline assembly holding 13 registers: only where the compiler optimizes
+ * (at -O0 it cannot spare them; the windowed path takes those layers). */
+#if defined(__OPTIMIZE__)
+#define QPW_DSP 1
+#else
+#define QPW_DSP 0
+#endif
+
+#if QPW_DSP
+/* Pointwise (1x1, stride 1, no padding) QCONV2D on Cortex-M4/M7/M33: the pixels taken two at a time, their c_in
+ * values x - zx widened once into col, interleaved per group of four as (a0 a2) (a1 a3) (b0 b2) (b1 b3) for pixels
+ * a and b (the pairs SXTB16 makes of four weights); then two output channels at a time, so that each weight word
+ * serves both pixels and each col word both channels: per four inputs 2 LDRD, 2 LDR, 4 SXTB16 and 8 SMLAD for 16
+ * products. The last c_in % 4 inputs are summed one by one. An odd last pixel is paired with itself (its second
+ * sums unused). The same exact integer sums as the reference, so the same outputs. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qconv1x1_dsp(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t Ci = L->c_in, Co = L->c_out, P = (uint32_t)L->h_out * L->w_out, K4 = Ci & ~3u;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    const int16_t zx = (int16_t)zero_point(c);
+    const int32_t zy = zero_point(c + 4);
+    const int16x2_t zz = (int16x2_t)(((uint32_t)(uint16_t)zx << 16) | (uint16_t)zx);
+    const uint8_t *w = c + 8u + 12u * Co;
+    uint32_t col[QCOL_MAX / 2u];   /* K4 words: c_in <= QCOL_MAX / 2 */
+    for (uint32_t s = 0; s < nb; s++)
+        for (uint32_t p = 0; p < P; p += 2u) {
+            const int two = P - p > 1u;
+            const int8_t *xa = (const int8_t *)x + (size_t)s * sx + (size_t)p * Ci, *xb = two ? xa + Ci : xa;
+            int8_t *ya = (int8_t *)y + (size_t)s * sy + (size_t)p * Co, *yb = ya + Co;
+            for (uint32_t i = 0; i < K4; i += 4u) {
+                uint32_t va, vb;
+                memcpy(&va, xa + i, 4);
+                memcpy(&vb, xb + i, 4);
+                col[i] = (uint32_t)__ssub16(__sxtb16(va), zz);
+                col[i + 1u] = (uint32_t)__ssub16(sxtb16_hi(va), zz);
+                col[i + 2u] = (uint32_t)__ssub16(__sxtb16(vb), zz);
+                col[i + 3u] = (uint32_t)__ssub16(sxtb16_hi(vb), zz);
+            }
+            for (uint32_t o = 0; o < Co; o += 2u) {
+                const uint8_t *w0 = w + (size_t)o * Ci, *w1 = o + 1u < Co ? w0 + Ci : w0;
+                int32_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;   /* pixel a, b; channel o, o + 1 */
+                const uint32_t *cp = col, *end = col + K4;
+                const uint8_t *v0 = w0, *v1 = w1;
+                if (cp != end) {   /* in assembly (in C the compiler spills); 13 registers */
+                    uint32_t c0, c1, c2, c3, u, e;
+                    __asm__("1:\n\t"
+                            "ldrd %[c0], %[c1], [%[cp]], #8\n\t"
+                            "ldrd %[c2], %[c3], [%[cp]], #8\n\t"
+                            "ldr %[u], [%[v0]], #4\n\t"
+                            "sxtb16 %[e], %[u]\n\t"
+                            "smlad %[a0], %[c0], %[e], %[a0]\n\t"
+                            "smlad %[b0], %[c2], %[e], %[b0]\n\t"
+                            "sxtb16 %[e], %[u], ror #8\n\t"
+                            "smlad %[a0], %[c1], %[e], %[a0]\n\t"
+                            "smlad %[b0], %[c3], %[e], %[b0]\n\t"
+                            "ldr %[u], [%[v1]], #4\n\t"
+                            "sxtb16 %[e], %[u]\n\t"
+                            "smlad %[a1], %[c0], %[e], %[a1]\n\t"
+                            "smlad %[b1], %[c2], %[e], %[b1]\n\t"
+                            "sxtb16 %[e], %[u], ror #8\n\t"
+                            "smlad %[a1], %[c1], %[e], %[a1]\n\t"
+                            "smlad %[b1], %[c3], %[e], %[b1]\n\t"
+                            "ldr %[e], %[end]\n\t"
+                            "cmp %[cp], %[e]\n\t"
+                            "bne 1b"
+                            : [a0] "+r"(a0), [a1] "+r"(a1), [b0] "+r"(b0), [b1] "+r"(b1), [cp] "+r"(cp),
+                              [v0] "+r"(v0), [v1] "+r"(v1), [c0] "=&r"(c0), [c1] "=&r"(c1), [c2] "=&r"(c2),
+                              [c3] "=&r"(c3), [u] "=&r"(u), [e] "=&r"(e)
+                            : [end] "m"(end), "m"(*(const uint32_t(*)[QCOL_MAX / 2u])col)
+                            : "cc");
+                }
+                for (uint32_t i = K4; i < Ci; i++) {
+                    const int8_t u0 = mct_cload_i8(w0 + i), u1 = mct_cload_i8(w1 + i);
+                    a0 += qterm(xa[i], zx, u0);
+                    a1 += qterm(xa[i], zx, u1);
+                    b0 += qterm(xb[i], zx, u0);
+                    b1 += qterm(xb[i], zx, u1);
+                }
+                ya[o] = qdense_out(c, Co, o, zy, a0);
+                if (o + 1u < Co) ya[o + 1u] = qdense_out(c, Co, o + 1u, zy, a1);
+                if (two) {
+                    yb[o] = qdense_out(c, Co, o, zy, b0);
+                    if (o + 1u < Co) yb[o + 1u] = qdense_out(c, Co, o + 1u, zy, b1);
+                }
+            }
+        }
+}
+
+#endif
+
 /* QCONV2D on Cortex-M4/M7/M33: each window's values gathered once (qgather), then four output channels at a time
  * with SMLAD. The same exact integer sums as the reference, so the same outputs. */
+#if defined(__GNUC__)
+__attribute__((noinline))   /* its own frame: not added to qconv1x1_dsp's in the caller */
+#endif
 static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     const uint32_t Co = L->c_out, K = (uint32_t)L->kh * L->kw * L->c_in;
     const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
@@ -603,6 +698,13 @@ static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, fl
 
 void mct_qconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
 #if QDOT_DSP
+#if QPW_DSP
+    if (L->kh == 1u && L->kw == 1u && L->sh == 1u && L->sw == 1u && L->pt == 0u && L->pl == 0u &&
+        L->h_out == L->h_in && L->w_out == L->w_in && L->c_in <= QCOL_MAX / 2u) {   /* pointwise */
+        qconv1x1_dsp(L, c, x, y, nb);
+        return;
+    }
+#endif
     if ((uint32_t)L->kh * L->kw * L->c_in <= QCOL_MAX) {
         qconv2d_dsp(L, c, x, y, nb);
         return;
