@@ -411,13 +411,23 @@ static int8_t qdense_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, i
     const uint8_t *bias = c + 8u + 4u * o;
     int32_t bo = mct_cload_i32(bias), a;
 #if QDOT_DSP
+    const int32_t mult = mct_cload_i32(bias + 4u * O), shift = mct_cload_i32(bias + 8u * O);
     a = __qadd(bo, xw);                          /* saturates to [-2^31, 2^31 - 1]: the same sum, and ... */
+    if ((uint32_t)shift - 33u <= 29u) {
+        /* shifts 33 to 62 (multipliers below 1/2, as mcutrain's exports make them): requantize's usual case tested
+         * first, nothing to clamp; the same integers */
+        uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
+        ma -= ma >> 31;                          /* ... -2^31 counts as -(2^31 - 1) as below */
+        uint32_t r = (((uint32_t)(((uint64_t)ma * mm) >> 32) >> ((uint32_t)shift - 33u)) + 1u) >> 1;
+        return sat8(((a ^ mult) < 0 ? -(int32_t)r : (int32_t)r) + zy);
+    }
     a += a == INT32_MIN;                         /* ... -2^31 becomes -(2^31 - 1) as below */
+    return sat8(requantize(a, mult, shift) + zy);
 #else
     if (xw >= 0) a = bo > INT32_MAX - xw ? INT32_MAX : (bo + xw < -INT32_MAX ? -INT32_MAX : bo + xw);
     else a = bo < -INT32_MAX - xw ? -INT32_MAX : bo + xw;
-#endif
     return sat8(requantize(a, mct_cload_i32(bias + 4u * O), mct_cload_i32(bias + 8u * O)) + zy);
+#endif
 }
 
 void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
