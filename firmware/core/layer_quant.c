@@ -400,6 +400,21 @@ static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     return ((a < 0) != (mult < 0)) ? -(int32_t)r : (int32_t)r;
 }
 
+#if QDOT_DSP
+/* |v| as an unsigned integer (2^31 for INT32_MIN). */
+static MCT_INLINE uint32_t qabs(int32_t v) { return v < 0 ? 0u - (uint32_t)v : (uint32_t)v; }
+
+/* qdense_out's int8 for shift words n = 33 to 62 (multipliers below 1/2, as mcutrain's exports make them), the
+ * usual case, given a = the saturated biased sum (__qadd), mm = |mult| and k = n - 33: requantize's n > 32 branch
+ * with nothing to clamp (-2^31 counts as -(2^31 - 1), as qdense_out makes it), so the same integer. */
+static MCT_INLINE int8_t qout_usual(int32_t a, int32_t mult, uint32_t mm, uint32_t k, int32_t zy) {
+    uint32_t ma = qabs(a);
+    ma -= ma >> 31;
+    uint32_t r = (((uint32_t)(((uint64_t)ma * mm) >> 32) >> k) + 1u) >> 1;
+    return sat8(((a ^ mult) < 0 ? -(int32_t)r : (int32_t)r) + zy);
+}
+#endif
+
 /* One output o of QDENSE (constants c, n_out O) from its integer dot product xw: bias added (saturated to
  * +-(2^31 - 1)), requantized, zero point zy added, saturated to int8. */
 #if defined(__AVR__)
@@ -413,14 +428,7 @@ static int8_t qdense_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, i
 #if QDOT_DSP
     const int32_t mult = mct_cload_i32(bias + 4u * O), shift = mct_cload_i32(bias + 8u * O);
     a = __qadd(bo, xw);                          /* saturates to [-2^31, 2^31 - 1]: the same sum, and ... */
-    if ((uint32_t)shift - 33u <= 29u) {
-        /* shifts 33 to 62 (multipliers below 1/2, as mcutrain's exports make them): requantize's usual case tested
-         * first, nothing to clamp; the same integers */
-        uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
-        ma -= ma >> 31;                          /* ... -2^31 counts as -(2^31 - 1) as below */
-        uint32_t r = (((uint32_t)(((uint64_t)ma * mm) >> 32) >> ((uint32_t)shift - 33u)) + 1u) >> 1;
-        return sat8(((a ^ mult) < 0 ? -(int32_t)r : (int32_t)r) + zy);
-    }
+    if ((uint32_t)shift - 33u <= 29u) return qout_usual(a, mult, qabs(mult), (uint32_t)shift - 33u, zy);
     a += a == INT32_MIN;                         /* ... -2^31 becomes -(2^31 - 1) as below */
     return sat8(requantize(a, mult, shift) + zy);
 #else
@@ -609,6 +617,24 @@ static void qconv_outputs(const uint8_t *c, const int16_t *col, uint32_t K, uint
  * serves both pixels and each col word both channels: per four inputs 2 LDRD, 2 LDR, 4 SXTB16 and 8 SMLAD for 16
  * products. The last c_in % 4 inputs are summed one by one. An odd last pixel is paired with itself (its second
  * sums unused). The same exact integer sums as the reference, so the same outputs. */
+/* Output o of two pixels of a pointwise QCONV2D from their sums xa and xb (*yb not written when yb is NULL): the
+ * channel's constants read and unpacked once for both, the same integers as qdense_out. */
+static MCT_INLINE void qpw_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, int32_t xa, int32_t xb,
+                               int8_t *ya, int8_t *yb) {
+    const uint8_t *bias = c + 8u + 4u * o;
+    const int32_t bo = mct_cload_i32(bias), mult = mct_cload_i32(bias + 4u * O);
+    const uint32_t k = (uint32_t)mct_cload_i32(bias + 8u * O) - 33u;
+    if (k > 29u) {
+        *ya = qdense_out(c, O, o, zy, xa);
+        if (yb) *yb = qdense_out(c, O, o, zy, xb);
+        return;
+    }
+    const uint32_t mm = qabs(mult);
+    const int8_t ra = qout_usual(__qadd(bo, xa), mult, mm, k, zy), rb = qout_usual(__qadd(bo, xb), mult, mm, k, zy);
+    *ya = ra;   /* both computed before the stores (which might alias the constants for the compiler) */
+    if (yb) *yb = rb;
+}
+
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
@@ -674,12 +700,8 @@ static void qconv1x1_dsp(const mct_layer *L, const uint8_t *c, const float *x, f
                     b0 += qterm(xb[i], zx, u0);
                     b1 += qterm(xb[i], zx, u1);
                 }
-                ya[o] = qdense_out(c, Co, o, zy, a0);
-                if (o + 1u < Co) ya[o + 1u] = qdense_out(c, Co, o + 1u, zy, a1);
-                if (two) {
-                    yb[o] = qdense_out(c, Co, o, zy, b0);
-                    if (o + 1u < Co) yb[o + 1u] = qdense_out(c, Co, o + 1u, zy, b1);
-                }
+                qpw_out(c, Co, o, zy, a0, b0, ya + o, two ? yb + o : NULL);
+                if (o + 1u < Co) qpw_out(c, Co, o + 1u, zy, a1, b1, ya + o + 1u, two ? yb + o + 1u : NULL);
             }
         }
 }
