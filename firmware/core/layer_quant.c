@@ -602,15 +602,15 @@ static void qconv_outputs(const uint8_t *c, const int16_t *col, uint32_t K, uint
     }
 }
 
-/* The pointwise QCONV2D's inner loop is inline assembly holding 13 registers: only where the compiler optimizes
- * (at -O0 it cannot spare them; the windowed path takes those layers). */
+/* The inner loops of the pointwise QCONV2D and of QDWCONV2D with multiplier 1 are inline assembly holding 13
+ * registers: only where the compiler optimizes (at -O0 it cannot spare them; those layers take the C paths). */
 #if defined(__OPTIMIZE__)
-#define QPW_DSP 1
+#define QASM_DSP 1
 #else
-#define QPW_DSP 0
+#define QASM_DSP 0
 #endif
 
-#if QPW_DSP
+#if QASM_DSP
 /* Pointwise (1x1, stride 1, no padding) QCONV2D on Cortex-M4/M7/M33: the pixels taken two at a time, their c_in
  * values x - zx widened once into col, interleaved per group of four as (a0 a2) (a1 a3) (b0 b2) (b1 b3) for pixels
  * a and b (the pairs SXTB16 makes of four weights); then two output channels at a time, so that each weight word
@@ -730,7 +730,7 @@ static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, fl
 
 void mct_qconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
 #if QDOT_DSP
-#if QPW_DSP
+#if QASM_DSP
     if (L->kh == 1u && L->kw == 1u && L->sh == 1u && L->sw == 1u && L->pt == 0u && L->pl == 0u &&
         L->h_out == L->h_in && L->w_out == L->w_in && L->c_in <= QCOL_MAX / 2u) {   /* pointwise */
         qconv1x1_dsp(L, c, x, y, nb);
@@ -783,19 +783,49 @@ static void qdw1_window(const mct_layer *L, const uint8_t *c, const int8_t *xs, 
     const uint32_t C = L->c_out, KW = L->kw;
     const int16x2_t zz = (int16x2_t)(((uint32_t)(uint16_t)zx << 16) | (uint16_t)zx);
     const uint8_t *w = c + 8u + 12u * C;
-    size_t off[QDW_TAPS], woff[QDW_TAPS];
+    uint32_t off[2u * QDW_TAPS];   /* per tap: the offset in x, then in the weights */
     uint32_t nt = 0, ch = 0;
     for (uint32_t ky = win[0]; ky < win[1]; ky++)
         for (uint32_t kx = win[2]; kx < win[3]; kx++, nt++) {
-            off[nt] = mct_tap_at(L, oy, ox, ky, kx);
-            woff[nt] = ((size_t)ky * KW + kx) * C;
+            off[2u * nt] = (uint32_t)mct_tap_at(L, oy, ox, ky, kx);
+            off[2u * nt + 1u] = ((uint32_t)ky * KW + kx) * C;
         }
     for (; ch + 4u <= C; ch += 4u) {
         int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#if QASM_DSP
+        /* per tap: its two offsets (LDRD), a word of x and of the weights, SXTB16 into pairs (0, 2) and (1, 3),
+         * SSUB16 for zx, SMLABB / SMLATT per product (in C the compiler spills) */
+        const uint32_t *op = off, *end = off + 2u * nt;
+        const int8_t *xb = xs + ch;
+        const uint8_t *wb = w + ch;
+        uint32_t xv, wv, t, u;
+        if (nt)   /* (a window has a tap inside the input, mct_spatial_check) */
+            __asm__("1:\n\t"
+                "ldrd %[t], %[u], [%[op]], #8\n\t"
+                "ldr %[xv], [%[xb], %[t]]\n\t"
+                "ldr %[wv], [%[wb], %[u]]\n\t"
+                "sxtb16 %[t], %[xv]\n\t"
+                "ssub16 %[t], %[t], %[zz]\n\t"
+                "sxtb16 %[u], %[wv]\n\t"
+                "smlabb %[a0], %[t], %[u], %[a0]\n\t"
+                "smlatt %[a2], %[t], %[u], %[a2]\n\t"
+                "sxtb16 %[t], %[xv], ror #8\n\t"
+                "ssub16 %[t], %[t], %[zz]\n\t"
+                "sxtb16 %[u], %[wv], ror #8\n\t"
+                "smlabb %[a1], %[t], %[u], %[a1]\n\t"
+                "smlatt %[a3], %[t], %[u], %[a3]\n\t"
+                "cmp %[op], %[end]\n\t"
+                "bne 1b"
+                : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [op] "+r"(op), [xv] "=&r"(xv),
+                  [wv] "=&r"(wv), [t] "=&r"(t), [u] "=&r"(u)
+                : [xb] "r"(xb), [wb] "r"(wb), [zz] "r"(zz), [end] "r"(end),
+                  "m"(*(const uint32_t(*)[2u * QDW_TAPS])off)
+                : "cc");
+#else
         for (uint32_t t = 0; t < nt; t++) {
             uint32_t xv, wv;
-            memcpy(&xv, xs + off[t] + ch, 4);
-            memcpy(&wv, w + woff[t] + ch, 4);
+            memcpy(&xv, xs + off[2u * t] + ch, 4);
+            memcpy(&wv, w + off[2u * t + 1u] + ch, 4);
             const int16x2_t xe = __ssub16(__sxtb16(xv), zz), xo = __ssub16(sxtb16_hi(xv), zz); /* (0, 2), (1, 3) */
             const int16x2_t we = __sxtb16(wv), wo = sxtb16_hi(wv);
             a0 = __smlabb(xe, we, a0);
@@ -803,6 +833,7 @@ static void qdw1_window(const mct_layer *L, const uint8_t *c, const int8_t *xs, 
             a2 = __smlatt(xe, we, a2);
             a3 = __smlatt(xo, wo, a3);
         }
+#endif
         yo[ch] = qdense_out(c, C, ch, zy, a0);
         yo[ch + 1u] = qdense_out(c, C, ch + 1u, zy, a1);
         yo[ch + 2u] = qdense_out(c, C, ch + 2u, zy, a2);
@@ -810,7 +841,8 @@ static void qdw1_window(const mct_layer *L, const uint8_t *c, const int8_t *xs, 
     }
     for (; ch < C; ch++) {
         int32_t acc = 0;
-        for (uint32_t t = 0; t < nt; t++) acc += qterm(xs[off[t] + ch], zx, mct_cload_i8(w + woff[t] + ch));
+        for (uint32_t t = 0; t < nt; t++)
+            acc += qterm(xs[off[2u * t] + ch], zx, mct_cload_i8(w + off[2u * t + 1u] + ch));
         yo[ch] = qdense_out(c, C, ch, zy, acc);
     }
 }
