@@ -611,16 +611,14 @@ static void qconv_outputs(const uint8_t *c, const int16_t *col, uint32_t K, uint
 #endif
 
 #if QASM_DSP
-/* Pointwise (1x1, stride 1, no padding) QCONV2D on Cortex-M4/M7/M33: the pixels taken two at a time, their c_in
- * values x - zx widened once into col, interleaved per group of four as (a0 a2) (a1 a3) (b0 b2) (b1 b3) for pixels
- * a and b (the pairs SXTB16 makes of four weights); then two output channels at a time, so that each weight word
- * serves both pixels and each col word both channels: per four inputs 2 LDRD, 2 LDR, 4 SXTB16 and 8 SMLAD for 16
- * products. The last c_in % 4 inputs are summed one by one. An odd last pixel is paired with itself (its second
- * sums unused). The same exact integer sums as the reference, so the same outputs. */
-/* Output o of two pixels of a pointwise QCONV2D from their sums xa and xb (*yb not written when yb is NULL): the
- * channel's constants read and unpacked once for both, the same integers as qdense_out. */
-static MCT_INLINE void qpw_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, int32_t xa, int32_t xb,
-                               int8_t *ya, int8_t *yb) {
+/* Windows of up to QPAIR_MAX values (kh kw c_in) the Cortex-M4/M7/M33 QCONV2D takes two at a time (qconv2d_pairs):
+ * their values on the stack as int32 words (4 bytes each), plus one window gathered as int16. */
+#define QPAIR_MAX (QCOL_MAX / 2u)
+
+/* Output o of two pixels from their sums xa and xb (*yb not written when yb is NULL): the channel's constants read
+ * and unpacked once for both, the same integers as qdense_out. */
+static MCT_INLINE void qpair_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, int32_t xa, int32_t xb,
+                                 int8_t *ya, int8_t *yb) {
     const uint8_t *bias = c + 8u + 4u * o;
     const int32_t bo = mct_cload_i32(bias), mult = mct_cload_i32(bias + 4u * O);
     const uint32_t k = (uint32_t)mct_cload_i32(bias + 8u * O) - 33u;
@@ -635,83 +633,129 @@ static MCT_INLINE void qpw_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t
     if (yb) *yb = rb;
 }
 
+/* The c_out outputs of two windows a and b (*yb not written when yb is NULL) of K values each, given as col: for
+ * each group q < K / 4 of four values v0..v3 the words (a v0, a v2) (a v1, a v3) (b v0, b v2) (b v1, b v3), the pairs
+ * SXTB16 makes of four weights; then tail: a's last K % 4 values at 0, b's at 4. Two output channels at a time, so
+ * that each weight word serves both windows and each col word both channels: per group 2 LDRD, 2 LDR, 4 SXTB16 and
+ * 8 SMLAD for 16 products. The sums are exact (|value| <= 255, |w| <= 128, K <= 65535), so they equal the plain
+ * loop's in any order: the same outputs. */
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
-static void qconv1x1_dsp(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
-    const uint32_t Ci = L->c_in, Co = L->c_out, P = (uint32_t)L->h_out * L->w_out, K4 = Ci & ~3u;
+static void qpair_outputs(const uint8_t *c, const uint32_t *col, const int16_t *tail, uint32_t K, uint32_t Co,
+                          int32_t zy, int8_t *ya, int8_t *yb) {
+    const uint8_t *w = c + 8u + 12u * Co;
+    const uint32_t K4 = K & ~3u;
+    const uint32_t *end = col + K4;
+    for (uint32_t o = 0; o < Co; o += 2u) {
+        const uint8_t *w0 = w + (size_t)o * K, *w1 = o + 1u < Co ? w0 + K : w0;
+        int32_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;   /* window a, b; channel o, o + 1 */
+        const uint32_t *cp = col;
+        const uint8_t *v0 = w0, *v1 = w1;
+        if (cp != end) {   /* in assembly (in C the compiler spills); 13 registers */
+            uint32_t c0, c1, c2, c3, u, e;
+            __asm__("1:\n\t"
+                    "ldrd %[c0], %[c1], [%[cp]], #8\n\t"
+                    "ldrd %[c2], %[c3], [%[cp]], #8\n\t"
+                    "ldr %[u], [%[v0]], #4\n\t"
+                    "sxtb16 %[e], %[u]\n\t"
+                    "smlad %[a0], %[c0], %[e], %[a0]\n\t"
+                    "smlad %[b0], %[c2], %[e], %[b0]\n\t"
+                    "sxtb16 %[e], %[u], ror #8\n\t"
+                    "smlad %[a0], %[c1], %[e], %[a0]\n\t"
+                    "smlad %[b0], %[c3], %[e], %[b0]\n\t"
+                    "ldr %[u], [%[v1]], #4\n\t"
+                    "sxtb16 %[e], %[u]\n\t"
+                    "smlad %[a1], %[c0], %[e], %[a1]\n\t"
+                    "smlad %[b1], %[c2], %[e], %[b1]\n\t"
+                    "sxtb16 %[e], %[u], ror #8\n\t"
+                    "smlad %[a1], %[c1], %[e], %[a1]\n\t"
+                    "smlad %[b1], %[c3], %[e], %[b1]\n\t"
+                    "ldr %[e], %[end]\n\t"
+                    "cmp %[cp], %[e]\n\t"
+                    "bne 1b"
+                    : [a0] "+r"(a0), [a1] "+r"(a1), [b0] "+r"(b0), [b1] "+r"(b1), [cp] "+r"(cp), [v0] "+r"(v0),
+                      [v1] "+r"(v1), [c0] "=&r"(c0), [c1] "=&r"(c1), [c2] "=&r"(c2), [c3] "=&r"(c3), [u] "=&r"(u),
+                      [e] "=&r"(e)
+                    : [end] "m"(end), "m"(*(const uint32_t(*)[QPAIR_MAX])col)
+                    : "cc");
+        }
+        for (uint32_t i = K4, j = 0; i < K; i++, j++) {
+            const int32_t u0 = mct_cload_i8(w0 + i), u1 = mct_cload_i8(w1 + i);
+            a0 += tail[j] * u0;
+            a1 += tail[j] * u1;
+            b0 += tail[j + 4u] * u0;
+            b1 += tail[j + 4u] * u1;
+        }
+        qpair_out(c, Co, o, zy, a0, b0, ya + o, yb ? yb + o : NULL);
+        if (o + 1u < Co) qpair_out(c, Co, o + 1u, zy, a1, b1, ya + o + 1u, yb ? yb + o + 1u : NULL);
+    }
+}
+
+/* Window slot (0: a, 1: b) of qpair_outputs' col and tail for a pointwise (1x1, stride 1, no padding) QCONV2D: the
+ * pixel's K = c_in values x - zx (SXTB16, SSUB16), no gathering. */
+static void qpair_fill_pixel(const int8_t *xp, uint32_t K, int16_t zx, uint32_t *col, int16_t *tail, uint32_t slot) {
+    const int16x2_t zz = (int16x2_t)(((uint32_t)(uint16_t)zx << 16) | (uint16_t)zx);
+    const uint32_t K4 = K & ~3u;
+    for (uint32_t i = 0; i < K4; i += 4u) {
+        uint32_t v;
+        memcpy(&v, xp + i, 4);
+        col[i + 2u * slot] = (uint32_t)__ssub16(__sxtb16(v), zz);
+        col[i + 2u * slot + 1u] = (uint32_t)__ssub16(sxtb16_hi(v), zz);
+    }
+    for (uint32_t i = K4; i < K; i++) tail[4u * slot + i - K4] = (int16_t)(xp[i] - zx);
+}
+
+/* Window slot of qpair_outputs' col and tail for output pixel p (row-major) of any QCONV2D: gathered by qgather
+ * into g (its groups already in SXTB16's order), then copied word by word. */
+static void qpair_fill_window(const mct_layer *L, const int8_t *xs, uint32_t p, int16_t zx, int16_t *g, uint32_t *col,
+                              int16_t *tail, uint32_t slot) {
+    const uint32_t K = (uint32_t)L->kh * L->kw * L->c_in, K4 = K & ~3u, oy = p / L->w_out, ox = p - oy * L->w_out;
+    uint32_t win[4];
+    mct_window(oy, L->sh, L->pt, L->kh, L->h_in, &win[0], &win[1]);
+    mct_window(ox, L->sw, L->pl, L->kw, L->w_in, &win[2], &win[3]);
+    qgather(L, xs, oy, ox, win, zx, g);
+    for (uint32_t i = 0; i < K4; i += 4u) memcpy(col + i + 2u * slot, g + i, 8);
+    for (uint32_t i = K4; i < K; i++) tail[4u * slot + i - K4] = g[i];
+}
+
+/* QCONV2D on Cortex-M4/M7/M33 for windows of up to QPAIR_MAX values: the output pixels two at a time (an odd last
+ * one with itself, its second outputs not written), their values placed for qpair_outputs (a pointwise layer's
+ * straight from x, any other's through qgather). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qconv2d_pairs(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t Co = L->c_out, K = (uint32_t)L->kh * L->kw * L->c_in, P = (uint32_t)L->h_out * L->w_out;
     const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
     const int16_t zx = (int16_t)zero_point(c);
     const int32_t zy = zero_point(c + 4);
-    const int16x2_t zz = (int16x2_t)(((uint32_t)(uint16_t)zx << 16) | (uint16_t)zx);
-    const uint8_t *w = c + 8u + 12u * Co;
-    uint32_t col[QCOL_MAX / 2u];   /* K4 words: c_in <= QCOL_MAX / 2 */
-    for (uint32_t s = 0; s < nb; s++)
+    const int pointwise = L->kh == 1u && L->kw == 1u && L->sh == 1u && L->sw == 1u && L->pt == 0u && L->pl == 0u &&
+                          L->h_out == L->h_in && L->w_out == L->w_in;
+    uint32_t col[QPAIR_MAX];   /* (K / 4) 4 words */
+    int16_t tail[8], g[QPAIR_MAX];
+    for (uint32_t s = 0; s < nb; s++) {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *ys = (int8_t *)y + (size_t)s * sy;
         for (uint32_t p = 0; p < P; p += 2u) {
-            const int two = P - p > 1u;
-            const int8_t *xa = (const int8_t *)x + (size_t)s * sx + (size_t)p * Ci, *xb = two ? xa + Ci : xa;
-            int8_t *ya = (int8_t *)y + (size_t)s * sy + (size_t)p * Co, *yb = ya + Co;
-            for (uint32_t i = 0; i < K4; i += 4u) {
-                uint32_t va, vb;
-                memcpy(&va, xa + i, 4);
-                memcpy(&vb, xb + i, 4);
-                col[i] = (uint32_t)__ssub16(__sxtb16(va), zz);
-                col[i + 1u] = (uint32_t)__ssub16(sxtb16_hi(va), zz);
-                col[i + 2u] = (uint32_t)__ssub16(__sxtb16(vb), zz);
-                col[i + 3u] = (uint32_t)__ssub16(sxtb16_hi(vb), zz);
+            const uint32_t q = p + 1u < P ? p + 1u : p;   /* window b */
+            if (pointwise) {
+                qpair_fill_pixel(xs + (size_t)p * K, K, zx, col, tail, 0u);
+                qpair_fill_pixel(xs + (size_t)q * K, K, zx, col, tail, 1u);
+            } else {
+                qpair_fill_window(L, xs, p, zx, g, col, tail, 0u);
+                qpair_fill_window(L, xs, q, zx, g, col, tail, 1u);
             }
-            for (uint32_t o = 0; o < Co; o += 2u) {
-                const uint8_t *w0 = w + (size_t)o * Ci, *w1 = o + 1u < Co ? w0 + Ci : w0;
-                int32_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;   /* pixel a, b; channel o, o + 1 */
-                const uint32_t *cp = col, *end = col + K4;
-                const uint8_t *v0 = w0, *v1 = w1;
-                if (cp != end) {   /* in assembly (in C the compiler spills); 13 registers */
-                    uint32_t c0, c1, c2, c3, u, e;
-                    __asm__("1:\n\t"
-                            "ldrd %[c0], %[c1], [%[cp]], #8\n\t"
-                            "ldrd %[c2], %[c3], [%[cp]], #8\n\t"
-                            "ldr %[u], [%[v0]], #4\n\t"
-                            "sxtb16 %[e], %[u]\n\t"
-                            "smlad %[a0], %[c0], %[e], %[a0]\n\t"
-                            "smlad %[b0], %[c2], %[e], %[b0]\n\t"
-                            "sxtb16 %[e], %[u], ror #8\n\t"
-                            "smlad %[a0], %[c1], %[e], %[a0]\n\t"
-                            "smlad %[b0], %[c3], %[e], %[b0]\n\t"
-                            "ldr %[u], [%[v1]], #4\n\t"
-                            "sxtb16 %[e], %[u]\n\t"
-                            "smlad %[a1], %[c0], %[e], %[a1]\n\t"
-                            "smlad %[b1], %[c2], %[e], %[b1]\n\t"
-                            "sxtb16 %[e], %[u], ror #8\n\t"
-                            "smlad %[a1], %[c1], %[e], %[a1]\n\t"
-                            "smlad %[b1], %[c3], %[e], %[b1]\n\t"
-                            "ldr %[e], %[end]\n\t"
-                            "cmp %[cp], %[e]\n\t"
-                            "bne 1b"
-                            : [a0] "+r"(a0), [a1] "+r"(a1), [b0] "+r"(b0), [b1] "+r"(b1), [cp] "+r"(cp),
-                              [v0] "+r"(v0), [v1] "+r"(v1), [c0] "=&r"(c0), [c1] "=&r"(c1), [c2] "=&r"(c2),
-                              [c3] "=&r"(c3), [u] "=&r"(u), [e] "=&r"(e)
-                            : [end] "m"(end), "m"(*(const uint32_t(*)[QCOL_MAX / 2u])col)
-                            : "cc");
-                }
-                for (uint32_t i = K4; i < Ci; i++) {
-                    const int8_t u0 = mct_cload_i8(w0 + i), u1 = mct_cload_i8(w1 + i);
-                    a0 += qterm(xa[i], zx, u0);
-                    a1 += qterm(xa[i], zx, u1);
-                    b0 += qterm(xb[i], zx, u0);
-                    b1 += qterm(xb[i], zx, u1);
-                }
-                qpw_out(c, Co, o, zy, a0, b0, ya + o, two ? yb + o : NULL);
-                if (o + 1u < Co) qpw_out(c, Co, o + 1u, zy, a1, b1, ya + o + 1u, two ? yb + o + 1u : NULL);
-            }
+            qpair_outputs(c, col, tail, K, Co, zy, ys + (size_t)p * Co, q != p ? ys + (size_t)q * Co : NULL);
         }
+    }
 }
-
 #endif
 
 /* QCONV2D on Cortex-M4/M7/M33: each window's values gathered once (qgather), then four output channels at a time
  * with SMLAD. The same exact integer sums as the reference, so the same outputs. */
 #if defined(__GNUC__)
-__attribute__((noinline))   /* its own frame: not added to qconv1x1_dsp's in the caller */
+__attribute__((noinline))   /* its own frame: not added to qconv2d_pairs' in the caller */
 #endif
 static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     const uint32_t Co = L->c_out, K = (uint32_t)L->kh * L->kw * L->c_in;
@@ -731,9 +775,8 @@ static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, fl
 void mct_qconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
 #if QDOT_DSP
 #if QASM_DSP
-    if (L->kh == 1u && L->kw == 1u && L->sh == 1u && L->sw == 1u && L->pt == 0u && L->pl == 0u &&
-        L->h_out == L->h_in && L->w_out == L->w_in && L->c_in <= QCOL_MAX / 2u) {   /* pointwise */
-        qconv1x1_dsp(L, c, x, y, nb);
+    if ((uint32_t)L->kh * L->kw * L->c_in <= QPAIR_MAX) {
+        qconv2d_pairs(L, c, x, y, nb);
         return;
     }
 #endif
