@@ -319,7 +319,7 @@ static uint32_t requantize_low(uint32_t ma, uint32_t mm, uint32_t n) {
  * caller adds a zero point and clamps to int8, so that changes nothing), on the magnitudes. On AVR in 32-bit
  * pieces: the 64-bit product from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves
  * (there a 64-bit multiply or shift is a slow library call); elsewhere in uint64. Both are exact, so every target
- * gets the same integer. Inlined where SMLAD is (its callers are the hot loops there). */
+ * gets the same integer. */
 /* TensorFlow Lite Micro's MultiplyByQuantizedMultiplier (gemmlowp's SaturatingRoundingDoublingHighMul, then
  * RoundingDivideByPOT) for a shift n in [1, 62], i.e. TFLite's shift 31 - n: two roundings, the first half up and
  * the second ties away from zero; the left shift saturates to int32, the result to +-2^30 (as requantize). Floor
@@ -352,8 +352,8 @@ static int32_t requantize_tflite(int32_t a, int32_t mult, int32_t shift) {
     return (int32_t)(q > 0x40000000 ? 0x40000000 : (q < -0x40000000 ? -0x40000000 : q));
 }
 
-#if QDOT_DSP
-MCT_INLINE
+#if QDOT_DSP && defined(__GNUC__)
+__attribute__((noinline))   /* where SMLAD is, qdense_out handles the usual shifts inline (qout_usual) */
 #endif
 static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     if (shift > 0 && (shift & MCT_QSHIFT_TFLITE)) return requantize_tflite(a, mult, shift & 0xff);
@@ -877,10 +877,12 @@ static void qdw1_window(const mct_layer *L, const uint8_t *c, const int8_t *xs, 
             a3 = __smlatt(xo, wo, a3);
         }
 #endif
-        yo[ch] = qdense_out(c, C, ch, zy, a0);
-        yo[ch + 1u] = qdense_out(c, C, ch + 1u, zy, a1);
-        yo[ch + 2u] = qdense_out(c, C, ch + 2u, zy, a2);
-        yo[ch + 3u] = qdense_out(c, C, ch + 3u, zy, a3);
+        const int8_t r0 = qdense_out(c, C, ch, zy, a0), r1 = qdense_out(c, C, ch + 1u, zy, a1);
+        const int8_t r2 = qdense_out(c, C, ch + 2u, zy, a2), r3 = qdense_out(c, C, ch + 3u, zy, a3);
+        yo[ch] = r0;   /* the four computed before the stores (which might alias the constants for the compiler) */
+        yo[ch + 1u] = r1;
+        yo[ch + 2u] = r2;
+        yo[ch + 3u] = r3;
     }
     for (; ch < C; ch++) {
         int32_t acc = 0;
