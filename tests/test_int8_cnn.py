@@ -38,14 +38,17 @@ def tool_dirs(pio_core: Path) -> Path:
 
 
 def every_spatial_op_net() -> Sequential:
-    """7x6x2 images -> 3 classes through every spatial layer the int8 path converts: strided and padded
+    """5x6x2 images -> 3 classes through every spatial layer the int8 path converts: strided and padded
     convolutions (ReLU fused, Tanh as a table), depthwise convolutions with multiplier 1 (strided, 5 channels: one
-    group of four and one left over) and 2 (ReLU6), a 1x1 convolution, max and average pooling with padding, global
-    average pooling."""
+    group of four and one left over) and 2 (ReLU6), 1x1 convolutions on 3x3 = 9 pixels (an odd count: the last
+    one without a partner) with 5 -> 5 and 10 -> 8 channels (no multiples of four), max and average pooling with
+    padding, global average pooling."""
     return Sequential(
         L.Conv2d(2, 5, 3, stride=(2, 1), padding="same"),
         L.Relu(),
         L.DepthwiseConv2d(5, 3, stride=(1, 2), padding="same"),
+        L.Relu(),
+        L.Conv2d(5, 5, 1),
         L.Relu(),
         L.DepthwiseConv2d(5, 3, padding="same", depth_multiplier=2),
         L.Relu6(),
@@ -56,7 +59,7 @@ def every_spatial_op_net() -> Sequential:
         L.GlobalAvgPool2d(),
         L.Linear(8, 3),
         L.Softmax(),
-        input_shape=(7, 6, 2),
+        input_shape=(5, 6, 2),
     ).rand_params(seed=11)
 
 
@@ -154,8 +157,8 @@ def test_every_spatial_int8_op_equals_the_integer_rederivation() -> None:
     m = build_device_model(ck, "last:1", "int8-full", calibration=cal)
     ops = [d.op.name for d in m.program.layers]
     # the ReLU and ReLU6 after convolutions are fused into them (as TFLite fuses them); Tanh becomes a table
-    assert ops == ["QUANT", "QCONV2D", "QDWCONV2D", "QDWCONV2D", "QCONV2D", "QLUT", "QMAXPOOL2D", "QAVGPOOL2D",
-                   "QAVGPOOL2D", "DEQUANT", "DENSE", "SOFTMAX"]  # fmt: skip
+    assert ops == ["QUANT", "QCONV2D", "QDWCONV2D", "QCONV2D", "QDWCONV2D", "QCONV2D", "QLUT", "QMAXPOOL2D",
+                   "QAVGPOOL2D", "QAVGPOOL2D", "DEQUANT", "DENSE", "SOFTMAX"]  # fmt: skip
     x = rng.normal(size=(16, net.n_in)).astype(np.float32)
     nb = x.shape[0]
     # each layer gets its own arena region here, so every int8 tensor can be read after the forward pass
@@ -246,11 +249,11 @@ def test_digits_cnn_int8_full_loses_at_most_a_point_and_runs_bit_for_bit(tmp_pat
 
 @pytest.mark.parametrize("board", ["nano33ble", "teensy41", "nucleo_l552ze_q"])
 def test_int8_cnn_with_every_spatial_op_on_the_dsp_cores(board: str, tmp_path: Path) -> None:
-    """On the Cortex-M4F, M7 and M33 (QCONV2D through SMLAD, QDWCONV2D through SMLABB/SMLATT and QMAXPOOL2D through
-    SEL: windows with padding, strides, 5 output channels and windows of 18 and 10 values, no multiples of four;
-    depthwise with multipliers 1 and 2) the int8 body predicts what
-    the host's int8 model (the reference kernels) predicts, and training the f32 head behind it matches bit for
-    bit."""
+    """On the Cortex-M4F, M7 and M33 (QCONV2D through SMLAD: windows with padding, strides, 5 output channels and
+    windows of 18 and 10 values, no multiples of four; the 1x1 ones two pixels by two channels at a time, 5 -> 5
+    and 10 -> 8 channels on an odd number of pixels; QDWCONV2D through SMLABB/SMLATT with multipliers 1 and 2;
+    QMAXPOOL2D through SEL) the int8 body predicts what the host's int8 model (the reference kernels) predicts,
+    and training the f32 head behind it matches bit for bit."""
     net = every_spatial_op_net()
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
     rng = np.random.default_rng(4)

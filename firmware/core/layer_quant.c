@@ -319,7 +319,7 @@ static uint32_t requantize_low(uint32_t ma, uint32_t mm, uint32_t n) {
  * caller adds a zero point and clamps to int8, so that changes nothing), on the magnitudes. On AVR in 32-bit
  * pieces: the 64-bit product from four 16 x 16 -> 32 products, then the rounding and the shift on its two halves
  * (there a 64-bit multiply or shift is a slow library call); elsewhere in uint64. Both are exact, so every target
- * gets the same integer. Inlined where SMLAD is (its callers are the hot loops there). */
+ * gets the same integer. */
 /* TensorFlow Lite Micro's MultiplyByQuantizedMultiplier (gemmlowp's SaturatingRoundingDoublingHighMul, then
  * RoundingDivideByPOT) for a shift n in [1, 62], i.e. TFLite's shift 31 - n: two roundings, the first half up and
  * the second ties away from zero; the left shift saturates to int32, the result to +-2^30 (as requantize). Floor
@@ -352,8 +352,8 @@ static int32_t requantize_tflite(int32_t a, int32_t mult, int32_t shift) {
     return (int32_t)(q > 0x40000000 ? 0x40000000 : (q < -0x40000000 ? -0x40000000 : q));
 }
 
-#if QDOT_DSP
-MCT_INLINE
+#if QDOT_DSP && defined(__GNUC__)
+__attribute__((noinline))   /* where SMLAD is, qdense_out handles the usual shifts inline (qout_usual) */
 #endif
 static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     if (shift > 0 && (shift & MCT_QSHIFT_TFLITE)) return requantize_tflite(a, mult, shift & 0xff);
@@ -400,6 +400,21 @@ static int32_t requantize(int32_t a, int32_t mult, int32_t shift) {
     return ((a < 0) != (mult < 0)) ? -(int32_t)r : (int32_t)r;
 }
 
+#if QDOT_DSP
+/* |v| as an unsigned integer (2^31 for INT32_MIN). */
+static MCT_INLINE uint32_t qabs(int32_t v) { return v < 0 ? 0u - (uint32_t)v : (uint32_t)v; }
+
+/* qdense_out's int8 for shift words n = 33 to 62 (multipliers below 1/2, as mcutrain's exports make them), the
+ * usual case, given a = the saturated biased sum (__qadd), mm = |mult| and k = n - 33: requantize's n > 32 branch
+ * with nothing to clamp (-2^31 counts as -(2^31 - 1), as qdense_out makes it), so the same integer. */
+static MCT_INLINE int8_t qout_usual(int32_t a, int32_t mult, uint32_t mm, uint32_t k, int32_t zy) {
+    uint32_t ma = qabs(a);
+    ma -= ma >> 31;
+    uint32_t r = (((uint32_t)(((uint64_t)ma * mm) >> 32) >> k) + 1u) >> 1;
+    return sat8(((a ^ mult) < 0 ? -(int32_t)r : (int32_t)r) + zy);
+}
+#endif
+
 /* One output o of QDENSE (constants c, n_out O) from its integer dot product xw: bias added (saturated to
  * +-(2^31 - 1)), requantized, zero point zy added, saturated to int8. */
 #if defined(__AVR__)
@@ -411,13 +426,16 @@ static int8_t qdense_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, i
     const uint8_t *bias = c + 8u + 4u * o;
     int32_t bo = mct_cload_i32(bias), a;
 #if QDOT_DSP
+    const int32_t mult = mct_cload_i32(bias + 4u * O), shift = mct_cload_i32(bias + 8u * O);
     a = __qadd(bo, xw);                          /* saturates to [-2^31, 2^31 - 1]: the same sum, and ... */
+    if ((uint32_t)shift - 33u <= 29u) return qout_usual(a, mult, qabs(mult), (uint32_t)shift - 33u, zy);
     a += a == INT32_MIN;                         /* ... -2^31 becomes -(2^31 - 1) as below */
+    return sat8(requantize(a, mult, shift) + zy);
 #else
     if (xw >= 0) a = bo > INT32_MAX - xw ? INT32_MAX : (bo + xw < -INT32_MAX ? -INT32_MAX : bo + xw);
     else a = bo < -INT32_MAX - xw ? -INT32_MAX : bo + xw;
-#endif
     return sat8(requantize(a, mct_cload_i32(bias + 4u * O), mct_cload_i32(bias + 8u * O)) + zy);
+#endif
 }
 
 void mct_qdense_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
@@ -584,8 +602,161 @@ static void qconv_outputs(const uint8_t *c, const int16_t *col, uint32_t K, uint
     }
 }
 
+/* The inner loops of the pointwise QCONV2D and of QDWCONV2D with multiplier 1 are inline assembly holding 13
+ * registers: only where the compiler optimizes (at -O0 it cannot spare them; those layers take the C paths). */
+#if defined(__OPTIMIZE__)
+#define QASM_DSP 1
+#else
+#define QASM_DSP 0
+#endif
+
+#if QASM_DSP
+/* Windows of up to QPAIR_MAX values (kh kw c_in) the Cortex-M4/M7/M33 QCONV2D takes two at a time (qconv2d_pairs):
+ * their values on the stack as int32 words (4 bytes each), plus one window gathered as int16. */
+#define QPAIR_MAX (QCOL_MAX / 2u)
+
+/* Output o of two pixels from their sums xa and xb (*yb not written when yb is NULL): the channel's constants read
+ * and unpacked once for both, the same integers as qdense_out. */
+static MCT_INLINE void qpair_out(const uint8_t *c, uint32_t O, uint32_t o, int32_t zy, int32_t xa, int32_t xb,
+                                 int8_t *ya, int8_t *yb) {
+    const uint8_t *bias = c + 8u + 4u * o;
+    const int32_t bo = mct_cload_i32(bias), mult = mct_cload_i32(bias + 4u * O);
+    const uint32_t k = (uint32_t)mct_cload_i32(bias + 8u * O) - 33u;
+    if (k > 29u) {
+        *ya = qdense_out(c, O, o, zy, xa);
+        if (yb) *yb = qdense_out(c, O, o, zy, xb);
+        return;
+    }
+    const uint32_t mm = qabs(mult);
+    const int8_t ra = qout_usual(__qadd(bo, xa), mult, mm, k, zy), rb = qout_usual(__qadd(bo, xb), mult, mm, k, zy);
+    *ya = ra;   /* both computed before the stores (which might alias the constants for the compiler) */
+    if (yb) *yb = rb;
+}
+
+/* The c_out outputs of two windows a and b (*yb not written when yb is NULL) of K values each, given as col: for
+ * each group q < K / 4 of four values v0..v3 the words (a v0, a v2) (a v1, a v3) (b v0, b v2) (b v1, b v3), the pairs
+ * SXTB16 makes of four weights; then tail: a's last K % 4 values at 0, b's at 4. Two output channels at a time, so
+ * that each weight word serves both windows and each col word both channels: per group 2 LDRD, 2 LDR, 4 SXTB16 and
+ * 8 SMLAD for 16 products. The sums are exact (|value| <= 255, |w| <= 128, K <= 65535), so they equal the plain
+ * loop's in any order: the same outputs. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qpair_outputs(const uint8_t *c, const uint32_t *col, const int16_t *tail, uint32_t K, uint32_t Co,
+                          int32_t zy, int8_t *ya, int8_t *yb) {
+    const uint8_t *w = c + 8u + 12u * Co;
+    const uint32_t K4 = K & ~3u;
+    const uint32_t *end = col + K4;
+    for (uint32_t o = 0; o < Co; o += 2u) {
+        const uint8_t *w0 = w + (size_t)o * K, *w1 = o + 1u < Co ? w0 + K : w0;
+        int32_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;   /* window a, b; channel o, o + 1 */
+        const uint32_t *cp = col;
+        const uint8_t *v0 = w0, *v1 = w1;
+        if (cp != end) {   /* in assembly (in C the compiler spills); 13 registers */
+            uint32_t c0, c1, c2, c3, u, e;
+            __asm__("1:\n\t"
+                    "ldrd %[c0], %[c1], [%[cp]], #8\n\t"
+                    "ldrd %[c2], %[c3], [%[cp]], #8\n\t"
+                    "ldr %[u], [%[v0]], #4\n\t"
+                    "sxtb16 %[e], %[u]\n\t"
+                    "smlad %[a0], %[c0], %[e], %[a0]\n\t"
+                    "smlad %[b0], %[c2], %[e], %[b0]\n\t"
+                    "sxtb16 %[e], %[u], ror #8\n\t"
+                    "smlad %[a0], %[c1], %[e], %[a0]\n\t"
+                    "smlad %[b0], %[c3], %[e], %[b0]\n\t"
+                    "ldr %[u], [%[v1]], #4\n\t"
+                    "sxtb16 %[e], %[u]\n\t"
+                    "smlad %[a1], %[c0], %[e], %[a1]\n\t"
+                    "smlad %[b1], %[c2], %[e], %[b1]\n\t"
+                    "sxtb16 %[e], %[u], ror #8\n\t"
+                    "smlad %[a1], %[c1], %[e], %[a1]\n\t"
+                    "smlad %[b1], %[c3], %[e], %[b1]\n\t"
+                    "ldr %[e], %[end]\n\t"
+                    "cmp %[cp], %[e]\n\t"
+                    "bne 1b"
+                    : [a0] "+r"(a0), [a1] "+r"(a1), [b0] "+r"(b0), [b1] "+r"(b1), [cp] "+r"(cp), [v0] "+r"(v0),
+                      [v1] "+r"(v1), [c0] "=&r"(c0), [c1] "=&r"(c1), [c2] "=&r"(c2), [c3] "=&r"(c3), [u] "=&r"(u),
+                      [e] "=&r"(e)
+                    : [end] "m"(end), "m"(*(const uint32_t(*)[QPAIR_MAX])col)
+                    : "cc");
+        }
+        for (uint32_t i = K4, j = 0; i < K; i++, j++) {
+            const int32_t u0 = mct_cload_i8(w0 + i), u1 = mct_cload_i8(w1 + i);
+            a0 += tail[j] * u0;
+            a1 += tail[j] * u1;
+            b0 += tail[j + 4u] * u0;
+            b1 += tail[j + 4u] * u1;
+        }
+        qpair_out(c, Co, o, zy, a0, b0, ya + o, yb ? yb + o : NULL);
+        if (o + 1u < Co) qpair_out(c, Co, o + 1u, zy, a1, b1, ya + o + 1u, yb ? yb + o + 1u : NULL);
+    }
+}
+
+/* Window slot (0: a, 1: b) of qpair_outputs' col and tail for a pointwise (1x1, stride 1, no padding) QCONV2D: the
+ * pixel's K = c_in values x - zx (SXTB16, SSUB16), no gathering. */
+static void qpair_fill_pixel(const int8_t *xp, uint32_t K, int16_t zx, uint32_t *col, int16_t *tail, uint32_t slot) {
+    const int16x2_t zz = (int16x2_t)(((uint32_t)(uint16_t)zx << 16) | (uint16_t)zx);
+    const uint32_t K4 = K & ~3u;
+    for (uint32_t i = 0; i < K4; i += 4u) {
+        uint32_t v;
+        memcpy(&v, xp + i, 4);
+        col[i + 2u * slot] = (uint32_t)__ssub16(__sxtb16(v), zz);
+        col[i + 2u * slot + 1u] = (uint32_t)__ssub16(sxtb16_hi(v), zz);
+    }
+    for (uint32_t i = K4; i < K; i++) tail[4u * slot + i - K4] = (int16_t)(xp[i] - zx);
+}
+
+/* Window slot of qpair_outputs' col and tail for output pixel p (row-major) of any QCONV2D: gathered by qgather
+ * into g (its groups already in SXTB16's order), then copied word by word. */
+static void qpair_fill_window(const mct_layer *L, const int8_t *xs, uint32_t p, int16_t zx, int16_t *g, uint32_t *col,
+                              int16_t *tail, uint32_t slot) {
+    const uint32_t K = (uint32_t)L->kh * L->kw * L->c_in, K4 = K & ~3u, oy = p / L->w_out, ox = p - oy * L->w_out;
+    uint32_t win[4];
+    mct_window(oy, L->sh, L->pt, L->kh, L->h_in, &win[0], &win[1]);
+    mct_window(ox, L->sw, L->pl, L->kw, L->w_in, &win[2], &win[3]);
+    qgather(L, xs, oy, ox, win, zx, g);
+    for (uint32_t i = 0; i < K4; i += 4u) memcpy(col + i + 2u * slot, g + i, 8);
+    for (uint32_t i = K4; i < K; i++) tail[4u * slot + i - K4] = g[i];
+}
+
+/* QCONV2D on Cortex-M4/M7/M33 for windows of up to QPAIR_MAX values: the output pixels two at a time (an odd last
+ * one with itself, its second outputs not written), their values placed for qpair_outputs (a pointwise layer's
+ * straight from x, any other's through qgather). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qconv2d_pairs(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t Co = L->c_out, K = (uint32_t)L->kh * L->kw * L->c_in, P = (uint32_t)L->h_out * L->w_out;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    const int16_t zx = (int16_t)zero_point(c);
+    const int32_t zy = zero_point(c + 4);
+    const int pointwise = L->kh == 1u && L->kw == 1u && L->sh == 1u && L->sw == 1u && L->pt == 0u && L->pl == 0u &&
+                          L->h_out == L->h_in && L->w_out == L->w_in;
+    uint32_t col[QPAIR_MAX];   /* (K / 4) 4 words */
+    int16_t tail[8], g[QPAIR_MAX];
+    for (uint32_t s = 0; s < nb; s++) {
+        const int8_t *xs = (const int8_t *)x + (size_t)s * sx;
+        int8_t *ys = (int8_t *)y + (size_t)s * sy;
+        for (uint32_t p = 0; p < P; p += 2u) {
+            const uint32_t q = p + 1u < P ? p + 1u : p;   /* window b */
+            if (pointwise) {
+                qpair_fill_pixel(xs + (size_t)p * K, K, zx, col, tail, 0u);
+                qpair_fill_pixel(xs + (size_t)q * K, K, zx, col, tail, 1u);
+            } else {
+                qpair_fill_window(L, xs, p, zx, g, col, tail, 0u);
+                qpair_fill_window(L, xs, q, zx, g, col, tail, 1u);
+            }
+            qpair_outputs(c, col, tail, K, Co, zy, ys + (size_t)p * Co, q != p ? ys + (size_t)q * Co : NULL);
+        }
+    }
+}
+#endif
+
 /* QCONV2D on Cortex-M4/M7/M33: each window's values gathered once (qgather), then four output channels at a time
  * with SMLAD. The same exact integer sums as the reference, so the same outputs. */
+#if defined(__GNUC__)
+__attribute__((noinline))   /* its own frame: not added to qconv2d_pairs' in the caller */
+#endif
 static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     const uint32_t Co = L->c_out, K = (uint32_t)L->kh * L->kw * L->c_in;
     const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
@@ -603,6 +774,12 @@ static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, fl
 
 void mct_qconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
 #if QDOT_DSP
+#if QASM_DSP
+    if ((uint32_t)L->kh * L->kw * L->c_in <= QPAIR_MAX) {
+        qconv2d_pairs(L, c, x, y, nb);
+        return;
+    }
+#endif
     if ((uint32_t)L->kh * L->kw * L->c_in <= QCOL_MAX) {
         qconv2d_dsp(L, c, x, y, nb);
         return;
@@ -649,19 +826,49 @@ static void qdw1_window(const mct_layer *L, const uint8_t *c, const int8_t *xs, 
     const uint32_t C = L->c_out, KW = L->kw;
     const int16x2_t zz = (int16x2_t)(((uint32_t)(uint16_t)zx << 16) | (uint16_t)zx);
     const uint8_t *w = c + 8u + 12u * C;
-    size_t off[QDW_TAPS], woff[QDW_TAPS];
+    uint32_t off[2u * QDW_TAPS];   /* per tap: the offset in x, then in the weights */
     uint32_t nt = 0, ch = 0;
     for (uint32_t ky = win[0]; ky < win[1]; ky++)
         for (uint32_t kx = win[2]; kx < win[3]; kx++, nt++) {
-            off[nt] = mct_tap_at(L, oy, ox, ky, kx);
-            woff[nt] = ((size_t)ky * KW + kx) * C;
+            off[2u * nt] = (uint32_t)mct_tap_at(L, oy, ox, ky, kx);
+            off[2u * nt + 1u] = ((uint32_t)ky * KW + kx) * C;
         }
     for (; ch + 4u <= C; ch += 4u) {
         int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#if QASM_DSP
+        /* per tap: its two offsets (LDRD), a word of x and of the weights, SXTB16 into pairs (0, 2) and (1, 3),
+         * SSUB16 for zx, SMLABB / SMLATT per product (in C the compiler spills) */
+        const uint32_t *op = off, *end = off + 2u * nt;
+        const int8_t *xb = xs + ch;
+        const uint8_t *wb = w + ch;
+        uint32_t xv, wv, t, u;
+        if (nt)   /* (a window has a tap inside the input, mct_spatial_check) */
+            __asm__("1:\n\t"
+                "ldrd %[t], %[u], [%[op]], #8\n\t"
+                "ldr %[xv], [%[xb], %[t]]\n\t"
+                "ldr %[wv], [%[wb], %[u]]\n\t"
+                "sxtb16 %[t], %[xv]\n\t"
+                "ssub16 %[t], %[t], %[zz]\n\t"
+                "sxtb16 %[u], %[wv]\n\t"
+                "smlabb %[a0], %[t], %[u], %[a0]\n\t"
+                "smlatt %[a2], %[t], %[u], %[a2]\n\t"
+                "sxtb16 %[t], %[xv], ror #8\n\t"
+                "ssub16 %[t], %[t], %[zz]\n\t"
+                "sxtb16 %[u], %[wv], ror #8\n\t"
+                "smlabb %[a1], %[t], %[u], %[a1]\n\t"
+                "smlatt %[a3], %[t], %[u], %[a3]\n\t"
+                "cmp %[op], %[end]\n\t"
+                "bne 1b"
+                : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [op] "+r"(op), [xv] "=&r"(xv),
+                  [wv] "=&r"(wv), [t] "=&r"(t), [u] "=&r"(u)
+                : [xb] "r"(xb), [wb] "r"(wb), [zz] "r"(zz), [end] "r"(end),
+                  "m"(*(const uint32_t(*)[2u * QDW_TAPS])off)
+                : "cc");
+#else
         for (uint32_t t = 0; t < nt; t++) {
             uint32_t xv, wv;
-            memcpy(&xv, xs + off[t] + ch, 4);
-            memcpy(&wv, w + woff[t] + ch, 4);
+            memcpy(&xv, xs + off[2u * t] + ch, 4);
+            memcpy(&wv, w + off[2u * t + 1u] + ch, 4);
             const int16x2_t xe = __ssub16(__sxtb16(xv), zz), xo = __ssub16(sxtb16_hi(xv), zz); /* (0, 2), (1, 3) */
             const int16x2_t we = __sxtb16(wv), wo = sxtb16_hi(wv);
             a0 = __smlabb(xe, we, a0);
@@ -669,14 +876,18 @@ static void qdw1_window(const mct_layer *L, const uint8_t *c, const int8_t *xs, 
             a2 = __smlatt(xe, we, a2);
             a3 = __smlatt(xo, wo, a3);
         }
-        yo[ch] = qdense_out(c, C, ch, zy, a0);
-        yo[ch + 1u] = qdense_out(c, C, ch + 1u, zy, a1);
-        yo[ch + 2u] = qdense_out(c, C, ch + 2u, zy, a2);
-        yo[ch + 3u] = qdense_out(c, C, ch + 3u, zy, a3);
+#endif
+        const int8_t r0 = qdense_out(c, C, ch, zy, a0), r1 = qdense_out(c, C, ch + 1u, zy, a1);
+        const int8_t r2 = qdense_out(c, C, ch + 2u, zy, a2), r3 = qdense_out(c, C, ch + 3u, zy, a3);
+        yo[ch] = r0;   /* the four computed before the stores (which might alias the constants for the compiler) */
+        yo[ch + 1u] = r1;
+        yo[ch + 2u] = r2;
+        yo[ch + 3u] = r3;
     }
     for (; ch < C; ch++) {
         int32_t acc = 0;
-        for (uint32_t t = 0; t < nt; t++) acc += qterm(xs[off[t] + ch], zx, mct_cload_i8(w + woff[t] + ch));
+        for (uint32_t t = 0; t < nt; t++)
+            acc += qterm(xs[off[2u * t] + ch], zx, mct_cload_i8(w + off[2u * t + 1u] + ch));
         yo[ch] = qdense_out(c, C, ch, zy, acc);
     }
 }
