@@ -808,6 +808,8 @@ void mct_qavgpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x
     })
 }
 
+int32_t mct_requantize(int32_t a, int32_t mult, int32_t shift) { return requantize(a, mult, shift); }
+
 void mct_qop_backward(const mct_layer *L, const mct_bwd *b) {
     if (!b->gx) return;
     for (size_t j = 0; j < (size_t)L->n_in * b->nb; j++) b->gx[j] = 0.0f;
