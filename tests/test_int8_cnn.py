@@ -312,27 +312,92 @@ def test_frozen_int8_ds_cnn_trains_its_f32_last_layer_on_the_nucleo_f401re(tmp_p
           f"PREDICT {rep['predict']:,.0f}, TRAIN {rep['train']:,.0f} instructions")  # fmt: skip
 
 
-@pytest.mark.parametrize("shortcut", [False, True], ids=["identity", "projection"])
-def test_int8_full_leaves_residual_blocks_in_f32_and_runs_bit_for_bit(shortcut: bool, tmp_path: Path) -> None:
-    """There is no int8 residual add yet: `--quant int8-full` converts the frozen layers around a residual block
-    (identity, or with a 1x1 projection shortcut) and leaves the block's own layers f32 between a DEQUANT and a
-    QUANT. The device model stays near the f32 network, and the nucleo_f401re (QEMU) predicts its bits."""
+def rounded(a: np.ndarray, mult: int, shift: int) -> np.ndarray:
+    """round(a * mult / 2^shift) half away from zero (shift clamped to [1, 62]; |a| < 2^31, |mult| < 2^31, so the
+    product is exact in int64), saturated to +-2^30: the core's requantization before a zero point is added."""
+    n = int(np.clip(shift, 1, 62))
+    p = np.asarray(a, np.int64) * np.int64(mult)
+    r = (np.abs(p) + (np.int64(1) << (n - 1))) >> n
+    return np.clip(np.where(p >= 0, r, -r), -(2**30), 2**30)
+
+
+def rederive_add(blob: bytes, c: int, x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """QRES_END's int8 output from its int8 input x and the int8 skip tensor s, as mct.h documents it (TFLite's int8
+    ADD: both inputs shifted left by 20 bits and requantized, the sum saturated and requantized), constants read
+    from the blob at byte c."""
+    zx, zs, zy, mx, nx, ms, ns, my, ny, lo, hi = (int(v) for v in i32(blob, c, 11))
+    zx, zs, zy, lo, hi = (int(np.clip(v, -128, 127)) for v in (zx, zs, zy, lo, hi))
+    acc = rounded((x - zx) << 20, mx, nx) + rounded((s - zs) << 20, ms, ns)
+    acc = np.clip(acc, -INT32_MAX, INT32_MAX)
+    return np.clip(zy + rounded(acc, my, ny), max(lo, -128), min(hi, 127))
+
+
+def residual_net(shortcut: bool) -> Sequential:
+    """6x6x1 -> 3 classes through a residual block (conv 3x3 and ReLU, then identity or a 1x1 projection shortcut)
+    with a ReLU after it, between a convolution and a pooled dense head."""
     from mcutrain import Residual
 
     kw = {"shortcut": [L.Conv2d(4, 4, 1)]} if shortcut else {}
     block = Residual(L.Conv2d(4, 4, 3, padding="same"), L.Relu(), **kw)
     layers = [L.Conv2d(1, 4, 3, padding="same"), L.Relu(), block, L.Relu(), L.GlobalAvgPool2d(), L.Linear(4, 3)]
-    net = Sequential(*layers, L.Softmax(), input_shape=(6, 6, 1)).rand_params(seed=0)
+    return Sequential(*layers, L.Softmax(), input_shape=(6, 6, 1)).rand_params(seed=0)
+
+
+@pytest.mark.parametrize("shortcut", [False, True], ids=["identity", "projection"])
+def test_int8_residual_add_equals_the_integer_rederivation(shortcut: bool) -> None:
+    """`--quant int8-full` converts a residual block made of convertible layers whole: RES_BEGIN (and RES_SHORTCUT)
+    of kind 1 carry the block's int8 input, the bodies are int8 ops, and the add is a QRES_END with the ReLU after it
+    fused. Every int8 tensor the core computes equals the NumPy re-derivation (the add with the skip tensor being
+    the block's input, or the main body's output with a projection), and the outputs track the f32 network."""
+    from mcutrain.exporter.quantize import own_regions
+
+    net = residual_net(shortcut)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
+    rng = np.random.default_rng(0)
+    cal = rng.normal(size=(64, net.n_in)).astype(np.float32)
+    m = build_device_model(ck, "none", "int8-full", calibration=cal)
+    body = ["RES_BEGIN", "QCONV2D"] + (["RES_SHORTCUT", "QCONV2D"] if shortcut else []) + ["QRES_END"]
+    ops = [d.op.name for d in m.program.layers]
+    assert ops == ["QUANT", "QCONV2D", *body, "QAVGPOOL2D", "QDENSE", "DEQUANT", "SOFTMAX"], ops
+    assert all(d.kind == 1 for d in m.program.layers if d.op in (Op.RES_BEGIN, Op.RES_SHORTCUT))
+    x = rng.normal(size=(16, net.n_in)).astype(np.float32)
+    nb = x.shape[0]
+    prog = own_regions(m.program)  # every int8 tensor in a region of its own, readable after the pass
+    y, arena = core_net(prog).traced_forward(np.ascontiguousarray(m.params, np.float32), x)
+    blob = prog.cdata
+    q0 = prog.layers[0]
+    inv = float(np.frombuffer(blob, "<f4", 1, q0.p_off)[0])
+    v = (x * np.float32(inv)).astype(np.float64)
+    cur = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + int(i32(blob, q0.p_off + 4)[0]), -128, 127)
+    cur = cur.astype(np.int64)
+    inputs: Dict[int, np.ndarray] = {}  # layer index -> its int8 input
+    for i, d in enumerate(prog.layers[1:-2], start=1):
+        inputs[i] = cur
+        if d.op == Op.RES_BEGIN:
+            continue
+        if d.op == Op.RES_SHORTCUT:
+            cur = inputs[d.k]  # the shortcut body reads the block's input again
+            continue
+        want = rederive_add(blob, d.p_off, cur, inputs[d.k]) if d.op == Op.QRES_END else rederive(d, blob, cur)
+        got = int8_tensor(arena, d, nb)
+        assert np.array_equal(got, want), f"{d.op.name} ({d.name}): {np.argwhere(got != want)[:5]}"
+        cur = want
+    assert np.abs(y - net.forward(x)).max() < 0.02
+
+
+@pytest.mark.parametrize("shortcut", [False, True], ids=["identity", "projection"])
+def test_int8_full_residual_block_runs_bit_for_bit_on_the_m4f(shortcut: bool, tmp_path: Path) -> None:
+    """The int8 residual block (identity, or with a 1x1 projection shortcut) exported for the nucleo_f401re predicts
+    in QEMU exactly what the host's int8 model predicts; the memory plan counts the kept int8 block input."""
+    net = residual_net(shortcut)
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
     x = np.random.default_rng(0).normal(size=(64, net.n_in)).astype(np.float32)
     r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8-full", trainable="none", sim=True,
                        calibration=x)  # fmt: skip
     ops = [d.op.name for d in r.model.program.layers]
-    inside = ops[ops.index("RES_BEGIN") : ops.index("RES_END") + 1]
-    assert ops[: ops.index("RES_BEGIN")] == ["QUANT", "QCONV2D", "DEQUANT"], ops
-    assert all(not op.startswith("Q") for op in inside) and ("RES_SHORTCUT" in inside) == shortcut, ops
-    assert ops[ops.index("RES_END") + 1] == "QUANT" and "QDENSE" in ops, ops
+    assert "QRES_END" in ops and "RES_END" not in ops and ops.count("QUANT") == 1, ops
+    assert r.plan.fits(), r.plan.table()
     twin = DeviceTwin(r.model)
     assert np.abs(twin.predict(x) - net.forward(x)).max() < 0.02
     with sim.start(r.path, r.board) as s:
-        assert_same_bits(s.device.predict(x[:12]), twin.predict(x[:12]), "PREDICT of the mixed int8/f32 ResNet block")
+        assert_same_bits(s.device.predict(x[:12]), twin.predict(x[:12]), "PREDICT of the int8 ResNet block")
