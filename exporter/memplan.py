@@ -191,7 +191,9 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
     table_bytes = LAYER_DTYPE.itemsize * len(p.layers) + 32  # sizeof(mct_layer) each, + mct_net
     sizes = [layer_size_of(d) for d in p.layers]  # what the core says each layer needs
     q_bytes = sum(s.consts for d, s in zip(p.layers, sizes) if d.op in QUANT_OPS)
-    i8_arena = sum(s.out for d, s in zip(p.layers, sizes) if d.op in WRITES_I8)  # floats of int8 tensors
+    # floats of the arena that int8 tensors occupy (their regions, which frozen layers may take in turns)
+    i8_cover = {j for d, s in zip(p.layers, sizes) if d.op in WRITES_I8 for j in range(d.out_off, d.out_off + s.out)}
+    i8_arena = len(i8_cover)
     rows = [
         ("parameters (f32, RAM)", 4 * p.n_params, 4 * p.n_params),
         ("optimizer state", 4 * p.n_params * m.opt_slots, 0),
