@@ -332,26 +332,32 @@ def rederive_add(blob: bytes, c: int, x: np.ndarray, s: np.ndarray) -> np.ndarra
     return np.clip(zy + rounded(acc, my, ny), max(lo, -128), min(hi, 127))
 
 
-def residual_net(shortcut: bool) -> Sequential:
-    """6x6x1 -> 3 classes through a residual block (conv 3x3 and ReLU, then identity or a 1x1 projection shortcut)
-    with a ReLU after it, between a convolution and a pooled dense head."""
+def residual_net(shortcut: bool, c: int = 4) -> Sequential:
+    """6x6x1 -> 3 classes through a residual block of c channels (conv 3x3 and ReLU, then identity or a 1x1 projection
+    shortcut) with a ReLU after it, between a convolution and a pooled dense head. With c = 30 the block's
+    convolution has windows of 270 values, more than the Cortex-M4/M7/M33 QCONV2D gathers at once (it takes two
+    kernel rows, then one), and 30 output channels (not a multiple of four)."""
     from mcutrain import Residual
 
-    kw = {"shortcut": [L.Conv2d(4, 4, 1)]} if shortcut else {}
-    block = Residual(L.Conv2d(4, 4, 3, padding="same"), L.Relu(), **kw)
-    layers = [L.Conv2d(1, 4, 3, padding="same"), L.Relu(), block, L.Relu(), L.GlobalAvgPool2d(), L.Linear(4, 3)]
+    kw = {"shortcut": [L.Conv2d(c, c, 1)]} if shortcut else {}
+    block = Residual(L.Conv2d(c, c, 3, padding="same"), L.Relu(), **kw)
+    layers = [L.Conv2d(1, c, 3, padding="same"), L.Relu(), block, L.Relu(), L.GlobalAvgPool2d(), L.Linear(c, 3)]
     return Sequential(*layers, L.Softmax(), input_shape=(6, 6, 1)).rand_params(seed=0)
 
 
-@pytest.mark.parametrize("shortcut", [False, True], ids=["identity", "projection"])
-def test_int8_residual_add_equals_the_integer_rederivation(shortcut: bool) -> None:
+BLOCKS = {"identity": (False, 4), "projection": (True, 4), "wide": (False, 30)}
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_int8_residual_add_equals_the_integer_rederivation(block: str) -> None:
     """`--quant int8-full` converts a residual block made of convertible layers whole: RES_BEGIN (and RES_SHORTCUT)
     of kind 1 carry the block's int8 input, the bodies are int8 ops, and the add is a QRES_END with the ReLU after it
     fused. Every int8 tensor the core computes equals the NumPy re-derivation (the add with the skip tensor being
     the block's input, or the main body's output with a projection), and the outputs track the f32 network."""
     from mcutrain.exporter.quantize import own_regions
 
-    net = residual_net(shortcut)
+    shortcut, c = BLOCKS[block]
+    net = residual_net(shortcut, c)
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
     rng = np.random.default_rng(0)
     cal = rng.normal(size=(64, net.n_in)).astype(np.float32)
@@ -383,13 +389,45 @@ def test_int8_residual_add_equals_the_integer_rederivation(shortcut: bool) -> No
         assert np.array_equal(got, want), f"{d.op.name} ({d.name}): {np.argwhere(got != want)[:5]}"
         cur = want
     assert np.abs(y - net.forward(x)).max() < 0.02
+    # the device's arena, where outputs share regions while the block keeps its input, computes the same bits
+    assert_same_bits(m.core().forward(np.ascontiguousarray(m.params, np.float32), x), y, "the device's arena plan")
 
 
-@pytest.mark.parametrize("shortcut", [False, True], ids=["identity", "projection"])
-def test_int8_full_residual_block_runs_bit_for_bit_on_the_m4f(shortcut: bool, tmp_path: Path) -> None:
-    """The int8 residual block (identity, or with a 1x1 projection shortcut) exported for the nucleo_f401re predicts
-    in QEMU exactly what the host's int8 model predicts; the memory plan counts the kept int8 block input."""
-    net = residual_net(shortcut)
+def test_resnet8_int8_full_plan_keeps_three_activations_alive() -> None:
+    """ResNet-8 (BatchNorm folded) exported int8-full converts whole, its three residual blocks as int8 blocks; the
+    arena keeps each block's int8 input while its body runs, and outputs share regions otherwise, so the int8 part
+    of the plan is three 32x32x16 tensors (the first block's input, its second convolution's output and the sum:
+    49,152 B, CMSIS-NN's figure) and it fits the nucleo_f401re's 96 KB. The device's arena gives the bits of one
+    where every output has its own region, and the outputs track the f32 network."""
+    from mcutrain.exporter.boards import get_board
+    from mcutrain.exporter.export import board_device_model
+    from mcutrain.exporter.memplan import plan
+    from mcutrain.exporter.quantize import own_regions
+    from mcutrain.tiny_models import resnet8
+
+    net = resnet8().rand_params(seed=1)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)))
+    board = get_board("nucleo_f401re")
+    cal = np.random.default_rng(0).random((20, net.n_in), dtype=np.float32)
+    m = board_device_model(ck, board, "none", "int8-full", calibration=cal)
+    ops = [d.op.name for d in m.program.layers]
+    assert ops.count("QRES_END") == 3 and ops.count("QUANT") == 1 and "RES_END" not in ops, ops
+    p = plan(m, board)
+    rows = {name: ram for name, ram, _ in p.rows}
+    assert rows["int8 activations (arena)"] == 3 * 32 * 32 * 16, p.table()
+    assert p.fits(), p.table()
+    params = np.ascontiguousarray(m.params, np.float32)
+    y = m.core().forward(params, cal)
+    assert_same_bits(y, core_net(own_regions(m.program)).forward(params, cal), "ResNet-8's shared arena")
+    assert np.abs(y - net.forward(cal)).max() < 0.01
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_int8_full_residual_block_runs_bit_for_bit_on_the_m4f(block: str, tmp_path: Path) -> None:
+    """The int8 residual block (identity, with a 1x1 projection shortcut, or identity over 30 channels, whose
+    convolution's windows the M4F sums in parts) exported for the nucleo_f401re predicts in QEMU exactly what the
+    host's int8 model (the reference kernels) predicts."""
+    net = residual_net(*BLOCKS[block])
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
     x = np.random.default_rng(0).normal(size=(64, net.n_in)).astype(np.float32)
     r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8-full", trainable="none", sim=True,
