@@ -22,6 +22,18 @@ static int32_t i8_word(const uint8_t *c) {
     return z < -128 ? -128 : (z > 127 ? 127 : z);
 }
 
+/* round(a * mult / 2^shift) exactly as mct_requantize (ties away from zero, saturated to +-2^30, shift clamped to
+ * [1, 62]), inline in uint64 for mcutrain's shift words (|a| <= 2^31 - 1, so the product and the rounding term stay
+ * below 2^63); a word with the MCT_QSHIFT_TFLITE flag goes to mct_requantize. */
+static MCT_INLINE int32_t qadd_requant(int32_t a, int32_t mult, int32_t shift) {
+    if (shift > 0 && (shift & MCT_QSHIFT_TFLITE)) return mct_requantize(a, mult, shift);
+    uint32_t n = shift < 1 ? 1u : (shift > 62 ? 62u : (uint32_t)shift);
+    uint32_t ma = a < 0 ? 0u - (uint32_t)a : (uint32_t)a, mm = mult < 0 ? 0u - (uint32_t)mult : (uint32_t)mult;
+    uint64_t p = ((uint64_t)ma * mm + ((uint64_t)1 << (n - 1u))) >> n;
+    int32_t r = p > 0x40000000u ? 0x40000000 : (int32_t)p;
+    return (a < 0) != (mult < 0) ? -r : r;
+}
+
 void mct_qres_end_forward(const mct_net *net, const mct_layer *L, const float *x, float *y, float *arena,
                           uint32_t nb) {
     const uint8_t *c = net->cdata + L->p_off;
@@ -35,10 +47,10 @@ void mct_qres_end_forward(const mct_net *net, const mct_layer *L, const float *x
         const int8_t *xs = (const int8_t *)x + s * stride, *ss = skip + s * stride;
         int8_t *ys = (int8_t *)y + s * stride;
         for (uint32_t j = 0; j < L->n_out; j++) {
-            int64_t a = (int64_t)mct_requantize((xs[j] - zx) * (1 << 20), mx, nx) +
-                        mct_requantize((ss[j] - zs) * (1 << 20), ms, ns);
+            int64_t a = (int64_t)qadd_requant((xs[j] - zx) * (1 << 20), mx, nx) +
+                        qadd_requant((ss[j] - zs) * (1 << 20), ms, ns);
             a = a > INT32_MAX ? INT32_MAX : (a < -INT32_MAX ? -INT32_MAX : a);
-            int32_t v = zy + mct_requantize((int32_t)a, my, ny);
+            int32_t v = zy + qadd_requant((int32_t)a, my, ny);
             ys[j] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
         }
     }
