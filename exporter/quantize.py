@@ -21,6 +21,9 @@ Modes (`build_device_model(quant=...)`):
   * each activation becomes a 256-entry table T[q] = Q_out(act(D_in(q))), where D_in is the device's
     DEQUANT, act is the C core's own f32 activation (run through the core) and Q_out the device's QUANT,
     so the table is exactly what the device would compute in float from the dequantized input.
+  * a residual block whose layers all convert becomes an int8 block: RES_BEGIN / RES_SHORTCUT of kind 1 keep
+    and re-read its int8 input, and its end is a QRES_END, TFLite's int8 ADD of the two branches with their own
+    scales and zero points (qadd_consts; a ReLU after it fused); other blocks' layers stay f32;
   Trainable layers (and frozen layers that cannot be converted: Softmax, RMSNorm, GLU, ...) stay f32;
   frozen Dense/Linear layers after the first trainable layer keep int8 weights as in 'int8'.
   Rounding on the device is to nearest with ties away from zero; the host rounds the constants
