@@ -4,8 +4,9 @@ at export), exported full-integer int8 (`--quant int8-full`, calibrated on 200 r
 and f32 (every layer frozen, where it fits the board) for the nucleo_f401re (Cortex-M4F, QEMU mps2-an386) and the
 teensy41 (Cortex-M7, QEMU mps2-an500), and run in QEMU: instructions per inference beside the CMSIS-NN figures of
 issue 21 (measured the same way on the M4F), RAM planned against RAM measured (static RAM + the stack's peak), and
-flash. A network the int8-full path cannot convert whole (a layer left f32 inside the int8 body) is reported as
-not supported instead of measured.
+flash, and how far the int8-full outputs are from the f32 network's on the calibration inputs. A network the
+int8-full path cannot convert whole (a layer left f32 inside the int8 body) is reported as not supported instead of
+measured.
 
 The measurement is bench/device_cost.py's (its `measure`: export, build with PlatformIO, run with the
 instruction-counting plugin between the firmware's markers); the QEMU plugin counts whole calls, so no per-layer
@@ -25,7 +26,7 @@ import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -36,9 +37,8 @@ import device_cost  # noqa: E402
 
 from mcutrain import Checkpoint, Sequential, TrainParams  # noqa: E402
 from mcutrain import layers as L  # noqa: E402
-from mcutrain.corefacts import RESIDUAL_OPS, WRITES_I8, layer_size_of  # noqa: E402
+from mcutrain.corefacts import QUANT_OPS, RESIDUAL_OPS, WRITES_I8, layer_size_of  # noqa: E402
 from mcutrain.exporter.boards import get_board  # noqa: E402
-from mcutrain.exporter.device_model import DeviceModel  # noqa: E402
 from mcutrain.exporter.export import board_device_model  # noqa: E402
 from mcutrain.exporter.memplan import plan  # noqa: E402
 from mcutrain.module import Module  # noqa: E402
@@ -102,40 +102,59 @@ def split(calls: int, work: Path) -> List[str]:
     return lines
 
 
-def int8_model(net: str, board: str) -> Tuple[Module, DeviceModel]:
-    """The network (seed 1) and its int8-full device model, every layer frozen, calibrated on 20 random inputs."""
+def int8_export(net: str, board: str) -> Any:
+    """(the f32 checkpoint, the int8-full device model, the random calibration inputs) of net for board."""
     model = ARCHITECTURES[net]().rand_params(seed=1)
     ck = Checkpoint(model, model.new_sgd(TrainParams(lr=0.01)))
     cal = np.random.default_rng(0).random((20, model.program.n_in), dtype=np.float32)
-    return model, board_device_model(ck, get_board(board), "none", "int8-full", calibration=cal)
+    return ck, board_device_model(ck, get_board(board), "none", "int8-full", calibration=cal), cal
 
 
 def activations(net: str, board: str) -> str:
     """The int8-full model's activation RAM beside CMSIS-NN's: the int8 tensors at their peak (the largest input and
-    output of one int8 layer together, which the shared buffer holds), and all of the arena and scratch (which also
-    hold the f32 input the protocol sends and the f32 outputs it answers with)."""
+    output of one int8 layer together, which the shared buffer holds; with residual blocks, the arena the int8
+    tensors cover), and all of the arena and scratch (which also hold the f32 input the protocol sends and the f32
+    outputs it answers with)."""
     ref = REFERENCE_ACTIVATIONS.get(net)
-    _, m = int8_model(net, board)
-    sizes = [layer_size_of(d) for d in m.program.layers]
-    i8 = [d.op in WRITES_I8 for d in m.program.layers]
-    peak = max([sizes[i - 1].out + sizes[i].out for i in range(1, len(sizes)) if i8[i - 1] and i8[i]], default=0)
+    _, m, _ = int8_export(net, board)
+    layers = m.program.layers
+    sizes = [layer_size_of(d) for d in layers]
+    if any(d.op in RESIDUAL_OPS for d in layers):
+        peak = len({j for d, z in zip(layers, sizes) if d.op in WRITES_I8 for j in range(d.out_off, d.out_off + z.out)})
+    else:
+        i8 = [d.op in WRITES_I8 for d in layers]
+        peak = max([sizes[i - 1].out + sizes[i].out for i in range(1, len(sizes)) if i8[i - 1] and i8[i]], default=0)
     ours = f"{4 * peak:,} int8 at peak; {4 * (m.program.arena + m.scratch):,} arena + scratch"
     return ours + (f" | {ref[0]:,} + {ref[1]:,} scratch" if ref else " | -")
 
 
 def int8_gap(net: str, board: str) -> Optional[str]:
     """Why the int8-full export of net is not full-integer (the f32 ops it leaves between its QUANT and its last
-    DEQUANT, as for a residual add with no int8 kernel), or None when the whole body is int8."""
-    model, m = int8_model(net, board)
-    residual = sorted({d.op.name for d in model.program.layers if d.op in RESIDUAL_OPS})
-    names = [d.op.name for d in m.program.layers]
+    DEQUANT, for want of an int8 kernel), or None when the whole body is int8 (residual blocks included: their
+    RES_BEGIN and RES_SHORTCUT of kind 1 carry int8)."""
+    _, m, _ = int8_export(net, board)
+    layers = m.program.layers
+    names = [d.op.name for d in layers]
     if "QUANT" not in names:
         return "nothing converted to int8"
     last = len(names) - 1 - names[::-1].index("DEQUANT")
-    f32 = sorted({n for n in names[names.index("QUANT") : last] if not n.startswith("Q") and n != "DEQUANT"})
-    if residual:  # int8-full converts what lies outside the residual blocks; the blocks stay f32
-        return f"no int8 residual add: the residual blocks ({', '.join(f32)}) stay f32"
+    f32 = sorted(
+        {
+            d.op.name
+            for d in layers[names.index("QUANT") : last]
+            if d.op not in QUANT_OPS and not (d.op in RESIDUAL_OPS and d.kind == 1)
+        }
+    )
     return f"int8-full leaves {', '.join(f32)} in f32 (no int8 kernel)" if f32 else None
+
+
+def int8_tracking(net: str, board: str) -> Dict[str, float]:
+    """How closely the int8-full model (run on the host through the C core, the device's twin) tracks the f32
+    network on its random calibration inputs: the largest output difference and how often the argmax agrees."""
+    ck, m, cal = int8_export(net, board)
+    y8 = m.core().forward(np.ascontiguousarray(m.params, np.float32), cal)
+    y32 = np.asarray(ck.net.forward(cal), np.float32)
+    return {"max_diff": float(np.abs(y8 - y32).max()), "argmax_agree": float(np.mean(y8.argmax(1) == y32.argmax(1)))}
 
 
 def f32_fits(net: str, board: str) -> bool:
@@ -196,6 +215,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                             results[key] = {"case": asdict(case), "error": f"not supported: {why}"}
                         else:
                             results[key] = device_cost.measure(case, args.calls, work)
+                            if quant == "int8-full":
+                                results[key]["int8_vs_f32"] = t = int8_tracking(net, board)
+                                diff, agree = t["max_diff"], t["argmax_agree"]
+                                print(f"{key}: int8 vs f32 on the calibration inputs: max |diff| {diff:.3g}, "
+                                      f"argmax agrees {agree:.0%}", flush=True)  # fmt: skip
                     except Exception as e:  # a case that cannot be exported or run is reported, not fatal
                         results[key] = {"case": asdict(case), "error": str(e).splitlines()[0][:200]}
                     lines.append(row(net, board, quant, results[key]))

@@ -104,22 +104,61 @@ def trainable_flags(layers: List[LayerDesc], trainable: str) -> List[bool]:
     raise DeviceSpecError(f"--trainable must be {TRAINABLE_HELP}; got {trainable!r}")
 
 
+def _frozen_regions(layers: List[LayerDesc], n_in: int, stop: int) -> Tuple[Dict[int, int], int]:
+    """Arena regions of the outputs of frozen layers 0 .. stop-2 when residual blocks are among them (the end of a
+    block reads its start's input, or its main body's output, again): each output lives from the layer that writes
+    it to the last layer that reads it (the next layer, an end op's skip tensor, a shortcut body's first layer); the
+    widest first, each takes the lowest offset past the network's input where it overlaps no output alive at the
+    same time (its width the core's). Returns ({layer index: out_off}, the end of the regions). RES_BEGIN and
+    RES_SHORTCUT write nothing (their outputs alias)."""
+    src: List[int] = []  # per layer, the index of the layer that wrote its input (-1: the network's input)
+    last: Dict[int, int] = {}  # writer -> the last layer reading its output
+    cur = -1
+    for i, d in enumerate(layers):
+        src.append(cur)
+        last[cur] = i
+        if d.op in (Op.RES_END, Op.QRES_END):
+            last[src[d.k]] = i  # the skip tensor: the input of its partner
+        if d.op == Op.RES_SHORTCUT:
+            cur = src[d.k]  # the shortcut body reads the block's input
+        elif d.op != Op.RES_BEGIN:
+            cur = i
+    outs = [(layer_size_of(d).out, i) for i, d in enumerate(layers[: max(stop - 1, 0)])]
+    outs = [(n, i) for n, i in outs if layers[i].op not in (Op.RES_BEGIN, Op.RES_SHORTCUT)]
+    placed: List[Tuple[int, int, int, int]] = []  # (offset, size, first, last) of the outputs placed so far
+    where: Dict[int, int] = {}
+    top = n_in
+    for size, i in sorted(outs, key=lambda t: (-t[0], t[1])):  # the widest first (TFLite's greedy-by-size plan)
+        end, off = last.get(i, i), n_in
+        for o, n, _, _ in sorted(r for r in placed if r[2] <= end and i <= r[3]):  # alive at the same time
+            if o - off >= size:
+                break
+            off = max(off, o + n)
+        where[i] = off
+        placed.append((off, size, i, end))
+        top = max(top, off + size)
+    return where, top
+
+
 def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int, int]:
     """Give the layers fresh arena regions (the table changed), each as large as the core says (an int8 output takes
     mct_i8_floats of its width, the aux trace what the op's code asks for); returns (layers, arena, out_off).
 
     Training on the device keeps what its backward pass reads: every region from the input of the first trainable
     layer with parameters on (mct_backward stops there). Each frozen layer before it reads only the output of the
-    layer before it (without a residual block among them, whose end reads its start's input again), so their
-    outputs share one buffer, each written at the end of it that its input does not use (the network's input at
-    the low end, read only by layer 0; the last frozen output stays for the trainable layer, as nothing after it
-    writes there): the buffer is as large as the largest input and output of one layer together, which is what a
-    frozen CNN backbone needs at its peak (as CMSIS-NN's ping-pong buffers), not all its activations."""
+    layer before it, so their outputs share one buffer, each written at the end of it that its input does not use
+    (the network's input at the low end, read only by layer 0; the last frozen output stays for the trainable layer,
+    as nothing after it writes there): the buffer is as large as the largest input and output of one layer
+    together, which is what a frozen CNN backbone needs at its peak (as CMSIS-NN's ping-pong buffers), not all its
+    activations. With residual blocks among them (whose end reads its start's input again) each output takes a
+    region only while it is read (_frozen_regions)."""
     stop = next((i for i, d in enumerate(layers) if d.trainable and d.n_p), len(layers))
-    shared = stop if not any(d.op in RESIDUAL_OPS for d in layers[:stop]) else 0
+    residual = any(d.op in RESIDUAL_OPS for d in layers[:stop])
+    shared = 0 if residual else stop
     outs = [layer_size_of(d).out for d in layers[:shared]]
     buf = max([n_in] + [a + b for a, b in zip([n_in] + outs, outs)])  # floats of the shared buffer
-    top, cur, low = buf, 0, True  # low: the current input sits at the buffer's low end
+    where, top = _frozen_regions(layers, n_in, stop) if residual else ({}, buf)
+    cur, low = 0, True  # low: the current input sits at the shared buffer's low end
     for i, d in enumerate(layers):
         size = layer_size_of(d)
         d.in_off = cur
@@ -130,6 +169,8 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
         elif i < shared:
             d.out_off = buf - outs[i] if low else 0  # the end of the buffer its input does not use
             low = not low
+        elif i in where:
+            d.out_off = where[i]
         else:
             d.out_off = top
             top += size.out

@@ -21,6 +21,9 @@ Modes (`build_device_model(quant=...)`):
   * each activation becomes a 256-entry table T[q] = Q_out(act(D_in(q))), where D_in is the device's
     DEQUANT, act is the C core's own f32 activation (run through the core) and Q_out the device's QUANT,
     so the table is exactly what the device would compute in float from the dequantized input.
+  * a residual block whose layers all convert becomes an int8 block: RES_BEGIN / RES_SHORTCUT of kind 1 keep
+    and re-read its int8 input, and its end is a QRES_END, TFLite's int8 ADD of the two branches with their own
+    scales and zero points (qadd_consts; a ReLU after it fused); other blocks' layers stay f32;
   Trainable layers (and frozen layers that cannot be converted: Softmax, RMSNorm, GLU, ...) stay f32;
   frozen Dense/Linear layers after the first trainable layer keep int8 weights as in 'int8'.
   Rounding on the device is to nearest with ties away from zero; the host rounds the constants
@@ -319,19 +322,47 @@ POOL_OPS = (Op.MAXPOOL2D, Op.AVGPOOL2D)  # int8 pooling keeps its input's scale 
 FUSED_ACTS = (Act.RELU, Act.RELU6)  # activations an int8 convolution's saturation applies (fused, as in TFLite)
 
 
+def int8_blocks(layers: Sequence[LayerDesc]) -> Dict[int, int]:
+    """The residual blocks int8-full converts whole, {RES_BEGIN index: RES_END index}: blocks before the first
+    trainable layer whose every layer is a frozen convertible layer (FULL_INTEGER_OPS, parameters in RAM), their
+    RES_SHORTCUT or a nested block converted whole (trainable flags must be set)."""
+    first = next((i for i, d in enumerate(layers) if d.trainable), len(layers))
+    whole: Dict[int, int] = {}
+    for b in sorted((i for i, d in enumerate(layers) if d.op == Op.RES_BEGIN), reverse=True):  # inner blocks first
+        e, j, ok = layers[b].k, b + 1, True
+        if e >= first:
+            continue
+        while ok and j < e:
+            d = layers[j]
+            if d.op == Op.RES_BEGIN and j in whole:
+                j = whole[j] + 1
+                continue
+            ok = (d.op == Op.RES_SHORTCUT and d.k == b) or (d.op in FULL_INTEGER_OPS and d.storage == Storage.RAM)
+            j += 1
+        if ok:
+            whole[b] = e
+    return whole
+
+
 def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
     """Maximal runs [a, b) of frozen Dense/Linear, Conv2d, depthwise Conv2d, pooling and elementwise activation
-    layers before the first trainable layer that contain at least one layer with weights (trainable flags must be
-    set); layers inside residual blocks are left out (they stay f32)."""
+    layers and of residual blocks made only of them (int8_blocks) before the first trainable layer that contain at
+    least one layer with weights (trainable flags must be set); the layers inside other residual blocks are left
+    out (they stay f32)."""
     first = next((i for i, d in enumerate(layers) if d.trainable), len(layers))
+    whole = int8_blocks(layers)
+    in_whole = {j for b, e in whole.items() for j in range(b, e + 1)}
     runs: List[Tuple[int, int]] = []
     a = None
-    depth = 0  # residual blocks open at layer i: their layers stay f32 (there is no int8 residual add yet)
+    depth = 0  # residual blocks open at layer i that stay f32: their layers stay f32 too
     for i in range(first + 1):
-        if i < first and layers[i].op == Op.RES_BEGIN:
+        f32_block = i < first and i not in in_whole and layers[i].op in RESIDUAL_OPS
+        if f32_block and layers[i].op == Op.RES_BEGIN:
             depth += 1
-        ok = i < first and depth == 0 and layers[i].op in FULL_INTEGER_OPS and layers[i].storage == Storage.RAM
-        if i < first and layers[i].op == Op.RES_END:
+        ok = i < first and (
+            i in in_whole or (depth == 0 and layers[i].op in FULL_INTEGER_OPS and layers[i].storage == Storage.RAM)
+        )
+        if f32_block and layers[i].op == Op.RES_END:
             depth -= 1
         if ok and a is None:
             a = i
@@ -340,6 +371,46 @@ def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
                 runs.append((a, i))
             a = None
     return runs
+
+
+ADD_LEFT_SHIFT = 20  # TFLite's int8 ADD: inputs shifted left by 20 bits before their multipliers (MCT_OP_QRES_END)
+
+
+@dataclass
+class QAddConsts:
+    """The integer constants of a QRES_END (see MCT_OP_QRES_END): x + s requantized to the output."""
+
+    zx: int
+    zs: int
+    zy: int
+    mult_x: int
+    shift_x: int
+    mult_s: int
+    shift_s: int
+    mult_y: int
+    shift_y: int
+    lo: int
+    hi: int
+
+    def blob(self) -> bytes:
+        """The layer's 44 bytes in the const blob."""
+        return np.array(
+            [getattr(self, f) for f in ("zx", "zs", "zy", "mult_x", "shift_x", "mult_s", "shift_s", "mult_y",
+                                        "shift_y", "lo", "hi")],
+            "<i4",
+        ).tobytes()  # fmt: skip
+
+
+def qadd_consts(qx: QParams, qs: QParams, qy: QParams, relu: bool = False) -> QAddConsts:
+    """Integer form of y = x + s from the quantizations of x, s and y as TFLite's int8 ADD prepares it (each input
+    by its scale over twice the larger one, the sum by that over 2^20 sy); relu: a ReLU after the add, fused as the
+    lower clamp lo = zy."""
+    m2 = 2.0 * max(float(qx.scale), float(qs.scale))
+    mx, nx = requant_multiplier(float(qx.scale) / m2)
+    ms, ns = requant_multiplier(float(qs.scale) / m2)
+    my, ny = requant_multiplier(m2 / (2.0**ADD_LEFT_SHIFT * float(qy.scale)))
+    lo = qy.zero_point if relu else -128
+    return QAddConsts(qx.zero_point, qs.zero_point, qy.zero_point, mx, nx, ms, ns, my, ny, lo, 127)
 
 
 def as_calibration(x: Any, n_in: int) -> np.ndarray:
@@ -418,7 +489,9 @@ def full_integer_layers(
     fixed: an imported model's own quantization, one record or None per layer ({"in": [scale, zp], "out": [scale,
     zp], "w_scale": [...], "rounding": "tflite"}, see tflite_import): a run whose layers all have one uses it and
     needs no calibration.
-    Residual partners (k) are re-pointed at the new indices."""
+    A residual block made only of convertible layers becomes an int8 block: its RES_BEGIN and RES_SHORTCUT get
+    kind 1 (they carry int8 tensors) and its RES_END a QRES_END (qadd_consts; a ReLU after it fused). Residual
+    partners (k) are re-pointed at the new indices."""
     runs = convertible_runs(layers)
     if not runs:
         raise QuantError(
@@ -451,6 +524,7 @@ def full_integer_layers(
         return bool(r and r.get("rounding") == "tflite")
 
     partner = {id(d): layers[d.k] for d in layers if d.op in RESIDUAL_OPS}
+    new_of: Dict[int, LayerDesc] = {}  # id(a residual layer of an int8 block) -> the layer that replaces it
     out: List[LayerDesc] = []
     blobs: Dict[int, bytes] = {}
 
@@ -489,10 +563,31 @@ def full_integer_layers(
         qcur = qin_of(a)
         q_op(Op.QUANT, layers[a].n_in, layers[a].n_in, quant_blob(qcur), f"quantize input of {layers[a].name}")
         j = a
+        q_in: Dict[int, QParams] = {}  # RES_BEGIN / RES_SHORTCUT index -> the quantization of its input
         while j < b:
             d = layers[j]
-            qnext = qcur if d.op in POOL_OPS else qout_of(j)
-            if d.op in POOL_OPS:
+            qnext = qcur if d.op in POOL_OPS + (Op.RES_BEGIN,) else qout_of(j)
+            if d.op in (Op.RES_BEGIN, Op.RES_SHORTCUT):
+                # an int8 block (kind 1): RES_BEGIN keeps the block's int8 input, the shortcut body reads it again
+                q_in[j] = qcur
+                if d.op == Op.RES_SHORTCUT:
+                    qnext = q_in[d.k]
+                new_of[id(d)] = replace(d, kind=1)
+                out.append(new_of[id(d)])
+            elif d.op == Op.RES_END:
+                # y = x + the input of layer k (the block's input, or the main body's output), a ReLU after it fused
+                name, je = f"{d.name} (int8)", j
+                relu = j + 1 < b and layers[j + 1].op == Op.ACT and layers[j + 1].kind in FUSED_ACTS
+                if relu:
+                    j += 1
+                    qnext = qout_of(j)
+                    name = f"{d.name} + {layers[j].name} (int8)"
+                c = qadd_consts(qcur, q_in[d.k], qnext, relu)
+                q_op(Op.QRES_END, d.n_in, d.n_out, c.blob(), name)
+                new_of[id(d)] = out[-1]
+                partner[id(out[-1])] = layers[d.k]
+                del partner[id(layers[je])]
+            elif d.op in POOL_OPS:
                 q_op(FULL_INTEGER_OPS[d.op], d.n_in, d.n_out, b"", f"{d.name} (int8)", geometry=d.geometry)
             elif d.op in (Op.CONV2D, Op.DWCONV2D):
                 name, jc = f"{d.name} (int8)", j
@@ -531,10 +626,14 @@ def full_integer_layers(
             f"dequantize output of {layers[b - 1].name}",
         )
         i = b
+    for old_id, d in list(new_of.items()):
+        if old_id in partner and d.op != Op.QRES_END:
+            partner[id(d)] = partner.pop(old_id)
     pos = {id(d): n for n, d in enumerate(out)}
     for d in out:
         if id(d) in partner:
-            d.k = pos[id(partner[id(d)])]
+            p = partner[id(d)]
+            d.k = pos[id(new_of.get(id(p), p))]
     return out, blobs
 
 
@@ -664,6 +763,9 @@ __all__ = [
     "qop_const_bytes",
     "arena_floats",
     "convertible_runs",
+    "int8_blocks",
+    "qadd_consts",
+    "QAddConsts",
     "calibrate",
     "full_integer_layers",
     "QuantReport",

@@ -315,27 +315,130 @@ def test_frozen_int8_ds_cnn_trains_its_f32_last_layer_on_the_nucleo_f401re(tmp_p
           f"PREDICT {rep['predict']:,.0f}, TRAIN {rep['train']:,.0f} instructions")  # fmt: skip
 
 
-@pytest.mark.parametrize("shortcut", [False, True], ids=["identity", "projection"])
-def test_int8_full_leaves_residual_blocks_in_f32_and_runs_bit_for_bit(shortcut: bool, tmp_path: Path) -> None:
-    """There is no int8 residual add yet: `--quant int8-full` converts the frozen layers around a residual block
-    (identity, or with a 1x1 projection shortcut) and leaves the block's own layers f32 between a DEQUANT and a
-    QUANT. The device model stays near the f32 network, and the nucleo_f401re (QEMU) predicts its bits."""
+def rounded(a: np.ndarray, mult: int, shift: int) -> np.ndarray:
+    """round(a * mult / 2^shift) half away from zero (shift clamped to [1, 62]; |a| < 2^31, |mult| < 2^31, so the
+    product is exact in int64), saturated to +-2^30: the core's requantization before a zero point is added."""
+    n = int(np.clip(shift, 1, 62))
+    p = np.asarray(a, np.int64) * np.int64(mult)
+    r = (np.abs(p) + (np.int64(1) << (n - 1))) >> n
+    return np.clip(np.where(p >= 0, r, -r), -(2**30), 2**30)
+
+
+def rederive_add(blob: bytes, c: int, x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """QRES_END's int8 output from its int8 input x and the int8 skip tensor s, as mct.h documents it (TFLite's int8
+    ADD: both inputs shifted left by 20 bits and requantized, the sum saturated and requantized), constants read
+    from the blob at byte c."""
+    zx, zs, zy, mx, nx, ms, ns, my, ny, lo, hi = (int(v) for v in i32(blob, c, 11))
+    zx, zs, zy, lo, hi = (int(np.clip(v, -128, 127)) for v in (zx, zs, zy, lo, hi))
+    acc = rounded((x - zx) << 20, mx, nx) + rounded((s - zs) << 20, ms, ns)
+    acc = np.clip(acc, -INT32_MAX, INT32_MAX)
+    return np.clip(zy + rounded(acc, my, ny), max(lo, -128), min(hi, 127))
+
+
+def residual_net(shortcut: bool, c: int = 4) -> Sequential:
+    """6x6x1 -> 3 classes through a residual block of c channels (conv 3x3 and ReLU, then identity or a 1x1 projection
+    shortcut) with a ReLU after it, between a convolution and a pooled dense head. With c = 30 the block's
+    convolution has windows of 270 values, more than the Cortex-M4/M7/M33 QCONV2D gathers at once (it takes two
+    kernel rows, then one), and 30 output channels (not a multiple of four)."""
     from mcutrain import Residual
 
-    kw = {"shortcut": [L.Conv2d(4, 4, 1)]} if shortcut else {}
-    block = Residual(L.Conv2d(4, 4, 3, padding="same"), L.Relu(), **kw)
-    layers = [L.Conv2d(1, 4, 3, padding="same"), L.Relu(), block, L.Relu(), L.GlobalAvgPool2d(), L.Linear(4, 3)]
-    net = Sequential(*layers, L.Softmax(), input_shape=(6, 6, 1)).rand_params(seed=0)
+    kw = {"shortcut": [L.Conv2d(c, c, 1)]} if shortcut else {}
+    block = Residual(L.Conv2d(c, c, 3, padding="same"), L.Relu(), **kw)
+    layers = [L.Conv2d(1, c, 3, padding="same"), L.Relu(), block, L.Relu(), L.GlobalAvgPool2d(), L.Linear(c, 3)]
+    return Sequential(*layers, L.Softmax(), input_shape=(6, 6, 1)).rand_params(seed=0)
+
+
+BLOCKS = {"identity": (False, 4), "projection": (True, 4), "wide": (False, 30)}
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_int8_residual_add_equals_the_integer_rederivation(block: str) -> None:
+    """`--quant int8-full` converts a residual block made of convertible layers whole: RES_BEGIN (and RES_SHORTCUT)
+    of kind 1 carry the block's int8 input, the bodies are int8 ops, and the add is a QRES_END with the ReLU after it
+    fused. Every int8 tensor the core computes equals the NumPy re-derivation (the add with the skip tensor being
+    the block's input, or the main body's output with a projection), and the outputs track the f32 network."""
+    from mcutrain.exporter.quantize import own_regions
+
+    shortcut, c = BLOCKS[block]
+    net = residual_net(shortcut, c)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
+    rng = np.random.default_rng(0)
+    cal = rng.normal(size=(64, net.n_in)).astype(np.float32)
+    m = build_device_model(ck, "none", "int8-full", calibration=cal)
+    body = ["RES_BEGIN", "QCONV2D"] + (["RES_SHORTCUT", "QCONV2D"] if shortcut else []) + ["QRES_END"]
+    ops = [d.op.name for d in m.program.layers]
+    assert ops == ["QUANT", "QCONV2D", *body, "QAVGPOOL2D", "QDENSE", "DEQUANT", "SOFTMAX"], ops
+    assert all(d.kind == 1 for d in m.program.layers if d.op in (Op.RES_BEGIN, Op.RES_SHORTCUT))
+    x = rng.normal(size=(16, net.n_in)).astype(np.float32)
+    nb = x.shape[0]
+    prog = own_regions(m.program)  # every int8 tensor in a region of its own, readable after the pass
+    y, arena = core_net(prog).traced_forward(np.ascontiguousarray(m.params, np.float32), x)
+    blob = prog.cdata
+    q0 = prog.layers[0]
+    inv = float(np.frombuffer(blob, "<f4", 1, q0.p_off)[0])
+    v = (x * np.float32(inv)).astype(np.float64)
+    cur = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + int(i32(blob, q0.p_off + 4)[0]), -128, 127)
+    cur = cur.astype(np.int64)
+    inputs: Dict[int, np.ndarray] = {}  # layer index -> its int8 input
+    for i, d in enumerate(prog.layers[1:-2], start=1):
+        inputs[i] = cur
+        if d.op == Op.RES_BEGIN:
+            continue
+        if d.op == Op.RES_SHORTCUT:
+            cur = inputs[d.k]  # the shortcut body reads the block's input again
+            continue
+        want = rederive_add(blob, d.p_off, cur, inputs[d.k]) if d.op == Op.QRES_END else rederive(d, blob, cur)
+        got = int8_tensor(arena, d, nb)
+        assert np.array_equal(got, want), f"{d.op.name} ({d.name}): {np.argwhere(got != want)[:5]}"
+        cur = want
+    assert np.abs(y - net.forward(x)).max() < 0.02
+    # the device's arena, where outputs share regions while the block keeps its input, computes the same bits
+    assert_same_bits(m.core().forward(np.ascontiguousarray(m.params, np.float32), x), y, "the device's arena plan")
+
+
+def test_resnet8_int8_full_plan_keeps_three_activations_alive() -> None:
+    """ResNet-8 (BatchNorm folded) exported int8-full converts whole, its three residual blocks as int8 blocks; the
+    arena keeps each block's int8 input while its body runs, and outputs share regions otherwise, so the int8 part
+    of the plan is three 32x32x16 tensors (the first block's input, its second convolution's output and the sum:
+    49,152 B, CMSIS-NN's figure) and it fits the nucleo_f401re's 96 KB. The device's arena gives the bits of one
+    where every output has its own region, and the outputs track the f32 network."""
+    from mcutrain.exporter.boards import get_board
+    from mcutrain.exporter.export import board_device_model
+    from mcutrain.exporter.memplan import plan
+    from mcutrain.exporter.quantize import own_regions
+    from mcutrain.tiny_models import resnet8
+
+    net = resnet8().rand_params(seed=1)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)))
+    board = get_board("nucleo_f401re")
+    cal = np.random.default_rng(0).random((20, net.n_in), dtype=np.float32)
+    m = board_device_model(ck, board, "none", "int8-full", calibration=cal)
+    ops = [d.op.name for d in m.program.layers]
+    assert ops.count("QRES_END") == 3 and ops.count("QUANT") == 1 and "RES_END" not in ops, ops
+    p = plan(m, board)
+    rows = {name: ram for name, ram, _ in p.rows}
+    assert rows["int8 activations (arena)"] == 3 * 32 * 32 * 16, p.table()
+    assert p.fits(), p.table()
+    params = np.ascontiguousarray(m.params, np.float32)
+    y = m.core().forward(params, cal)
+    assert_same_bits(y, core_net(own_regions(m.program)).forward(params, cal), "ResNet-8's shared arena")
+    assert np.abs(y - net.forward(cal)).max() < 0.01
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_int8_full_residual_block_runs_bit_for_bit_on_the_m4f(block: str, tmp_path: Path) -> None:
+    """The int8 residual block (identity, with a 1x1 projection shortcut, or identity over 30 channels, whose
+    convolution's windows the M4F sums in parts) exported for the nucleo_f401re predicts in QEMU exactly what the
+    host's int8 model (the reference kernels) predicts."""
+    net = residual_net(*BLOCKS[block])
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
     x = np.random.default_rng(0).normal(size=(64, net.n_in)).astype(np.float32)
     r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8-full", trainable="none", sim=True,
                        calibration=x)  # fmt: skip
     ops = [d.op.name for d in r.model.program.layers]
-    inside = ops[ops.index("RES_BEGIN") : ops.index("RES_END") + 1]
-    assert ops[: ops.index("RES_BEGIN")] == ["QUANT", "QCONV2D", "DEQUANT"], ops
-    assert all(not op.startswith("Q") for op in inside) and ("RES_SHORTCUT" in inside) == shortcut, ops
-    assert ops[ops.index("RES_END") + 1] == "QUANT" and "QDENSE" in ops, ops
+    assert "QRES_END" in ops and "RES_END" not in ops and ops.count("QUANT") == 1, ops
+    assert r.plan.fits(), r.plan.table()
     twin = DeviceTwin(r.model)
     assert np.abs(twin.predict(x) - net.forward(x)).max() < 0.02
     with sim.start(r.path, r.board) as s:
-        assert_same_bits(s.device.predict(x[:12]), twin.predict(x[:12]), "PREDICT of the mixed int8/f32 ResNet block")
+        assert_same_bits(s.device.predict(x[:12]), twin.predict(x[:12]), "PREDICT of the int8 ResNet block")

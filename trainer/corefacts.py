@@ -75,13 +75,14 @@ def c_name(member: IntEnum) -> str:
 # ---- op facts (columns of MCT_OP_LIST) ----
 _CALLS = {0: "param", 1: "const", 2: "qop", 3: "net"}
 OP_CALL: Dict[Any, str] = {Op(v): _CALLS[c] for v, c in _attr("op", "call").items()}
-QUANT_OPS: FrozenSet[Any] = frozenset(op for op, c in OP_CALL.items() if c == "qop")  # full-integer int8 ops
 CONST_STORAGE_OPS: FrozenSet[Any] = frozenset(op for op, c in OP_CALL.items() if c == "const")
-# the ops of residual blocks (RES_BEGIN, RES_SHORTCUT, RES_END): they read other layers' regions, and k is the index
-# of a partner, which a table that moves layers must re-point
+# the ops of residual blocks (RES_BEGIN, RES_SHORTCUT, RES_END, QRES_END): they read other layers' regions, and k is
+# the index of a partner, which a table that moves layers must re-point
 RESIDUAL_OPS: FrozenSet[Any] = frozenset(op for op, c in OP_CALL.items() if c == "net")
 READS_I8: FrozenSet[Any] = frozenset(Op(v) for v, f in _attr("op", "reads_i8").items() if f)
 WRITES_I8: FrozenSet[Any] = frozenset(Op(v) for v, f in _attr("op", "writes_i8").items() if f)
+# full-integer int8 ops, as the core's MCT_OPS_QOP: call QOP, or any op that reads or writes int8 (QRES_END)
+QUANT_OPS: FrozenSet[Any] = frozenset(op for op, c in OP_CALL.items() if c == "qop") | READS_I8 | WRITES_I8
 # ---- activation facts ----
 ACT_LAYER_KINDS: FrozenSet[Any] = frozenset(Act(v) for v, f in _attr("act", "layer").items() if f)
 GLU_GATES: FrozenSet[Any] = frozenset(Act(v) for v, f in _attr("act", "gate").items() if f)

@@ -549,18 +549,18 @@ static void dot16_rows(const int16_t *col, const uint8_t *w, uint32_t n, uint32_
     if (rows > 3u) acc[3] = a3;
 }
 
-/* One window's values x - zx in natural order, 0 for a padding tap (which adds nothing, as the reference skips it),
- * then each group of four reordered (0, 2, 1, 3) for dot16_rows. */
+/* One window's values x - zx of kernel rows ky_lo to ky_hi - 1 in natural order, 0 for a padding tap (which adds
+ * nothing, as the reference skips it), then each group of four reordered (0, 2, 1, 3) for dot16_rows. */
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
 static void qgather(const mct_layer *L, const int8_t *xs, uint32_t oy, uint32_t ox, const uint32_t *win, int16_t zx,
-                    int16_t *col) {
-    const uint32_t Ci = L->c_in, KH = L->kh, KW = L->kw, K4 = (KH * KW * Ci) & ~3u;
+                    uint32_t ky_lo, uint32_t ky_hi, int16_t *col) {
+    const uint32_t Ci = L->c_in, KW = L->kw, K4 = ((ky_hi - ky_lo) * KW * Ci) & ~3u;
     const uint32_t before = win[2] * Ci, run = (win[3] - win[2]) * Ci, after = (KW - win[3]) * Ci;
     const int16x2_t zz = (int16x2_t)(((uint32_t)(uint16_t)zx << 16) | (uint16_t)zx);
     int16_t *p = col;
-    for (uint32_t ky = 0; ky < KH; ky++) {
+    for (uint32_t ky = ky_lo; ky < ky_hi; ky++) {
         if (ky < win[0] || ky >= win[1]) {   /* a padding row */
             for (uint32_t j = 0; j < KW * Ci; j++) *p++ = 0;
             continue;
@@ -766,8 +766,48 @@ static void qconv2d_dsp(const mct_layer *L, const uint8_t *c, const float *x, fl
     int16_t *col = (int16_t *)(void *)colw;
     MCT_FOR_WINDOWS(L, nb, {
         const uint32_t win[4] = {ky0, ky1, kx0, kx1};
-        qgather(L, (const int8_t *)x + (size_t)s * sx, oy, ox, win, zx, col);
+        qgather(L, (const int8_t *)x + (size_t)s * sx, oy, ox, win, zx, 0, L->kh, col);
         qconv_outputs(c, col, K, Co, zy, (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co);
+    })
+}
+#endif
+
+#if QDOT_DSP
+/* Output channels the Cortex-M4/M7/M33 QCONV2D of a window too large to gather at once (kh kw c_in > QCOL_MAX) sums
+ * on the stack (int32, 256 B). */
+#define QCONV_ROWS_CO 64u
+
+/* QCONV2D on Cortex-M4/M7/M33 for windows of more than QCOL_MAX values whose kernel rows (kw c_in) fit: the window
+ * gathered as many whole kernel rows at a time as QCOL_MAX holds (rows of padding only skipped), each part summed
+ * into every output channel's int32 by dot16_rows, then requantized. The parts add up to the same exact integer sums
+ * as the reference's, so the same outputs. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qconv2d_rows_dsp(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
+    const uint32_t Co = L->c_out, KH = L->kh, row = (uint32_t)L->kw * L->c_in, K = KH * row, R = QCOL_MAX / row;
+    const size_t sx = 4u * (size_t)mct_i8_floats(L->n_in), sy = 4u * (size_t)mct_i8_floats(L->n_out);
+    const int16_t zx = (int16_t)zero_point(c);
+    const int32_t zy = zero_point(c + 4);
+    const uint8_t *w = c + 8u + 12u * Co;
+    uint32_t colw[QCOL_MAX / 2u];   /* word aligned */
+    int16_t *col = (int16_t *)(void *)colw;
+    int32_t acc[QCONV_ROWS_CO];
+    MCT_FOR_WINDOWS(L, nb, {
+        const uint32_t win[4] = {ky0, ky1, kx0, kx1};
+        for (uint32_t o = 0; o < Co; o++) acc[o] = 0;
+        for (uint32_t r0 = ky0; r0 < ky1; r0 += R) {   /* the rows inside the input, R at a time */
+            const uint32_t r1 = ky1 - r0 < R ? ky1 : r0 + R, n = (r1 - r0) * row;
+            qgather(L, (const int8_t *)x + (size_t)s * sx, oy, ox, win, zx, r0, r1, col);
+            for (uint32_t o = 0; o < Co; o += 4u) {
+                const uint32_t r = Co - o < 4u ? Co - o : 4u;
+                int32_t part[4];
+                dot16_rows(col, w + (size_t)o * K + (size_t)r0 * row, n, K, r, part);
+                for (uint32_t q = 0; q < r; q++) acc[o + q] += part[q];
+            }
+        }
+        int8_t *yo = (int8_t *)y + (size_t)s * sy + ((size_t)oy * L->w_out + ox) * Co;
+        for (uint32_t o = 0; o < Co; o++) yo[o] = qdense_out(c, Co, o, zy, acc[o]);
     })
 }
 #endif
@@ -782,6 +822,10 @@ void mct_qconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x, f
 #endif
     if ((uint32_t)L->kh * L->kw * L->c_in <= QCOL_MAX) {
         qconv2d_dsp(L, c, x, y, nb);
+        return;
+    }
+    if ((uint32_t)L->kw * L->c_in <= QCOL_MAX && L->c_out <= QCONV_ROWS_CO) {
+        qconv2d_rows_dsp(L, c, x, y, nb);
         return;
     }
 #endif
@@ -1018,6 +1062,8 @@ void mct_qavgpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x
         }
     })
 }
+
+int32_t mct_requantize(int32_t a, int32_t mult, int32_t shift) { return requantize(a, mult, shift); }
 
 void mct_qop_backward(const mct_layer *L, const mct_bwd *b) {
     if (!b->gx) return;

@@ -138,7 +138,8 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
  * layouts below), and they come before the first trainable layer (mct_net_check). They read and/or write int8
  * tensors: in the arena an int8 tensor of n values takes mct_i8_floats(n) = ceil(n / 4) floats per sample;
  * sample s of a batch starts at byte 4 * ceil(n / 4) * s of the tensor's region. The network's input and
- * output and every non-Q op's input and output are f32. Rounding is always to nearest, ties away from zero;
+ * output and every non-Q op's input and output are f32, but for RES_BEGIN and RES_SHORTCUT of kind 1 (an int8
+ * residual block), which carry int8 tensors. Rounding is always to nearest, ties away from zero;
  * zero points are clamped to [-128, 127] when read. A dL/dx asked for through them is 0 (a quantized block is
  * piecewise constant in its input).
  *   MCT_OP_QUANT    f32 -> int8: q = clamp(round(x * inv_scale) + zp, -128, 127), the product in f32 (NaN gives
@@ -177,7 +178,18 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
  *   MCT_OP_QAVGPOOL2D int8 -> int8 average pooling as MCT_OP_AVGPOOL2D (global pooling: a window the size of the
  *                   input): the sum of the n codes of the taps inside the input, divided by n rounding to
  *                   nearest, ties away from zero (TFLite's), kh kw <= 65535; the input's scale and zero point.
- *                   No blob. */
+ *                   No blob.
+ *   MCT_OP_QRES_END the end of an int8 residual block (call NET, partners as MCT_OP_RES_END's; its RES_BEGIN and
+ *                   RES_SHORTCUT have kind 1): y = x + s, x the main (or shortcut) body's output, s the input of
+ *                   layer k, each int8 with its own scale and zero point, as TFLite's int8 ADD. Blob: i32 zx, i32
+ *                   zs, i32 zy, i32 mult_x, shift_x, mult_s, shift_s, mult_y, shift_y, i32 lo, i32 hi (44 bytes).
+ *                   Per element, with requant(a, m, n) = round(a * m / 2^n) as QDENSE's (the MCT_QSHIFT_TFLITE flag
+ *                   included):
+ *                     a = requant((x - zx) * 2^20, mult_x, shift_x) + requant((s - zs) * 2^20, mult_s, shift_s)
+ *                     y = clamp(zy + requant(a, mult_y, shift_y), max(lo, -128), min(hi, 127))
+ *                   (the sum in int64, saturated to +-(2^31 - 1)); the exporter takes mult_x / 2^shift_x = sx / (2m),
+ *                   mult_s / 2^shift_s = ss / (2m), mult_y / 2^shift_y = 2m / (2^20 sy), m = max(sx, ss), and a
+ *                   ReLU after the add fused as lo = zy. */
 /* Spatial ops (MCT_OP_CONV2D ... MCT_OP_BATCHNORM) read and write channels-last tensors, as TFLite and CMSIS-NN do:
  * a sample is [h][w][c] (a 1-D series [t][c] is h = 1), so n_in = h_in * w_in * c_in and n_out = h_out * w_out *
  * c_out. A window of kh x kw taps starts at row oy * sh - pt and column ox * sw - pl of the input; taps outside the
@@ -201,7 +213,9 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
 #define MCT_CALL_IS_QOP_CONST 0
 #define MCT_CALL_IS_QOP_QOP 1
 #define MCT_CALL_IS_QOP_NET 0
-#define MCT_OP_QOP_BIT(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8) MCT_BIT(MCT_CALL_IS_QOP_##CALL, VALUE)
+/* full-integer: the QOP ops, and every op that reads or writes an int8 tensor (QRES_END, call NET) */
+#define MCT_OP_QOP_BIT(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8) \
+    MCT_BIT(MCT_CALL_IS_QOP_##CALL || (IN_I8) || (OUT_I8), VALUE)
 #define MCT_CALL_HAS_CONST_PARAM 0
 #define MCT_CALL_HAS_CONST_CONST 1
 #define MCT_CALL_HAS_CONST_QOP 0

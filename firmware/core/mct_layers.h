@@ -383,5 +383,21 @@ void mct_qmaxpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x
 void mct_qavgpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
 /* Backward of any full-integer op: only dL/dx, which is 0 (when asked for). */
 void mct_qop_backward(const mct_layer *L, const mct_bwd *b);
+/* round(a * mult / 2^shift) as QDENSE requantizes (MCT_QSHIFT_TFLITE included), saturated to +-2^30. */
+int32_t mct_requantize(int32_t a, int32_t mult, int32_t shift);
+/* Does layer L read an int8 tensor (its op's, or a RES_BEGIN / RES_SHORTCUT of kind 1, which carry int8)? */
+static inline int mct_layer_reads_i8(const mct_layer *L) {
+    return mct_reads_i8(L->op) || ((L->op == MCT_OP_RES_BEGIN || L->op == MCT_OP_RES_SHORTCUT) && L->kind == 1);
+}
+/* Does layer L write an int8 tensor (as mct_layer_reads_i8)? */
+static inline int mct_layer_writes_i8(const mct_layer *L) {
+    return mct_writes_i8(L->op) || ((L->op == MCT_OP_RES_BEGIN || L->op == MCT_OP_RES_SHORTCUT) && L->kind == 1);
+}
+/* QRES_END forward (layer_qadd.c): int8 y = x + the input of layer k, requantized (constants at net->cdata +
+ * L->p_off). */
+void mct_qres_end_forward(const mct_net *net, const mct_layer *L, const float *x, float *y, float *arena,
+                          uint32_t nb);
+/* QRES_END backward: dL/dx is 0, as any full-integer op's. */
+void mct_qres_end_backward(const mct_net *net, const mct_layer *L, float *arena, const mct_bwd *b);
 
 #endif /* MCT_LAYERS_H */

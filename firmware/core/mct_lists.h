@@ -20,7 +20,8 @@
  *                     mct_<stem>_const_backward(L, c, &b), c = its bytes in the blob;
  *              QOP    a full-integer op: forward(L, c, x, y, nb), backward is mct_qop_backward;
  *              NET    reads another layer's regions: forward(net, L, x, y, arena, nb),
- *                     backward(net, L, arena, &b) (residual blocks);
+ *                     backward(net, L, arena, &b) (residual blocks); one that reads or writes int8 (QRES_END) is
+ *                     a full-integer op as the QOP ones (storage Q, constants at net->cdata + p_off, frozen);
  *   reads_i8 / writes_i8  1 when the op's input / output is an int8 tensor in the arena.
  * What each op computes is described at its entry; the byte layouts of the const blob at enum mct_storage
  * (mct.h). Ops are numbered from 1 (bit 0 of MCT_OPS_MASK is the const-blob Dense) and stay below 31
@@ -48,7 +49,8 @@
     X(DYT, 10, dyt, PARAM, 0, 0)                                                                              \
     /* single-channel valid cross-correlation, k = filter size, n_out = n_in - k + 1 */                       \
     X(CONV1D, 11, conv1d, PARAM, 0, 0)                                                                        \
-    /* start of a residual block: identity (its output is its input); k = index of its RES_END */             \
+    /* start of a residual block: identity (its output is its input); k = index of its RES_END; kind 1: an     \
+     * int8 block (its end is a QRES_END): it carries int8 tensors (see "Full-integer int8 ops" in mct.h) */   \
     X(RES_BEGIN, 12, res_begin, NET, 0, 0)                                                                    \
     /* end of a residual block: y = x + the input of layer k, its RES_BEGIN (y = body(x) + x) or, with a      \
      * projection, its RES_SHORTCUT (y = body(x) + shortcut(x)) */                                            \
@@ -80,10 +82,14 @@
     /* int8 -> int8 max pooling (the input's quantization) */                                                \
     X(QMAXPOOL2D, 26, qmaxpool2d, QOP, 1, 1)                                                                  \
     /* int8 -> int8 average pooling (the input's quantization) */                                            \
-    X(QAVGPOOL2D, 27, qavgpool2d, QOP, 1, 1) \
+    X(QAVGPOOL2D, 27, qavgpool2d, QOP, 1, 1)                                                                  \
     /* a residual block's projection: after the main body, before the shortcut body, whose input is the       \
-     * block's input again (its output aliases its RES_BEGIN's output); k = index of its RES_BEGIN */         \
-    X(RES_SHORTCUT, 28, res_shortcut, NET, 0, 0)
+     * block's input again (its output aliases its RES_BEGIN's output); k = index of its RES_BEGIN; kind 1:   \
+     * an int8 block, as RES_BEGIN's */                                                                       \
+    X(RES_SHORTCUT, 28, res_shortcut, NET, 0, 0)                                                              \
+    /* int8 -> int8 end of an int8 residual block: RES_END's y = x + skip with each input's and the output's   \
+     * own scale and zero point, requantized as TFLite's int8 ADD (see "Full-integer int8 ops" in mct.h) */     \
+    X(QRES_END, 29, qres_end, NET, 1, 1)
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU): X(NAME, value, layer, gate);
  * layer = 1: usable as an ACT layer, gate = 1: usable as a GLU gate. Values stay below 16. */

@@ -28,7 +28,7 @@
 int mct_layer_size_of(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s) {
     s->params = s->aux = s->scratch = 0;
     s->consts = 0;
-    s->out = mct_writes_i8(L->op) ? mct_i8_floats(L->n_out) : L->n_out;
+    s->out = mct_layer_writes_i8(L) ? mct_i8_floats(L->n_out) : L->n_out;
     if (L->n_in == 0 || L->n_out == 0) return 0;
     switch (L->op) {
     MCT_OP_LIST(CASE_SIZE)
@@ -39,7 +39,7 @@ int mct_layer_size_of(const mct_layer *L, uint32_t nb, int host, mct_layer_size 
 /* The fields of a layer that link a residual block (a few bytes on the stack rather than a whole mct_layer copy,
  * which AVR needs for a table in flash). */
 typedef struct res_link {
-    uint8_t op;
+    uint8_t op, kind;
     uint16_t k, n_in, n_out;
     uint32_t in_off, out_off;
 } res_link;
@@ -49,6 +49,7 @@ static res_link res_link_of(const mct_net *net, uint16_t l) {
     const mct_layer *L = mct_get_layer(net, l, &c);
     res_link r;
     r.op = L->op;
+    r.kind = L->kind;
     r.k = L->k;
     r.n_in = L->n_in;
     r.n_out = L->n_out;
@@ -58,8 +59,9 @@ static res_link res_link_of(const mct_net *net, uint16_t l) {
 }
 
 /* Are the partners of residual layer l consistent? Every op of a block checks the whole block: RES_BEGIN b
- * (k = e, its output its input), RES_END e (k = b, or k = s in a block with a projection) and RES_SHORTCUT s
- * (k = b, b < s < e, its output b's output, its input as wide as e's output). */
+ * (k = e, its output its input), RES_END or QRES_END e (k = b, or k = s in a block with a projection) and
+ * RES_SHORTCUT s (k = b, b < s < e, its output b's output, its input as wide as e's output); b and s have kind 1
+ * when e is a QRES_END (an int8 block), else 0. */
 static int residual_ok(const mct_net *net, uint16_t l) {
     res_link L = res_link_of(net, l), B, S, E;
     uint16_t b, e;
@@ -78,12 +80,14 @@ static int residual_ok(const mct_net *net, uint16_t l) {
     if (b >= net->n_layers || e >= net->n_layers || b >= e) return 0;
     B = res_link_of(net, b);
     E = res_link_of(net, e);
-    if (B.op != MCT_OP_RES_BEGIN || E.op != MCT_OP_RES_END || B.k != e || B.out_off != B.in_off) return 0;
+    if (B.op != MCT_OP_RES_BEGIN || (E.op != MCT_OP_RES_END && E.op != MCT_OP_QRES_END) || B.k != e ||
+        B.out_off != B.in_off || B.kind != (E.op == MCT_OP_QRES_END))
+        return 0;
     if (E.k == b) return L.op != MCT_OP_RES_SHORTCUT && B.n_out == E.n_out;   /* identity shortcut */
     if (E.k >= net->n_layers || (L.op == MCT_OP_RES_SHORTCUT && E.k != l)) return 0;
     S = res_link_of(net, E.k);
     return S.op == MCT_OP_RES_SHORTCUT && b < E.k && E.k < e && S.k == b && S.out_off == B.out_off &&
-           S.n_out == B.n_out && S.n_in == E.n_out;
+           S.n_out == B.n_out && S.n_in == E.n_out && S.kind == B.kind;
 }
 
 int mct_net_check(const mct_net *net) {
@@ -96,7 +100,8 @@ int mct_net_check(const mct_net *net) {
         mct_layer_size sz;
         if (!mct_layer_size_of(L, 1, 0, &sz) || L->n_in != prev_n || L->in_off != prev_out) return MCT_E_NET;
         if (sz.params != L->n_p || L->n_w > L->n_p) return MCT_E_NET;
-        if (mct_reads_i8(L->op) != prev_i8) return MCT_E_NET;   /* int8 tensors only between Q ops */
+        /* int8 tensors only between Q ops (and the RES_BEGIN / RES_SHORTCUT of int8 blocks) */
+        if (mct_layer_reads_i8(L) != prev_i8) return MCT_E_NET;
         uint32_t w_in = prev_i8 ? mct_i8_floats(L->n_in) : L->n_in;
         if (mct_is_qop(L->op)) {
             /* full-integer ops: frozen, constants in the blob, before every trainable layer */
@@ -117,7 +122,8 @@ int mct_net_check(const mct_net *net) {
         if ((uint64_t)L->aux_off + sz.aux > net->arena) return MCT_E_NET;
         if (L->n_in > net->max_width || L->n_out > net->max_width) return MCT_E_NET;
         if (L->lr_div <= 0.0f) return MCT_E_NET;
-        if (L->op == MCT_OP_RES_BEGIN || L->op == MCT_OP_RES_END || L->op == MCT_OP_RES_SHORTCUT) {
+        if (L->op == MCT_OP_RES_BEGIN || L->op == MCT_OP_RES_END || L->op == MCT_OP_RES_SHORTCUT ||
+            L->op == MCT_OP_QRES_END) {
             if (!MCT_WITH_OP(MCT_OP_RES_BEGIN) || !residual_ok(net, l)) return MCT_E_NET;   /* none in this build */
         } else if (L->out_off == L->in_off) {
             return MCT_E_NET; /* only RES_BEGIN may alias its input */
@@ -125,7 +131,7 @@ int mct_net_check(const mct_net *net) {
         if (L->trainable) seen_trainable = 1;
         prev_out = L->out_off;
         prev_n = L->n_out;
-        prev_i8 = mct_writes_i8(L->op);
+        prev_i8 = mct_layer_writes_i8(L);
     }
     if (prev_i8 || prev_n != net->n_out || prev_out != net->out_off) return MCT_E_NET;
 #ifdef MCT_LAST_OP

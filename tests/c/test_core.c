@@ -1418,6 +1418,8 @@ static void test_qdense_tflite_rounding_at_the_limits(void) {
 /* Run net's forward pass twice, from an arena filled with 0xFF bytes and then with 0x00 bytes; every
  * layer's output region must come out the same both times (so the dispatch reached a kernel that wrote
  * it) and, for f32 outputs, finite. Marks each op seen. */
+static mct_net *qres_net(netb *bp, int projection, int32_t lo, int32_t hi);
+
 static void check_dispatch(const mct_net *net, const float *params, int *seen) {
     const uint32_t nb = 2;
     size_t n = (size_t)net->arena * nb;
@@ -1432,7 +1434,7 @@ static void check_dispatch(const mct_net *net, const float *params, int *seen) {
         mct_layer_size sz;
         CHECKF(mct_layer_size_of(L, nb, 0, &sz), "layer %u (op %u): its op rejects it", l, L->op);
         size_t off = (size_t)L->out_off * nb, w = (size_t)sz.out * nb;
-        if (mct_writes_i8(L->op)) {   /* n_out bytes per sample, at a stride of sz.out floats */
+        if (mct_layer_writes_i8(L)) {   /* n_out bytes per sample, at a stride of sz.out floats */
             for (uint32_t smp = 0; smp < nb; smp++)
                 CHECKF(memcmp(a0 + off + (size_t)smp * sz.out, a1 + off + (size_t)smp * sz.out, L->n_out) == 0,
                        "op %u: forward did not write its output", L->op);
@@ -1440,7 +1442,7 @@ static void check_dispatch(const mct_net *net, const float *params, int *seen) {
             CHECKF(memcmp(a0 + off, a1 + off, w * sizeof(float)) == 0, "op %u: forward did not write its output",
                    L->op);
         }
-        if (!mct_writes_i8(L->op))
+        if (!mct_layer_writes_i8(L))
             for (size_t j = 0; j < w; j++) CHECKF(is_finite(a1[off + j]), "op %u: output %u not finite", L->op, (unsigned)j);
         if (L->op < 32) seen[L->op] = 1;
     }
@@ -1511,6 +1513,10 @@ static void test_op_list_dispatch(void) {
     const mct_net *qnet = hand_q_net(&b);
     CHECK(mct_net_check(qnet) == MCT_OK);
     check_dispatch(qnet, NULL, seen);
+    /* the int8 residual block (QRES_END) of test_qres_end_by_hand, with a projection */
+    qnet = qres_net(&b, 1, -128, 127);
+    CHECK(mct_net_check(qnet) == MCT_OK);
+    check_dispatch(qnet, NULL, seen);
     /* the spatial ops, on a 4x3x2 input */
     static const mct_layer S[6] = {
         {.op = MCT_OP_CONV2D, .kind = 1, .trainable = 1, .n_in = 24, .n_out = 18, .lr_div = 1.0f, .n_p = 57, .n_w = 54,
@@ -1575,6 +1581,10 @@ static void test_op_list_dispatch(void) {
     qnet = nb_finish(&b);
     b.net.cdata = qc;
     b.net.cdata_size = sizeof qs_words;
+    CHECK(mct_net_check(qnet) == MCT_OK);
+    check_dispatch(qnet, NULL, seen);
+    /* the int8 residual block (QRES_END) of test_qres_end_by_hand, with a projection */
+    qnet = qres_net(&b, 1, -128, 127);
     CHECK(mct_net_check(qnet) == MCT_OK);
     check_dispatch(qnet, NULL, seen);
     /* every op of the list was covered, and every value fits the 32-bit op masks */
@@ -1897,6 +1907,90 @@ static void test_qconv2d_by_hand(void) {
     for (int j = 0; j < 8; j++) CHECKF(y[j] == want[j], "QCONV2D output %d: %g want %g", j, (double)y[j], (double)want[j]);
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* the int8 residual add (QRES_END) on numbers a person can check                                     */
+/* ------------------------------------------------------------------------------------------------ */
+
+static uint32_t g_qres_words[143];
+
+/* QUANT (inv_scale 1, zero point 0) -> RES_BEGIN (kind 1) -> QLUT y = -x [-> RES_SHORTCUT (kind 1) -> QLUT y = x + 1]
+ * -> QRES_END -> DEQUANT (scale 1, zero point 0), 3 values a sample; blob: QUANT 0, QLUTs 8 and 264, QRES_END 520,
+ * DEQUANT 564. QRES_END: zx 2, zs -3, zy 1; x (x - 2) 2^20 by 1/2, the skip (s + 3) 2^20 by 1/4, the sum by
+ * 0.75 / 2^18, so y = round(0.75 (2 (x - 2) + (s + 3))) + 1, clamped to [lo, hi]. */
+static mct_net *qres_net(netb *bp, int projection, int32_t lo, int32_t hi) {
+    uint8_t *c = (uint8_t *)g_qres_words;
+    memset(g_qres_words, 0, sizeof g_qres_words);
+    put_f32(c, 1.0f); put_i32(c + 4, 0);
+    for (int i = 0; i < 256; i++) {
+        int v = i - 128;
+        c[8 + i] = (uint8_t)(int8_t)(v == -128 ? 127 : -v);
+        c[264 + i] = (uint8_t)(int8_t)(v == 127 ? 127 : v + 1);
+    }
+    static const int32_t words[11] = {2, -3, 1, 1 << 30, 31, 1 << 30, 32, 3 << 29, 49, 0, 0};
+    for (int i = 0; i < 11; i++) put_i32(c + 520 + 4 * i, words[i]);
+    put_i32(c + 520 + 36, lo); put_i32(c + 520 + 40, hi);
+    put_f32(c + 564, 1.0f); put_i32(c + 568, 0);
+    nb_init(bp, 3);
+    nb_add_q(bp, MCT_OP_QUANT, 3, 0);
+    int beg = nb_add(bp, MCT_OP_RES_BEGIN, 1, 3, 0, 0.0f);
+    bp->L[beg].trainable = 0;
+    nb_add_q(bp, MCT_OP_QLUT, 3, 8);
+    if (projection) {
+        int sc = nb_add(bp, MCT_OP_RES_SHORTCUT, 1, 3, 0, 0.0f);
+        bp->L[sc].trainable = 0;
+        nb_add_q(bp, MCT_OP_QLUT, 3, 264);
+    }
+    mct_layer *E = &bp->L[nb_add(bp, MCT_OP_RES_END, 0, 3, 0, 0.0f)];
+    E->op = MCT_OP_QRES_END;
+    E->trainable = 0;
+    E->storage = MCT_STORE_Q;
+    E->p_off = 520;
+    nb_add_q(bp, MCT_OP_DEQUANT, 3, 564);
+    nb_finish(bp);
+    bp->net.cdata = c;
+    bp->net.cdata_size = 572;
+    return &bp->net;
+}
+
+static void qres_run(int projection, int32_t lo, int32_t hi, const float *x, uint32_t nb, float *out) {
+    netb b;
+    mct_net *net = qres_net(&b, projection, lo, hi);
+    uint16_t beg = 1, end = (uint16_t)(projection ? 5 : 3);
+    CHECK(mct_net_check(net) == MCT_OK);
+    mct_layer_size sz;
+    CHECK(mct_layer_size_of(&b.L[end], 1, 0, &sz) && sz.consts == 44 && sz.aux == 0 && sz.out == 1);
+    float *arena = falloc((size_t)net->arena * nb);
+    memcpy(out, mct_forward(net, NULL, x, arena, nb), sizeof(float) * 3 * nb);
+    free(arena);
+    /* an int8 block's RES_BEGIN (and RES_SHORTCUT) must say so (kind 1), and an f32 one's must not */
+    b.L[beg].kind = 0;
+    CHECK(mct_net_check(net) == MCT_E_NET);
+    b.L[beg].kind = 1;
+    b.L[end].op = MCT_OP_RES_END;
+    CHECK(mct_net_check(net) == MCT_E_NET);
+}
+
+/* QRES_END through mct_forward on two samples (their int8 strides of 4 bytes for 3 values): an identity block adds the
+ * block's input s to the body's -s; a projection block adds the main body's -s to the shortcut's s + 1. */
+static void test_qres_end_by_hand(void) {
+    const float x[6] = {10, -20, 100, 3, -5, 1};
+    float y[6];
+    /* identity, x = -s: 2 (-s - 2) + s + 3 = -s - 1: 10 -> -11 * 0.75 = -8.25 -> -8 -> -7; -20 -> 19 -> 14.25 -> 15;
+     * 100 -> -101 -> -75.75 -> -76 -> -75; 3 -> -4 -> -3 -> -2; -5 -> 4 -> 3 -> 4; 1 -> -2 -> -1.5 -> -2 (ties away
+     * from zero) -> -1 */
+    const float want_id[6] = {-7, 15, -75, -2, 4, -1};
+    qres_run(0, -128, 127, x, 2, y);
+    for (int j = 0; j < 6; j++) CHECKF(y[j] == want_id[j], "identity QRES_END %d: %g want %g", j, (double)y[j],
+                                       (double)want_id[j]);
+    /* projection, x = s + 1 and the skip -s: 2 (s - 1) - s + 3 = s + 1: 10 -> 8.25 -> 8 -> 9; -20 -> -14.25 -> -13;
+     * 100 -> 75.75 -> 77, clamped to hi 10; 3 -> 3 -> 4; -5 -> -3 -> -2, clamped to lo 1 (a fused ReLU: lo = zy);
+     * 1 -> 1.5 -> 2 -> 3 */
+    const float want_pr[6] = {9, 1, 10, 4, 1, 3};
+    qres_run(1, 1, 10, x, 2, y);
+    for (int j = 0; j < 6; j++) CHECKF(y[j] == want_pr[j], "projection QRES_END %d: %g want %g", j, (double)y[j],
+                                       (double)want_pr[j]);
+}
+
 /* QDWCONV2D with the geometry of test_dwconv_and_pool_by_hand (3x1x1 -> 3x1x2, multiplier 2, 3x1 kernel, 'same'). */
 static void test_qdwconv2d_by_hand(void) {
     static const mct_layer G = {.op = MCT_OP_QDWCONV2D, .n_in = 3, .n_out = 6, .h_in = 3, .w_in = 1, .c_in = 1,
@@ -2060,6 +2154,7 @@ int main(void) {
     RUN(test_conv2d_by_hand);
     RUN(test_qconv2d_by_hand);
     RUN(test_qdwconv2d_by_hand);
+    RUN(test_qres_end_by_hand);
     RUN(test_qpool_by_hand);
     RUN(test_dwconv_and_pool_by_hand);
     RUN(test_linear_forward_by_hand);
