@@ -466,3 +466,74 @@ def test_1d_cnn_int8_full_on_a_sensor_task_loses_at_most_a_point_and_runs_bit_fo
         assert_same_bits(got, twin.predict(x), f"PREDICT on {board} against the host's int8 model")
     print(f"\nmotion CNN on synthesized accelerometer windows (600 held out): f32 {rep.f32_accuracy:.1%}, "
           f"int8-full {rep.device_accuracy:.1%}")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- --quant int8 (weights only)
+
+
+def test_digits_cnn_int8_weights_lose_at_most_a_point_save_flash_and_run_bit_for_bit(tmp_path: Path) -> None:
+    """`--quant int8 --trainable last:1`: the frozen convolutions keep int8 weights with a scale per output channel in
+    flash (MCT_STORE_I8, f32 math): at most one point of test accuracy lost against f32, the plan shows the flash
+    saved against the f32 export (the core's const bytes of each layer), and on the nucleo_f401re in QEMU PREDICT and
+    TRAIN of the f32 head match the host twin bit for bit."""
+    from mcutrain.corefacts import Storage, layer_size_of
+    from mcutrain.exporter.memplan import extra_code
+    from mcutrain.tiny_models import digits_cnn
+
+    xtr, ytr, xte, yte = digits_split()
+    net = digits_cnn().rand_params(seed=0)
+    net.fit(net.new_adam(TrainParams(lr=0.003)), losses.cross_entropy, xtr, ytr, epochs=40, batch=32, shuffle=1)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)), {"loss": "cross_entropy"})
+    r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8", trainable="last:1", sim=True,
+                       eval_data=(xte, yte), loss=losses.cross_entropy)  # fmt: skip
+    rep = r.quant_report
+    assert rep is not None and rep.f32_accuracy is not None and rep.device_accuracy is not None
+    assert rep.f32_accuracy >= 0.97, rep.summary()
+    assert rep.device_accuracy >= rep.f32_accuracy - 0.01, rep.summary()  # at most one point lost
+    layers, base = r.model.program.layers, r.model.baseline.program.layers
+    convs = [(d, f) for d, f in zip(layers, base) if d.op == Op.CONV2D]
+    assert len(convs) == 2 and all(d.storage == Storage.I8 and f.storage == Storage.F32 for d, f in convs)
+    saved = sum(layer_size_of(f).consts - layer_size_of(d).consts for d, f in convs)
+    assert saved > 0.7 * sum(layer_size_of(f).consts for _, f in convs)
+    table = r.plan.table()
+    # the plan's saving: the const bytes, less the code of the int8-weight kernels (its estimate, extra_code)
+    code = extra_code(r.model, r.board) - extra_code(r.model.baseline, r.board)
+    assert r.plan.flash_saved == saved - code > 0 and re.search(rf"int8 saves\s+0\s+{saved - code:,}\n", table), table
+    assert re.search(rf"frozen layers \(flash\)\s+0\s+{len(bytes(r.model.program.cdata)):,}\n", table), table
+    twin = DeviceTwin(r.model)
+    x = xte[:16]
+    with sim.start(r.path, r.board) as s:
+        assert_same_bits(s.device.predict(x), twin.predict(x), "PREDICT with int8-weight convolutions")
+        train_lockstep(s.device, twin, x[:4], yte[:4])
+        assert_device_equals_twin(s.device, twin)
+        assert_same_bits(s.device.predict(x), twin.predict(x), "PREDICT after training")
+    print(f"\ndigits CNN --quant int8 last:1: f32 {rep.f32_accuracy:.1%}, int8 weights {rep.device_accuracy:.1%}; "
+          f"convolution weights {sum(layer_size_of(f).consts for _, f in convs):,} B -> "
+          f"{sum(layer_size_of(d).consts for d, _ in convs):,} B of flash")  # fmt: skip
+
+
+def test_int8_weight_convolutions_pass_gradients_back_bit_for_bit(tmp_path: Path) -> None:
+    """`--quant int8 --trainable biases`: every convolution splits into frozen int8 weights (flash) and a trainable
+    bias, so training sends dL/dx back through each int8-weight Conv2d and depthwise Conv2d (multipliers 1 and 2):
+    the nucleo_f401re (QEMU) trains as the host twin does, bit for bit, and its gradients stay near the f32
+    export's (the first steps' parameter changes agree within a few percent)."""
+    from mcutrain.corefacts import Storage
+
+    net = every_spatial_op_net()
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(6, net.n_in)).astype(np.float32)
+    t = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 6)]
+    r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8", trainable="biases", sim=True,
+                       loss=losses.cross_entropy)  # fmt: skip
+    assert sum(d.storage == Storage.I8 for d in r.model.program.layers) == 5  # 4 convolutions, the Linear's W
+    twin, f32 = DeviceTwin(r.model), DeviceTwin(r.model.baseline)
+    for xs, ts in zip(x, t):
+        f32.train(xs, ts)
+    with sim.start(r.path, r.board) as s:
+        train_lockstep(s.device, twin, x, t)
+        assert_device_equals_twin(s.device, twin)
+        assert_same_bits(s.device.predict(x), twin.predict(x), "PREDICT after training")
+    d_i8, d_f32 = twin.params - r.model.params, f32.params - r.model.baseline.params
+    assert np.abs(d_f32).max() > 1e-3
+    assert np.abs(d_i8 - d_f32).max() < 0.05 * np.abs(d_f32).max()
