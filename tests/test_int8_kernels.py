@@ -1,7 +1,8 @@
 """The int8 kernels of the core (issue 11): int8 weights (`--quant int8`, MCT_STORE_I8) quantize each sample's
 input once and use integer dot products with one float scale per output (int8-weight convolutions keep f32 inputs
-and scale each output channel's f32 sum once); the full-integer QDENSE sums 8 x 8 products. All are re-derived here from their documented formulas in NumPy, bit for bit (the C kernels are the
-same on every target, which the simulator parity tests check).
+and scale each output channel's f32 sum once); the full-integer QDENSE sums 8 x 8 products. All are re-derived
+here from their documented formulas in NumPy, bit for bit (the C kernels are the same on every target, which the
+simulator parity tests check).
 """
 
 from __future__ import annotations
