@@ -54,8 +54,8 @@ void mct_conv2d_forward(const mct_layer *L, const float *p, const float *x, floa
 
 void mct_conv2d_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     const uint8_t *q = mct_conv_i8(L, c);
-    if (q) conv2d_fwd(L, NULL, c, q, x, y, nb);
-    else conv2d_fwd(L, NULL, c, NULL, x, y, nb);
+    if (MCT_CONV_I8_SPLIT && !q) conv2d_fwd(L, NULL, c, NULL, x, y, nb);
+    else conv2d_fwd(L, NULL, c, q, x, y, nb);
 }
 
 /* dL/dx into b->gx (parameters in RAM or in the const blob, f32 or int8 weights q; wt: on the host, W transposed per
@@ -90,8 +90,8 @@ static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8
 void mct_conv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b) {
     if (!b->gx) return;
     const uint8_t *q = mct_conv_i8(L, c);
-    if (q) conv2d_gx(L, NULL, c, q, NULL, b);
-    else conv2d_gx(L, NULL, c, NULL, NULL, b);
+    if (MCT_CONV_I8_SPLIT && !q) conv2d_gx(L, NULL, c, NULL, NULL, b);
+    else conv2d_gx(L, NULL, c, q, NULL, b);
 }
 
 void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
@@ -137,5 +137,6 @@ void mct_conv2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *
     /* gradient sums, and on the host W transposed for dL/dx; a frozen const layer sums no gradients */
     s->scratch = L->storage == MCT_STORE_RAM ? nw + L->c_out + (host ? nw : 0u) : 0u;
     if (L->storage == MCT_STORE_F32) s->consts = 4u * s->params;
-    else if (L->storage == MCT_STORE_I8) s->consts = 4u * (s->params - nw + L->c_out) + nw;   /* scales, b, W8 */
+    else if (MCT_WITH_OP(MCT_I8_WEIGHTS_BIT) && L->storage == MCT_STORE_I8)
+        s->consts = 4u * (s->params - nw + L->c_out) + nw;   /* scales, b, W8 */
 }

@@ -39,8 +39,8 @@ void mct_dwconv2d_forward(const mct_layer *L, const float *p, const float *x, fl
 
 void mct_dwconv2d_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     const uint8_t *q = mct_conv_i8(L, c);
-    if (q) dwconv2d_fwd(L, NULL, c, q, x, y, nb);
-    else dwconv2d_fwd(L, NULL, c, NULL, x, y, nb);
+    if (MCT_CONV_I8_SPLIT && !q) dwconv2d_fwd(L, NULL, c, NULL, x, y, nb);
+    else dwconv2d_fwd(L, NULL, c, q, x, y, nb);
 }
 
 /* The backward pass: dL/dx (if asked; int8 weights q: gy[o] scale[o] W8[o]), and with the parameters in RAM (c NULL)
@@ -91,8 +91,8 @@ void mct_dwconv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) { dwc
 
 void mct_dwconv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b) {
     const uint8_t *q = mct_conv_i8(L, c);
-    if (q) dwconv2d_bwd(L, NULL, c, q, b);
-    else dwconv2d_bwd(L, NULL, c, NULL, b);
+    if (MCT_CONV_I8_SPLIT && !q) dwconv2d_bwd(L, NULL, c, NULL, b);
+    else dwconv2d_bwd(L, NULL, c, q, b);
 }
 
 int mct_dwconv2d_check(const mct_layer *L) {
@@ -105,5 +105,6 @@ void mct_dwconv2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size
     s->params = L->kind ? nw + L->c_out : nw;
     s->scratch = L->storage == MCT_STORE_RAM ? nw + L->c_out : 0;   /* a frozen const layer sums no gradients */
     if (L->storage == MCT_STORE_F32) s->consts = 4u * s->params;
-    else if (L->storage == MCT_STORE_I8) s->consts = 4u * (s->params - nw + L->c_out) + nw;   /* scales, b, W8 */
+    else if (MCT_WITH_OP(MCT_I8_WEIGHTS_BIT) && L->storage == MCT_STORE_I8)
+        s->consts = 4u * (s->params - nw + L->c_out) + nw;   /* scales, b, W8 */
 }

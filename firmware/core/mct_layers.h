@@ -244,6 +244,13 @@ static MCT_INLINE float mct_wget(const float *p, const uint8_t *c, size_t j) {
 static MCT_INLINE float mct_wget8(const float *p, const uint8_t *c, const uint8_t *q, size_t j) {
     return q ? (float)mct_cload_i8(q + j) : mct_wget(p, c, j);
 }
+/* 1: a frozen convolution's kernels get a copy for f32 weights and one for int8 weights; 0 (AVR): one copy that
+ * reads either (flash is scarcer there than the time of a branch beside soft-float products). */
+#if defined(__AVR__)
+#define MCT_CONV_I8_SPLIT 0
+#else
+#define MCT_CONV_I8_SPLIT 1
+#endif
 /* A convolution's int8 weights in its const blob c (MCT_STORE_I8: after the scales and, with kind 1, the biases),
  * or NULL when it is kept otherwise (or int8 weights are not compiled in). */
 static MCT_INLINE const uint8_t *mct_conv_i8(const mct_layer *L, const uint8_t *c) {
