@@ -5,8 +5,8 @@ Trainable modes: 'all'; 'none' (the device only predicts); 'last:N' (the last N 
 parameters); 'biases' (every Linear and convolution with a bias splits into its frozen weights and a
 trainable bias, Bias1d layers train, all other parameters are frozen; with quant='int8-full' only the last
 layer with parameters splits, so the whole body before its bias runs in integers: the cheap head-only
-transfer learning that fits a CNN on an Uno). Frozen Dense/Linear layers are stored in the const blob
-(flash), as f32 or, with quant='int8', as int8 weights with a scale per output; with
+transfer learning that fits a CNN on an Uno). Frozen Dense/Linear layers and convolutions are stored in the
+const blob (flash), as f32 or, with quant='int8', as int8 weights with a scale per output channel; with
 quant='int8-full' the frozen Dense/Linear layers and activations before the first trainable layer
 run in integers (QUANT/QDENSE/QLUT/DEQUANT, calibrated on sample inputs; see mcutrain.exporter.quantize).
 Every other parameter stays in RAM. The host runs the same layer table through the same C kernels,
@@ -190,11 +190,15 @@ def _fix_residual_links(layers: List[LayerDesc], old_index: List[int]) -> None:
 
 
 def const_blob_entry(d: LayerDesc, w: np.ndarray, b: Optional[np.ndarray], quant: str) -> Tuple[bytes, int]:
-    """Bytes of a frozen Dense/Linear in the const blob and its storage mode (see enum mct_storage)."""
+    """Bytes of a frozen Dense/Linear, Conv2d or depthwise Conv2d (w: its weights, b: its bias or None) in the const
+    blob and its storage mode (see enum mct_storage): int8 weights with a scale per output channel for the quantized
+    modes, else f32."""
     if quant in ("int8", "int8-full"):
-        q, scale = quantize_weights(w, d.n_in, d.n_out)
+        n_out = d.n_out if d.op == Op.DENSE else int(d.geometry["c_out"])
+        q, scale = quantize_weights(w, w.size // n_out, n_out)
         parts = [scale.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
-        blob = b"".join(parts) + np.ascontiguousarray(q.T).tobytes()  # W int8 [n_out][n_in]
+        # Dense: W int8 [n_out][n_in] (rows for integer dot products); a convolution: its f32 layout, out innermost
+        blob = b"".join(parts) + np.ascontiguousarray(q.T if d.op == Op.DENSE else q).tobytes()
         return pad4(blob), int(Storage.I8)
     parts = [w.astype("<f4").tobytes()] + ([b.astype("<f4").tobytes()] if b is not None else [])
     return b"".join(parts), int(Storage.F32)
@@ -390,14 +394,11 @@ def build_device_model(
             ram.append(full[src : src + d.n_p])
             n_ram += d.n_p
             continue
-        if not tr and d.op in (Op.CONV2D, Op.DWCONV2D):  # frozen convolutions: f32 weights in flash
-            d.storage, d.p_off = int(Storage.F32), len(blob)
-            blob += full[src : src + d.n_p].astype("<f4").tobytes()
-            continue
-        if not tr and d.op == Op.DENSE:
-            io = d.n_in * d.n_out
+        if not tr and d.op in (Op.DENSE, Op.CONV2D, Op.DWCONV2D):  # frozen Dense/Linear and convolutions: flash
+            n_b = (d.n_out if d.op == Op.DENSE else int(d.geometry["c_out"])) if d.kind == 1 else 0
+            io = d.n_p - n_b
             w = full[src : src + io]
-            b = full[src + io : src + io + d.n_out] if d.kind == 1 else None
+            b = full[src + io : src + io + n_b] if n_b else None
             data, d.storage = const_blob_entry(d, w, b, quant)
             d.p_off = len(blob)
             blob += data

@@ -64,6 +64,13 @@ AVR_Q_SPATIAL_STACK = 50  # the int8 ones need less: the int8-full digits CNN tr
 # times its opt_code_scale: about 0.2 where an FPU does them)
 AVR_OPT_CODE = {OptKind.MOMENTUM: 2000, OptKind.RMSPROP: 3600, OptKind.RMSPROP_MOMENTUM: 4300, OptKind.ADAM: 4600}
 AVR_I8_WEIGHTS_CODE = 900  # frozen layers with int8 weights (quant="int8": the input quantized in soft float)
+# the const-blob kernels of frozen convolutions (mct_*_const_forward / _const_backward, avr-gcc 5.4 -Os: Conv2d
+# 1,856 + 1,734 B, depthwise 1,934 + 2,772 B), per op with a layer in flash; a tiny 1-D CNN frozen in f32 overflowed
+# the Uno's flash by 1,324 B while the plan, without them, left 2,280 B
+AVR_CONST_CONV_CODE = {Op.CONV2D: 3600, Op.DWCONV2D: 4700}
+# and their int8-weight variants, per op with such a layer (layer_*.o with and without MCT_I8_WEIGHTS_BIT: Conv2d
+# +792 B, depthwise +724 B; arm-none-eabi-gcc -Os for the M4F: +948 B and +1,258 B)
+AVR_I8_CONV_CODE = {Op.CONV2D: 800, Op.DWCONV2D: 750}
 # The feature front end (every pipeline kind is linked in: the kind is data), with PREDICT_RAW, TRAIN_RAW, FEATURES,
 # CAPTURE and the port's sensor read, times the board's op_code_scale. Measured (a 32 x 3 motion pipeline with
 # 2 FFT bands against the same network without one, SGD): Uno (simavr) 13,448 B, Cortex-M3 13,492, Cortex-M4F
@@ -166,12 +173,16 @@ class MemoryPlan:
 
 
 def extra_code(m: DeviceModel, board: Board) -> int:
-    """Code beyond the board's estimate for the heavier ops and optimizers (AVR_OP_CODE and AVR_OPT_CODE times
-    the board's op_code_scale and opt_code_scale)."""
+    """Code beyond the board's estimate for the heavier ops, the flash kernels of frozen convolutions and the
+    optimizers (AVR_OP_CODE, AVR_CONST_CONV_CODE, AVR_I8_CONV_CODE and AVR_OPT_CODE times the board's op_code_scale
+    and opt_code_scale)."""
     ops = {d.op for d in m.program.layers}
     kind = m.opt_kind
     i8 = any(d.storage == Storage.I8 for d in m.program.layers)
     avr_ops = sum(AVR_OP_CODE.get(op, 0) for op in ops) + (AVR_I8_WEIGHTS_CODE if i8 else 0)
+    in_flash = [d for d in m.program.layers if d.storage in (Storage.F32, Storage.I8)]
+    avr_ops += sum(AVR_CONST_CONV_CODE.get(op, 0) for op in {d.op for d in in_flash})
+    avr_ops += sum(AVR_I8_CONV_CODE.get(op, 0) for op in {d.op for d in in_flash if d.storage == Storage.I8})
     avr_ops += AVR_SPATIAL_CHECK_CODE if any(op in SPATIAL_OPS + Q_SPATIAL_OPS for op in ops) else 0
     return round(avr_ops * board.op_code_scale + AVR_OPT_CODE.get(kind, 0) * board.opt_code_scale)
 

@@ -1,10 +1,12 @@
 """Quantization for the exporter, and the accuracy report of every quantization mode.
 
 Modes (`build_device_model(quant=...)`):
-- 'f32': every frozen Dense/Linear keeps f32 weights in flash.
-- 'int8': frozen Dense/Linear layers keep int8 weights (symmetric, one f32 scale per output) in flash
-  (MCT_STORE_I8), for targets with an FPU: the device quantizes each input once (symmetric, per sample),
-  sums integer products and applies one float scale per output.
+- 'f32': every frozen Dense/Linear and convolution keeps f32 weights in flash.
+- 'int8': frozen Dense/Linear layers and convolutions (Conv2d, Conv1d, depthwise Conv2d) keep int8 weights
+  (symmetric, one f32 scale per output channel) in flash (MCT_STORE_I8), for targets with an FPU: for a
+  Dense/Linear the device quantizes each input once (symmetric, per sample), sums integer products and applies
+  one float scale per output; a convolution sums its f32 inputs times the int8 weights in f32 and scales each
+  output channel once.
 - 'int8-full': full-integer int8 for targets without an FPU. Each run of consecutive frozen Dense/Linear,
   Conv2d, depthwise Conv2d, pooling layers and elementwise activations before the first trainable layer (with
   at least one layer with weights in it) becomes QUANT -> QDENSE / QCONV2D / QDWCONV2D / QMAXPOOL2D /
@@ -25,7 +27,9 @@ Modes (`build_device_model(quant=...)`):
     and re-read its int8 input, and its end is a QRES_END, TFLite's int8 ADD of the two branches with their own
     scales and zero points (qadd_consts; a ReLU after it fused); other blocks' layers stay f32;
   Trainable layers (and frozen layers that cannot be converted: Softmax, RMSNorm, GLU, ...) stay f32;
-  frozen Dense/Linear layers after the first trainable layer keep int8 weights as in 'int8'.
+  frozen Dense/Linear layers and convolutions after the first trainable layer keep int8 weights as in 'int8'.
+  A Conv1d is a Conv2d on (1, T, C) with a 1 x K kernel (and the 1-D pools the 2-D ones with h = 1) in the
+  core, so it becomes a QCONV2D with that geometry.
   Rounding on the device is to nearest with ties away from zero; the host rounds the constants
   (weights, biases) to nearest even (numpy rint).
 

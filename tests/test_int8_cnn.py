@@ -442,3 +442,204 @@ def test_int8_full_residual_block_runs_bit_for_bit_on_the_m4f(block: str, tmp_pa
     assert np.abs(twin.predict(x) - net.forward(x)).max() < 0.02
     with sim.start(r.path, r.board) as s:
         assert_same_bits(s.device.predict(x[:12]), twin.predict(x[:12]), "PREDICT of the int8 ResNet block")
+
+
+# ----------------------------------------------------------------------------- 1-D CNNs (Conv1d, 1-D pooling)
+
+
+def every_1d_op_net() -> Sequential:
+    """(20, 3) series -> 3 classes through every 1-D layer the int8 path converts (each the 2-D op with h = 1): a
+    strided Conv1d with 'same' padding (ReLU fused), a Conv1d with (left, right) padding and Tanh as a table, max
+    and average pooling with padding, a 1x1 Conv1d without bias, global average pooling, Linear."""
+    return Sequential(
+        L.Conv1d(3, 6, 5, stride=2, padding="same"),
+        L.Relu(),
+        L.Conv1d(6, 5, 3, padding=(2, 1)),
+        L.Tanh(),
+        L.MaxPool1d(3, stride=2, padding=1),
+        L.AvgPool1d(2, stride=1, padding=(0, 1)),
+        L.Conv1d(5, 4, 1, bias=False),
+        L.GlobalAvgPool1d(),
+        L.Linear(4, 3),
+        L.Softmax(),
+        input_shape=(20, 3),
+    ).rand_params(seed=12)
+
+
+def test_every_1d_int8_op_equals_the_integer_rederivation() -> None:
+    """A Conv1d on (T, C) is QCONV2D on (1, T, C) with a 1 x K kernel (weights OHWI = [c_out][1][k][c_in]), the 1-D
+    pools QMAXPOOL2D / QAVGPOOL2D with h = 1: the core's int8 tensors equal the NumPy re-derivation layer by
+    layer."""
+    net = every_1d_op_net()
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)), {"loss": "cross_entropy"})
+    rng = np.random.default_rng(5)
+    cal = rng.normal(size=(200, net.n_in)).astype(np.float32)
+    m = build_device_model(ck, "last:1", "int8-full", calibration=cal)
+    layers = m.program.layers
+    assert [d.op.name for d in layers] == ["QUANT", "QCONV2D", "QCONV2D", "QLUT", "QMAXPOOL2D", "QAVGPOOL2D",
+                                           "QCONV2D", "QAVGPOOL2D", "DEQUANT", "DENSE", "SOFTMAX"]  # fmt: skip
+    assert all(d.geometry["h_in"] == 1 == d.geometry["kh"] for d in layers if d.geometry)
+    from mcutrain.exporter.quantize import own_regions
+
+    x = rng.normal(size=(16, net.n_in)).astype(np.float32)
+    prog = own_regions(m.program)
+    y, arena = core_net(prog).traced_forward(np.ascontiguousarray(m.params, np.float32), x)
+    blob = prog.cdata
+    q0 = prog.layers[0]
+    inv = float(np.frombuffer(blob, "<f4", 1, q0.p_off)[0])
+    v = (x * np.float32(inv)).astype(np.float64)
+    cur = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + int(i32(blob, q0.p_off + 4)[0]), -128, 127)
+    cur = cur.astype(np.int64)
+    assert np.array_equal(int8_tensor(arena, q0, x.shape[0]), cur)
+    for d in prog.layers[1:-3]:
+        want = rederive(d, blob, cur)
+        got = int8_tensor(arena, d, x.shape[0])
+        assert np.array_equal(got, want), f"{d.op.name} ({d.name}): {np.argwhere(got != want)[:5]}"
+        cur = want
+    assert np.abs(y - net.forward(x)).max() < 0.1
+
+
+MOTIONS = ("still", "walk", "shake", "tap")
+
+
+def sensor_windows(n: int, seed: int, t: int = 32) -> tuple:
+    """A synthesized 3-axis accelerometer task (no sensor data set can be downloaded here): windows of t samples,
+    (n, t, 3) in g, of four motions, with gravity on a slightly tilted z axis and Gaussian noise (0.15 g) on every
+    axis: 'still' (gravity and noise), 'walk' (a 1.5-3 cycle sway on z and half as much on y, random phase and
+    amplitude 0.4-0.9 g), 'shake' (7-11 cycles on x, 0.5-1.2 g), 'tap' (a decaying spike of 1.5-3 g on a random
+    axis at a random time). Returns (x, one-hot y)."""
+    rng = np.random.default_rng(seed)
+    k = rng.integers(0, len(MOTIONS), n)
+    tt = np.arange(t, dtype=np.float64) / t
+    x = rng.normal(0.0, 0.15, (n, t, 3))
+    x += rng.normal(0.0, 0.1, (n, 1, 3)) + np.array([0.0, 0.0, 1.0])  # gravity, tilted
+    for i, c in enumerate(k):
+        if c == 1:
+            a, f, ph = rng.uniform(0.4, 0.9), rng.uniform(1.5, 3.0), rng.uniform(0, 2 * np.pi)
+            x[i, :, 2] += a * np.sin(2 * np.pi * f * tt + ph)
+            x[i, :, 1] += 0.5 * a * np.sin(2 * np.pi * f * tt + ph + 1.0)
+        elif c == 2:
+            a, f, ph = rng.uniform(0.5, 1.2), rng.uniform(7.0, 11.0), rng.uniform(0, 2 * np.pi)
+            x[i, :, 0] += a * np.sin(2 * np.pi * f * tt + ph)
+        elif c == 3:
+            at, ax = rng.integers(2, t - 4), rng.integers(0, 3)
+            x[i, at : at + 4, ax] += rng.uniform(1.5, 3.0) * np.array([1.0, 0.5, 0.25, 0.1])
+    return x.reshape(n, -1).astype(np.float32), np.eye(len(MOTIONS), dtype=np.float32)[k]
+
+
+def motion_cnn() -> Sequential:
+    """A 1-D CNN for (32, 3) accelerometer windows: Conv1d 3->8 (k 5, stride 2, 'same') - ReLU - MaxPool1d 2 -
+    Conv1d 8->8 (k 3, padding 1) - ReLU - AvgPool1d 2 - Linear 32->4 - Softmax."""
+    return Sequential(
+        L.Conv1d(3, 8, 5, stride=2, padding="same"),
+        L.Relu(),
+        L.MaxPool1d(2),
+        L.Conv1d(8, 8, 3, padding=1),
+        L.Relu(),
+        L.AvgPool1d(2),
+        L.Flatten(),
+        L.Linear(32, 4),
+        L.Softmax(),
+        input_shape=(32, 3),
+    )
+
+
+def test_1d_cnn_int8_full_on_a_sensor_task_loses_at_most_a_point_and_runs_bit_for_bit(tmp_path: Path) -> None:
+    """The motion CNN trained on the synthesized accelerometer windows, exported --quant int8-full with every layer
+    frozen: test accuracy within one point of f32, and the nucleo_f401re (QEMU) and the Uno (simavr) predict the
+    host's int8 model bit for bit."""
+    xtr, ytr = sensor_windows(1600, seed=1)
+    xte, yte = sensor_windows(600, seed=2)
+    net = motion_cnn().rand_params(seed=3)
+    net.fit(net.new_adam(TrainParams(lr=3e-3)), losses.cross_entropy, xtr, ytr, epochs=30, batch=32, shuffle=1)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)), {"loss": "cross_entropy"})
+    cal = xtr[:400]
+    m = build_device_model(ck, "none", "int8-full", calibration=cal)
+    assert [d.op.name for d in m.program.layers] == ["QUANT", "QCONV2D", "QMAXPOOL2D", "QCONV2D", "QAVGPOOL2D",
+                                                     "QDENSE", "DEQUANT", "SOFTMAX"]  # fmt: skip
+    x = xte[:24]
+    for board in ("nucleo_f401re", "uno"):
+        r = export_project(ck, board, tmp_path / board, quant="int8-full", trainable="none", sim=True,
+                           calibration=cal, eval_data=(xte, yte), loss=losses.cross_entropy)  # fmt: skip
+        rep = r.quant_report
+        assert rep is not None and rep.f32_accuracy is not None and rep.device_accuracy is not None
+        assert rep.f32_accuracy >= 0.95, rep.summary()
+        assert rep.device_accuracy >= rep.f32_accuracy - 0.01, rep.summary()  # at most one point lost
+        assert r.plan.fits(), r.plan.table()
+        twin = DeviceTwin(r.model)
+        with sim.start(r.path, r.board) as s:
+            got = s.device.predict(x)
+        assert_same_bits(got, twin.predict(x), f"PREDICT on {board} against the host's int8 model")
+    print(f"\nmotion CNN on synthesized accelerometer windows (600 held out): f32 {rep.f32_accuracy:.1%}, "
+          f"int8-full {rep.device_accuracy:.1%}")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- --quant int8 (weights only)
+
+
+def test_digits_cnn_int8_weights_lose_at_most_a_point_save_flash_and_run_bit_for_bit(tmp_path: Path) -> None:
+    """`--quant int8 --trainable last:1`: the frozen convolutions keep int8 weights with a scale per output channel in
+    flash (MCT_STORE_I8, f32 math): at most one point of test accuracy lost against f32, the plan shows the flash
+    saved against the f32 export (the core's const bytes of each layer), and on the nucleo_f401re in QEMU PREDICT and
+    TRAIN of the f32 head match the host twin bit for bit."""
+    from mcutrain.corefacts import Storage, layer_size_of
+    from mcutrain.exporter.memplan import extra_code
+    from mcutrain.tiny_models import digits_cnn
+
+    xtr, ytr, xte, yte = digits_split()
+    net = digits_cnn().rand_params(seed=0)
+    net.fit(net.new_adam(TrainParams(lr=0.003)), losses.cross_entropy, xtr, ytr, epochs=40, batch=32, shuffle=1)
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)), {"loss": "cross_entropy"})
+    r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8", trainable="last:1", sim=True,
+                       eval_data=(xte, yte), loss=losses.cross_entropy)  # fmt: skip
+    rep = r.quant_report
+    assert rep is not None and rep.f32_accuracy is not None and rep.device_accuracy is not None
+    assert rep.f32_accuracy >= 0.97, rep.summary()
+    assert rep.device_accuracy >= rep.f32_accuracy - 0.01, rep.summary()  # at most one point lost
+    layers, base = r.model.program.layers, r.model.baseline.program.layers
+    convs = [(d, f) for d, f in zip(layers, base) if d.op == Op.CONV2D]
+    assert len(convs) == 2 and all(d.storage == Storage.I8 and f.storage == Storage.F32 for d, f in convs)
+    saved = sum(layer_size_of(f).consts - layer_size_of(d).consts for d, f in convs)
+    assert saved > 0.7 * sum(layer_size_of(f).consts for _, f in convs)
+    table = r.plan.table()
+    # the plan's saving: the const bytes, less the code of the int8-weight kernels (its estimate, extra_code)
+    code = extra_code(r.model, r.board) - extra_code(r.model.baseline, r.board)
+    assert r.plan.flash_saved == saved - code > 0 and re.search(rf"int8 saves\s+0\s+{saved - code:,}\n", table), table
+    assert re.search(rf"frozen layers \(flash\)\s+0\s+{len(bytes(r.model.program.cdata)):,}\n", table), table
+    twin = DeviceTwin(r.model)
+    x = xte[:16]
+    with sim.start(r.path, r.board) as s:
+        assert_same_bits(s.device.predict(x), twin.predict(x), "PREDICT with int8-weight convolutions")
+        train_lockstep(s.device, twin, x[:4], yte[:4])
+        assert_device_equals_twin(s.device, twin)
+        assert_same_bits(s.device.predict(x), twin.predict(x), "PREDICT after training")
+    print(f"\ndigits CNN --quant int8 last:1: f32 {rep.f32_accuracy:.1%}, int8 weights {rep.device_accuracy:.1%}; "
+          f"convolution weights {sum(layer_size_of(f).consts for _, f in convs):,} B -> "
+          f"{sum(layer_size_of(d).consts for d, _ in convs):,} B of flash")  # fmt: skip
+
+
+def test_int8_weight_convolutions_pass_gradients_back_bit_for_bit(tmp_path: Path) -> None:
+    """`--quant int8 --trainable biases`: every convolution splits into frozen int8 weights (flash) and a trainable
+    bias, so training sends dL/dx back through each int8-weight Conv2d and depthwise Conv2d (multipliers 1 and 2):
+    the nucleo_f401re (QEMU) trains as the host twin does, bit for bit, and its gradients stay near the f32
+    export's (the first steps' parameter changes agree within a few percent)."""
+    from mcutrain.corefacts import Storage
+
+    net = every_spatial_op_net()
+    ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(6, net.n_in)).astype(np.float32)
+    t = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 6)]
+    r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8", trainable="biases", sim=True,
+                       loss=losses.cross_entropy)  # fmt: skip
+    assert sum(d.storage == Storage.I8 for d in r.model.program.layers) == 5  # 4 convolutions, the Linear's W
+    twin, f32 = DeviceTwin(r.model), DeviceTwin(r.model.baseline)
+    for xs, ts in zip(x, t):
+        f32.train(xs, ts)
+    with sim.start(r.path, r.board) as s:
+        train_lockstep(s.device, twin, x, t)
+        assert_device_equals_twin(s.device, twin)
+        assert_same_bits(s.device.predict(x), twin.predict(x), "PREDICT after training")
+    d_i8, d_f32 = twin.params - r.model.params, f32.params - r.model.baseline.params
+    assert np.abs(d_f32).max() > 1e-3
+    assert np.abs(d_i8 - d_f32).max() < 0.05 * np.abs(d_f32).max()

@@ -20,9 +20,10 @@ int mct_spatial_check(const mct_layer *L) {
 
 
 
-/* The forward pass with the parameters in RAM (p) or in the const blob (c). */
-static MCT_INLINE void conv2d_fwd(const mct_layer *L, const float *p, const uint8_t *c, const float *x, float *y,
-                                  uint32_t nb) {
+/* The forward pass with the parameters in RAM (p) or in the const blob (c): f32, or int8 weights q (MCT_STORE_I8;
+ * each output's sum of x * (float)W8 in the same order, then times its channel's scale once, then the bias). */
+static MCT_INLINE void conv2d_fwd(const mct_layer *L, const float *p, const uint8_t *c, const uint8_t *q,
+                                  const float *x, float *y, uint32_t nb) {
     const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw, nw = (uint32_t)L->kh * KW * Ci * Co;
     MCT_FOR_WINDOWS(L, nb, {
         const float *xs = x + (size_t)s * L->n_in;
@@ -35,28 +36,33 @@ static MCT_INLINE void conv2d_fwd(const mct_layer *L, const float *p, const uint
                 for (uint32_t ci = 0; ci < Ci; ci++) {
                     const float xv = xp[ci];
                     const size_t wr = wp + (size_t)ci * Co;
-                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xv * mct_wget(p, c, wr + o);
+                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xv * mct_wget8(p, c, q, wr + o);
                 }
             }
+        if (q)
+            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] * mct_cload_f32(c + 4u * o);
         if (L->kind)
-            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + mct_wget(p, c, nw + o);
+            for (uint32_t o = 0; o < Co; o++)
+                yo[o] = yo[o] + (q ? mct_cload_f32(c + 4u * (Co + o)) : mct_wget(p, c, nw + o));
     })
 }
 
 void mct_conv2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb) {
     (void)aux;
-    conv2d_fwd(L, p, NULL, x, y, nb);
+    conv2d_fwd(L, p, NULL, NULL, x, y, nb);
 }
 
 void mct_conv2d_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
-    conv2d_fwd(L, NULL, c, x, y, nb);
+    const uint8_t *q = mct_conv_i8(L, c);
+    if (MCT_CONV_I8_SPLIT && !q) conv2d_fwd(L, NULL, c, NULL, x, y, nb);
+    else conv2d_fwd(L, NULL, c, q, x, y, nb);
 }
 
-/* dL/dx into b->gx (parameters in RAM or in the const blob; wt: on the host, W transposed per tap to [o][c_in],
- * which gives the same sums in the same order with the inner loop over contiguous values). dx[c] gets, per output
- * position and tap, gy[o] W[c][o] for o ascending. */
-static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8_t *c, const float *wt,
-                                 const mct_bwd *b) {
+/* dL/dx into b->gx (parameters in RAM or in the const blob, f32 or int8 weights q; wt: on the host, W transposed per
+ * tap to [o][c_in], which gives the same sums in the same order with the inner loop over contiguous values). dx[c]
+ * gets, per output position and tap, gy[o] W[c][o] for o ascending (int8 weights: (gy[o] scale[o]) W8[c][o]). */
+static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8_t *c, const uint8_t *q,
+                                 const float *wt, const mct_bwd *b) {
     const uint32_t Ci = L->c_in, Co = L->c_out, KW = L->kw;
     for (size_t j = 0; j < (size_t)L->n_in * b->nb; j++) b->gx[j] = 0.0f;
     MCT_FOR_WINDOWS(L, b->nb, {
@@ -73,16 +79,19 @@ static MCT_INLINE void conv2d_gx(const mct_layer *L, const float *p, const uint8
                     }
                 else
                     for (uint32_t o = 0; o < Co; o++) {
-                        const float g = gyo[o];
+                        const float g = q ? gyo[o] * mct_cload_f32(c + 4u * o) : gyo[o];
                         for (uint32_t ci = 0; ci < Ci; ci++)
-                            gxp[ci] = gxp[ci] + g * mct_wget(p, c, wp + (size_t)ci * Co + o);
+                            gxp[ci] = gxp[ci] + g * mct_wget8(p, c, q, wp + (size_t)ci * Co + o);
                     }
             }
     })
 }
 
 void mct_conv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b) {
-    if (b->gx) conv2d_gx(L, NULL, c, NULL, b);
+    if (!b->gx) return;
+    const uint8_t *q = mct_conv_i8(L, c);
+    if (MCT_CONV_I8_SPLIT && !q) conv2d_gx(L, NULL, c, NULL, NULL, b);
+    else conv2d_gx(L, NULL, c, q, NULL, b);
 }
 
 void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
@@ -94,7 +103,7 @@ void mct_conv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) {
             for (uint32_t t = 0; t < (uint32_t)L->kh * KW; t++)
                 mct_transpose(p + (size_t)t * Ci * Co, wt + (size_t)t * Ci * Co, Ci, Co);
         }
-        conv2d_gx(L, p, NULL, wt, b);
+        conv2d_gx(L, p, NULL, NULL, wt, b);
     }
     if (!b->sink) return;
     /* parameter gradients summed in tmp (nw + c_out floats), then handed to the sink */
@@ -128,4 +137,6 @@ void mct_conv2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *
     /* gradient sums, and on the host W transposed for dL/dx; a frozen const layer sums no gradients */
     s->scratch = L->storage == MCT_STORE_RAM ? nw + L->c_out + (host ? nw : 0u) : 0u;
     if (L->storage == MCT_STORE_F32) s->consts = 4u * s->params;
+    else if (MCT_WITH_OP(MCT_I8_WEIGHTS_BIT) && L->storage == MCT_STORE_I8)
+        s->consts = 4u * (s->params - nw + L->c_out) + nw;   /* scales, b, W8 */
 }

@@ -6,9 +6,10 @@
 
 
 
-/* The forward pass with the parameters in RAM (p) or in the const blob (c). */
-static MCT_INLINE void dwconv2d_fwd(const mct_layer *L, const float *p, const uint8_t *c, const float *x, float *y,
-                                    uint32_t nb) {
+/* The forward pass with the parameters in RAM (p) or in the const blob (c): f32, or int8 weights q (MCT_STORE_I8;
+ * each output's sum of x * (float)W8, then times its channel's scale once, then the bias). */
+static MCT_INLINE void dwconv2d_fwd(const mct_layer *L, const float *p, const uint8_t *c, const uint8_t *q,
+                                    const float *x, float *y, uint32_t nb) {
     const uint32_t Co = L->c_out, KW = L->kw, m = Co / L->c_in, nw = (uint32_t)L->kh * KW * Co;
     MCT_FOR_WINDOWS(L, nb, {
         const float *xs = x + (size_t)s * L->n_in;
@@ -19,26 +20,33 @@ static MCT_INLINE void dwconv2d_fwd(const mct_layer *L, const float *p, const ui
                 const float *restrict xp = xs + mct_tap_at(L, oy, ox, ky, kx);
                 const size_t wp = ((size_t)ky * KW + kx) * Co;
                 if (m == 1)
-                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o] * mct_wget(p, c, wp + o);
+                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o] * mct_wget8(p, c, q, wp + o);
                 else
-                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o / m] * mct_wget(p, c, wp + o);
+                    for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + xp[o / m] * mct_wget8(p, c, q, wp + o);
             }
+        if (q)
+            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] * mct_cload_f32(c + 4u * o);
         if (L->kind)
-            for (uint32_t o = 0; o < Co; o++) yo[o] = yo[o] + mct_wget(p, c, nw + o);
+            for (uint32_t o = 0; o < Co; o++)
+                yo[o] = yo[o] + (q ? mct_cload_f32(c + 4u * (Co + o)) : mct_wget(p, c, nw + o));
     })
 }
 
 void mct_dwconv2d_forward(const mct_layer *L, const float *p, const float *x, float *y, float *aux, uint32_t nb) {
     (void)aux;
-    dwconv2d_fwd(L, p, NULL, x, y, nb);
+    dwconv2d_fwd(L, p, NULL, NULL, x, y, nb);
 }
 
 void mct_dwconv2d_const_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
-    dwconv2d_fwd(L, NULL, c, x, y, nb);
+    const uint8_t *q = mct_conv_i8(L, c);
+    if (MCT_CONV_I8_SPLIT && !q) dwconv2d_fwd(L, NULL, c, NULL, x, y, nb);
+    else dwconv2d_fwd(L, NULL, c, q, x, y, nb);
 }
 
-/* The backward pass: dL/dx (if asked), and with the parameters in RAM (c NULL) their gradients to the sink. */
-static MCT_INLINE void dwconv2d_bwd(const mct_layer *L, float *p, const uint8_t *c, const mct_bwd *b) {
+/* The backward pass: dL/dx (if asked; int8 weights q: gy[o] scale[o] W8[o]), and with the parameters in RAM (c NULL)
+ * their gradients to the sink. */
+static MCT_INLINE void dwconv2d_bwd(const mct_layer *L, float *p, const uint8_t *c, const uint8_t *q,
+                                    const mct_bwd *b) {
     const uint32_t Co = L->c_out, KW = L->kw, m = Co / L->c_in, nw = (uint32_t)L->kh * KW * Co;
     const int grads = !c && b->sink;
     float *restrict gw = grads ? b->tmp : NULL, *restrict gb = grads ? b->tmp + nw : NULL;
@@ -54,7 +62,10 @@ static MCT_INLINE void dwconv2d_bwd(const mct_layer *L, float *p, const uint8_t 
                 const size_t at = mct_tap_at(L, oy, ox, ky, kx), wp = ((size_t)ky * KW + kx) * Co;
                 if (b->gx) {
                     float *restrict gxp = b->gx + (size_t)s * L->n_in + at;
-                    if (m == 1)
+                    if (q)
+                        for (uint32_t o = 0; o < Co; o++)
+                            gxp[o / m] = gxp[o / m] + (gyo[o] * mct_cload_f32(c + 4u * o)) * mct_wget8(p, c, q, wp + o);
+                    else if (m == 1)
                         for (uint32_t o = 0; o < Co; o++) gxp[o] = gxp[o] + gyo[o] * mct_wget(p, c, wp + o);
                     else
                         for (uint32_t o = 0; o < Co; o++) gxp[o / m] = gxp[o / m] + gyo[o] * mct_wget(p, c, wp + o);
@@ -76,10 +87,12 @@ static MCT_INLINE void dwconv2d_bwd(const mct_layer *L, float *p, const uint8_t 
     for (uint32_t j = 0; j < n; j++) mct_sink_put(b->sink, L, p, j, gw[j]);
 }
 
-void mct_dwconv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) { dwconv2d_bwd(L, p, NULL, b); }
+void mct_dwconv2d_backward(const mct_layer *L, float *p, const mct_bwd *b) { dwconv2d_bwd(L, p, NULL, NULL, b); }
 
 void mct_dwconv2d_const_backward(const mct_layer *L, const uint8_t *c, const mct_bwd *b) {
-    dwconv2d_bwd(L, NULL, c, b);
+    const uint8_t *q = mct_conv_i8(L, c);
+    if (MCT_CONV_I8_SPLIT && !q) dwconv2d_bwd(L, NULL, c, NULL, b);
+    else dwconv2d_bwd(L, NULL, c, q, b);
 }
 
 int mct_dwconv2d_check(const mct_layer *L) {
@@ -92,4 +105,6 @@ void mct_dwconv2d_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size
     s->params = L->kind ? nw + L->c_out : nw;
     s->scratch = L->storage == MCT_STORE_RAM ? nw + L->c_out : 0;   /* a frozen const layer sums no gradients */
     if (L->storage == MCT_STORE_F32) s->consts = 4u * s->params;
+    else if (MCT_WITH_OP(MCT_I8_WEIGHTS_BIT) && L->storage == MCT_STORE_I8)
+        s->consts = 4u * (s->params - nw + L->c_out) + nw;   /* scales, b, W8 */
 }

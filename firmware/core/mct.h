@@ -229,10 +229,14 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
 /* Floats of arena per sample an int8 tensor of n values occupies (see MCT_OP_QUANT). */
 static inline uint32_t mct_i8_floats(uint32_t n) { return (n + 3u) / 4u; }
 
-/* Where a layer's parameters live (mct_layer.storage). Only frozen Dense/Linear layers may live in
- * the const blob (net->cdata, flash on a device), at byte offset p_off:
- *   MCT_STORE_F32: W f32 [n_in][n_out], then b f32 [n_out] for Linear.
- *   MCT_STORE_I8:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_out][n_in] (row o =
+/* Where a layer's parameters live (mct_layer.storage). Only frozen layers of the ops with const storage (Dense/Linear,
+ * Conv2d, depthwise Conv2d: call CONST in MCT_OP_LIST) may live in the const blob (net->cdata, flash on a device), at
+ * byte offset p_off:
+ *   MCT_STORE_F32: the parameters as f32 in their RAM layout (Dense: W [n_in][n_out], then b [n_out] for Linear).
+ *   MCT_STORE_I8 of a Conv2d / depthwise Conv2d: scale f32 [c_out], then b f32 [c_out] if kind 1, then W int8 in
+ *                  the f32 layout ([kh][kw][c_in][c_out] / [kh][kw][c_out]), W ~= W8 * scale[o]. The input stays
+ *                  f32: y[o] = (the f32 kernel's sum of x * (float)W8, in its order) * scale[o] (+ b[o]).
+ *   MCT_STORE_I8 of a Dense:  scale f32 [n_out], then b f32 [n_out] for Linear, then W int8 [n_out][n_in] (row o =
  *                  output o's weights, as QDENSE's). Each sample's input is quantized once, symmetric:
  *                  m = max |x|, q[i] = round(x[i] * (127 / m))
  *                  (ties to even, in [-127, 127]; q = 0 when m <= 1e-30), then in integers and one float
@@ -376,7 +380,7 @@ typedef struct mct_layer_size {
     uint32_t aux;       /* floats of aux trace per sample */
     uint32_t out;       /* floats of arena per sample its output takes (an int8 tensor: mct_i8_floats) */
     uint32_t scratch;   /* floats of backward scratch for the nb samples asked for */
-    uint64_t consts;    /* bytes in the const blob (a const-stored Dense, a full-integer op), else 0 */
+    uint64_t consts;    /* bytes in the const blob (a const-stored Dense or convolution, a full-integer op), else 0 */
 } mct_layer_size;
 /* Sizes of layer L for nb samples (host: room for transposes) into *s; returns 1 when its op is known and compiled in and its fields are valid for it, else 0. */
 int mct_layer_size_of(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s);

@@ -239,6 +239,24 @@ static MCT_INLINE size_t mct_tap_at(const mct_layer *L, uint32_t oy, uint32_t ox
 static MCT_INLINE float mct_wget(const float *p, const uint8_t *c, size_t j) {
     return c ? mct_cload_f32(c + 4 * j) : p[j];
 }
+/* Weight j of a convolution: its int8 weight (q set: a frozen layer with int8 weights, MCT_STORE_I8), else
+ * mct_wget(p, c, j). */
+static MCT_INLINE float mct_wget8(const float *p, const uint8_t *c, const uint8_t *q, size_t j) {
+    return q ? (float)mct_cload_i8(q + j) : mct_wget(p, c, j);
+}
+/* 1: a frozen convolution's kernels get a copy for f32 weights and one for int8 weights; 0 (AVR): one copy that
+ * reads either (flash is scarcer there than the time of a branch beside soft-float products). */
+#if defined(__AVR__)
+#define MCT_CONV_I8_SPLIT 0
+#else
+#define MCT_CONV_I8_SPLIT 1
+#endif
+/* A convolution's int8 weights in its const blob c (MCT_STORE_I8: after the scales and, with kind 1, the biases),
+ * or NULL when it is kept otherwise (or int8 weights are not compiled in). */
+static MCT_INLINE const uint8_t *mct_conv_i8(const mct_layer *L, const uint8_t *c) {
+    if (!MCT_WITH_OP(MCT_I8_WEIGHTS_BIT) || L->storage != MCT_STORE_I8) return NULL;
+    return c + 4u * (size_t)L->c_out * (L->kind ? 2u : 1u);
+}
 /* Are a spatial layer's geometry fields consistent (sizes, windows, padding less than the window)? 1 = yes. */
 int mct_spatial_check(const mct_layer *L);
 /* Runs the statements after L and nb for every sample s < nb and output position (oy, ox) of spatial layer L, in that

@@ -107,9 +107,9 @@ int mct_net_check(const mct_net *net) {
             /* full-integer ops: frozen, constants in the blob, before every trainable layer */
             if (L->storage != MCT_STORE_Q || L->trainable || seen_trainable) return MCT_E_NET;
         } else if (L->storage != MCT_STORE_RAM) {
-            /* only frozen layers of ops with const storage (Dense/Linear) live in the const blob */
+            /* only frozen layers of ops with const storage (Dense/Linear, convolutions) live in the const blob */
             if (!MCT_WITH_OP(0) || !mct_bit(MCT_OPS_CONST_STORAGE, L->op) || L->storage > MCT_STORE_I8 ||
-                (L->storage == MCT_STORE_I8 && (!MCT_WITH_OP(MCT_I8_WEIGHTS_BIT) || L->op != MCT_OP_DENSE)) ||
+                (L->storage == MCT_STORE_I8 && !MCT_WITH_OP(MCT_I8_WEIGHTS_BIT)) ||
                 L->trainable)
                 return MCT_E_NET;
         } else if ((uint64_t)L->p_off + L->n_p > net->n_params) {
