@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from mcutrain import layers as L
+from mcutrain.corefacts import Op, layer_size
 from mcutrain.errors import ImportModelError
 from mcutrain.extras import require
 from mcutrain.files import read_bounded
@@ -31,6 +32,7 @@ from mcutrain.modelfile import Checkpoint
 from mcutrain.module import Module
 
 from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, check_width, dense, sequential
+from .quantize import SOFTMAX_QPARAMS
 
 SUPPORTED = (
     "CONV_2D, DEPTHWISE_CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D, FULLY_CONNECTED, RESHAPE, SOFTMAX (last), QUANTIZE "
@@ -348,8 +350,24 @@ def from_tflite_bytes(data: bytes, source: str = "TFLite model") -> Checkpoint:
             beta = float(getattr(opts, "beta", 1.0))
             if not beta > 0:
                 raise ImportModelError(f"{where}: beta {beta}; mcutrain imports a softmax with a positive beta")
-            add(L.Softmax(1.0 / beta, int(np.prod(shape))), None)  # exp(beta x): temperature 1 / beta
-            shape = (int(np.prod(shape)),)
+            n = int(np.prod(shape))
+            if n != shape[-1]:
+                raise ImportModelError(
+                    f"{where}: a softmax over the last axis of shape {shape}; mcutrain imports one over a single row "
+                    "(flatten first)"
+                )
+            rec = None
+            if q is not None and t_out.type == r.int8:  # TFLite's int8 softmax: output scale 1/256, zero point -128
+                out_q = r.act(t_out, where)
+                if out_q != [float(SOFTMAX_QPARAMS.scale), SOFTMAX_QPARAMS.zero_point]:
+                    raise ImportModelError(
+                        f"{where}: int8 output quantization {out_q}; TFLite's int8 softmax has scale 1/256 and zero "
+                        "point -128"
+                    )
+                if layer_size(Op.QSOFTMAX, n, n).valid:  # else (too wide for the int8 kernel) it runs in f32
+                    rec = {"in": q, "out": out_q, "softmax": "tflite", "beta": beta}
+            add(L.Softmax(1.0 / beta, n), rec)  # exp(beta x): temperature 1 / beta
+            shape = (n,)
         else:
             raise ImportModelError(f"{where}: this operator is not supported. mcutrain imports: {SUPPORTED}")
         cur = outs[0]

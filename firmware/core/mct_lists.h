@@ -83,7 +83,9 @@
     X(QAVGPOOL2D, 27, qavgpool2d, QOP, 1, 1) \
     /* a residual block's projection: after the main body, before the shortcut body, whose input is the       \
      * block's input again (its output aliases its RES_BEGIN's output); k = index of its RES_BEGIN */         \
-    X(RES_SHORTCUT, 28, res_shortcut, NET, 0, 0)
+    X(RES_SHORTCUT, 28, res_shortcut, NET, 0, 0)                                                              \
+    /* int8 -> int8 softmax as TensorFlow Lite Micro's int8 kernel (output scale 1/256, zero point -128) */    \
+    X(QSOFTMAX, 29, qsoftmax, QOP, 1, 1)
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU): X(NAME, value, layer, gate);
  * layer = 1: usable as an ACT layer, gate = 1: usable as a GLU gate. Values stay below 16. */
