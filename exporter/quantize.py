@@ -21,7 +21,9 @@ Modes (`build_device_model(quant=...)`):
   * each activation becomes a 256-entry table T[q] = Q_out(act(D_in(q))), where D_in is the device's
     DEQUANT, act is the C core's own f32 activation (run through the core) and Q_out the device's QUANT,
     so the table is exactly what the device would compute in float from the dequantized input.
-  Trainable layers (and frozen layers that cannot be converted: Softmax, RMSNorm, GLU, ...) stay f32;
+  * an imported .tflite's int8 SOFTMAX (a Softmax whose record says so) becomes QSOFTMAX, TFLite's int8 softmax
+    (output scale 1/256, zero point -128; constants from qsoftmax_blob).
+  Trainable layers (and frozen layers that cannot be converted: mcutrain's own Softmax, RMSNorm, GLU, ...) stay f32;
   frozen Dense/Linear layers after the first trainable layer keep int8 weights as in 'int8'.
   Rounding on the device is to nearest with ties away from zero; the host rounds the constants
   (weights, biases) to nearest even (numpy rint).

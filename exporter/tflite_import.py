@@ -4,16 +4,19 @@ mcutrain network that keeps the file's quantization.
 The network holds the dequantized weights (W = q * scale, in f32; the bias b = q_b * s_in * s_w), and the model's
 metadata "int8_quant" records, for every layer of its table, the int8 scale and zero point of its input and
 output tensors and the per-channel weight scales, exactly as the file gives them. `export --quant int8-full`
-builds its QUANT -> QCONV2D / QDWCONV2D / QMAXPOOL2D / QAVGPOOL2D / QDENSE -> DEQUANT run from these
+builds its QUANT -> QCONV2D / QDWCONV2D / QMAXPOOL2D / QAVGPOOL2D / QDENSE (-> QSOFTMAX) -> DEQUANT run from these
 (quantize.full_integer_layers) instead of calibrating, so the device computes the int8 tensors the file's
 interpreter computes (see tests/test_tflite_import.py for the oracle, TensorFlow Lite Micro).
 
 Operators: CONV_2D, DEPTHWISE_CONV_2D (any depth multiplier), MAX_POOL_2D, AVERAGE_POOL_2D, FULLY_CONNECTED,
-RESHAPE (moves no values), SOFTMAX (the last operator: it runs in f32 on the dequantized logits), a QUANTIZE of a
-float input first and a DEQUANTIZE last; fused ReLU / ReLU6 whose clamp is the int8 range. The graph must be a
-chain (each operator reads the previous one's output). Anything else is an ImportModelError naming the operator.
-The flatbuffer is read with the schema module of ai-edge-litert (extra `tflite`); sizes are checked before any
-weights are read.
+RESHAPE (moves no values), SOFTMAX (the last operator, over one row), a QUANTIZE of a float input first and a
+DEQUANTIZE last. An int8 SOFTMAX (output scale 1/256, zero point -128, as TFLite fixes it) is a Softmax layer whose
+record is {"in", "out", "softmax": "tflite", "beta"}: with every layer frozen it becomes QSOFTMAX, TFLite Micro's
+int8 softmax bit for bit, and the device returns its codes q as (q + 128) / 256; after a trainable layer (or over
+more values than QSOFTMAX takes, 511) it runs in f32 on the dequantized logits. A fused ReLU / ReLU6 imports when its
+clamp is the int8 range. The graph must be a chain (each operator reads the previous one's output). Anything else is an
+ImportModelError naming the operator. The flatbuffer is read with the schema module of ai-edge-litert (extra
+`tflite`); sizes are checked before any weights are read.
 """
 
 from __future__ import annotations

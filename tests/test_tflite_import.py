@@ -225,6 +225,26 @@ def test_imported_tflite_on_the_m4f_predicts_and_fine_tunes_its_head_as_the_twin
         assert_same_bits(s.device.predict(x), twin.predict(x), "PREDICT on the M4F after fine-tuning")
 
 
+def test_frozen_imported_tflite_on_the_m4f_returns_tflms_softmax_codes(imported: Path, tmp_path: Path) -> None:
+    """Every layer frozen: the M4F runs the int8 body through QSOFTMAX and returns the twin's bits, which are TFLM's
+    int8 softmax codes dequantized ((q + 128) / 256)."""
+    ck = load_model(imported)
+    r = export_project(
+        ck, "nucleo_f401re", tmp_path / "fw", quant="int8-full", trainable="none", sim=True, loss=losses.cross_entropy
+    )
+    assert [Op(d.op).name for d in r.model.program.layers][-3:] == ["QDENSE", "QSOFTMAX", "DEQUANT"]
+    x, _ = digits(12)
+    (s, zp), fc_out = io_quant()
+    xq = np.clip(np.rint(x / s) + zp, -128, 127).astype(np.int8)
+    _, want_probs = tflm(xq, fc_out)
+    want = (want_probs.astype(np.float32) + 128) / 256
+    twin = DeviceTwin(r.model)
+    x_dev = ((xq.astype(np.int32) - zp).astype(np.float32) * np.float32(s)).astype(np.float32)
+    assert np.array_equal(twin.predict(x_dev), want)
+    with sim.start(r.path, r.board) as sess:
+        assert_same_bits(sess.device.predict(x_dev), want, "PREDICT on the M4F against TFLM's softmax codes")
+
+
 def test_bad_tflite_files_are_refused_by_name(tmp_path: Path) -> None:
     data = bytearray(FIXTURE.read_bytes())
     with pytest.raises(ImportModelError, match="TFL3"):
