@@ -19,12 +19,13 @@ static int32_t fx_mul(int32_t a, int32_t b) {
     return (int32_t)(p / ((int64_t)1 << 31));
 }
 
-/* x / 2^e rounded to nearest, ties away from zero, for e in [0, 31] (gemmlowp's RoundingDivideByPOT). */
+/* x / 2^e rounded to nearest, ties away from zero, for e in [0, 31] (gemmlowp's RoundingDivideByPOT): floor(x / 2^e)
+ * from the magnitude, plus 1 when the remainder (x's low e bits) passes half; shifts only, no division. */
 static int32_t fx_div_pot(int32_t x, uint32_t e) {
-    int64_t d = (int64_t)1 << e, v = x;
-    int64_t fl = v >= 0 ? v / d : -((-v + d - 1) / d);   /* floor(x / 2^e) */
-    int64_t rem = v - fl * d, half = (d - 1) / 2 + (v < 0 ? 1 : 0);
-    return (int32_t)(fl + (rem > half));
+    uint32_t mask = (uint32_t)(((uint64_t)1 << e) - 1u), mag = x < 0 ? 0u - (uint32_t)x : (uint32_t)x;
+    int64_t fl = x < 0 ? -(int64_t)(((uint64_t)mag + mask) >> e) : (int64_t)(mag >> e);
+    uint32_t rem = (uint32_t)x & mask, half = (mask >> 1) + (x < 0 ? 1u : 0u);
+    return (int32_t)(fl + (rem > half ? 1 : 0));
 }
 
 /* x 2^e saturated to int32, for e in [0, 31] (gemmlowp's SaturatingRoundingMultiplyByPOT, positive exponent). */
@@ -44,18 +45,28 @@ static int32_t fx_exp_quarter(int32_t a) {
     return exp_m1_8 + fx_mul(exp_m1_8, y + tail);
 }
 
+/* exp(-2^(j - 2)) in Q0.31 for j = 0 .. 6 (a chain of comparisons: a table, or a switch's, would be copied into RAM
+ * on AVR). */
+static int32_t exp_pow2(uint32_t j) {
+    return j == 0u ? 1672461947     /* exp(-1/4) */
+         : j == 1u ? 1302514674     /* exp(-1/2) */
+         : j == 2u ? 790015084      /* exp(-1) */
+         : j == 3u ? 290630308      /* exp(-2) */
+         : j == 4u ? 39332535       /* exp(-4) */
+         : j == 5u ? 720401         /* exp(-8) */
+         : 242;                     /* exp(-16) */
+}
+
 /* exp(a) for a Q5.26 a <= 0 (a >= 0 gives 1), in Q0.31 (gemmlowp's exp_on_negative_values): a = -(k / 4 + r) with
  * r in (0, 1/4], exp(-r) from fx_exp_quarter, then one multiply by exp(-2^j) for each bit 2^j of k / 4. */
 static int32_t fx_exp_neg(int32_t a) {
-    /* exp(-2^j) in Q0.31 for j = -2 .. 4 (bits 24 .. 30 of the Q5.26 remainder) */
-    static const int32_t exp_pow2[7] = {1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242};
     if (a >= 0) return Q31_ONE;
     const int32_t quarter = (int32_t)1 << 24;
     int32_t m = (int32_t)((uint32_t)a & (uint32_t)(quarter - 1)) - quarter;   /* a mod 1/4, minus 1/4: [-1/4, 0) */
     int32_t r = fx_exp_quarter(m * 32);                                       /* Q5.26 -> Q0.31 */
     uint32_t rest = (uint32_t)((int64_t)m - a);                               /* the multiple of 1/4 in -a, >= 0 */
     for (uint32_t j = 0; j < 7u; j++)
-        if (rest & ((uint32_t)1 << (24u + j))) r = fx_mul(r, exp_pow2[j]);
+        if (rest & ((uint32_t)1 << (24u + j))) r = fx_mul(r, exp_pow2(j));
     return r;
 }
 
