@@ -53,6 +53,7 @@ AVR_OP_CODE = {
     Op.QDWCONV2D: 2100,
     Op.QMAXPOOL2D: 1150,
     Op.QAVGPOOL2D: 1650,
+    Op.QSOFTMAX: 3700,  # forward, check, size and the 64-bit multiply it links (3,734 B alone, avr-gcc 5.4 -Os)
 }
 AVR_SPATIAL_CHECK_CODE = 1150  # mct_spatial_check, once for all spatial ops
 AVR_SPATIAL_STACK = 260  # stack beyond the board's margin that the spatial kernels need on AVR (see _spatial_stack)

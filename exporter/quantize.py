@@ -26,7 +26,9 @@ Modes (`build_device_model(quant=...)`):
   * a residual block whose layers all convert becomes an int8 block: RES_BEGIN / RES_SHORTCUT of kind 1 keep
     and re-read its int8 input, and its end is a QRES_END, TFLite's int8 ADD of the two branches with their own
     scales and zero points (qadd_consts; a ReLU after it fused); other blocks' layers stay f32;
-  Trainable layers (and frozen layers that cannot be converted: Softmax, RMSNorm, GLU, ...) stay f32;
+  * an imported .tflite's int8 SOFTMAX (a Softmax whose record says so) becomes QSOFTMAX, TFLite's int8 softmax
+    (output scale 1/256, zero point -128; constants from qsoftmax_blob).
+  Trainable layers (and frozen layers that cannot be converted: mcutrain's own Softmax, RMSNorm, GLU, ...) stay f32;
   frozen Dense/Linear layers and convolutions after the first trainable layer keep int8 weights as in 'int8'.
   A Conv1d is a Conv2d on (1, T, C) with a 1 x K kernel (and the 1-D pools the 2-D ones with h = 1) in the
   core, so it becomes a QCONV2D with that geometry.
@@ -149,19 +151,47 @@ def requant_multiplier(real: float) -> Tuple[int, int]:
     return mult, shift
 
 
-def tflite_multiplier(real: float) -> Tuple[int, int]:
-    """(mult, shift word) of a real multiplier as TensorFlow Lite computes it (QuantizeMultiplier: frexp, the
-    mantissa times 2^31 rounded half away from zero), the shift word n = 31 - TFLite's shift flagged with
-    QSHIFT_TFLITE so the core rounds as TensorFlow Lite Micro does (see MCT_OP_QDENSE in mct.h)."""
+def tflite_quantize_multiplier(real: float) -> Tuple[int, int]:
+    """TensorFlow Lite's QuantizeMultiplier of a positive real: (mult, e) with real ~= mult 2^(e - 31), mult the
+    frexp mantissa times 2^31 rounded half away from zero, in [2^30, 2^31); (0, 0) below 2^-32 or not positive."""
     if not real > 0 or not math.isfinite(real):
-        return 0, 31 | QSHIFT_TFLITE
+        return 0, 0
     f, e = math.frexp(real)
     mult = int(math.floor(f * 2**31 + 0.5))
     if mult == 2**31:
         mult, e = 2**30, e + 1
     if e < -31:
+        return 0, 0
+    return mult, e
+
+
+def tflite_multiplier(real: float) -> Tuple[int, int]:
+    """(mult, shift word) of a real multiplier as TensorFlow Lite computes it (tflite_quantize_multiplier), the shift
+    word n = 31 - TFLite's shift flagged with QSHIFT_TFLITE so the core rounds as TensorFlow Lite Micro does (see
+    MCT_OP_QDENSE in mct.h)."""
+    mult, e = tflite_quantize_multiplier(real)
+    if mult == 0:
         return 0, 31 | QSHIFT_TFLITE  # TFLite's multiplier 0: every output is the zero point
     return mult, max(1, 31 - e) | QSHIFT_TFLITE
+
+
+SOFTMAX_QPARAMS = QParams(1.0 / 256.0, -128)  # TFLite's fixed int8 softmax output: (q + 128) / 256
+
+
+def qsoftmax_blob(beta: float, in_scale: float) -> bytes:
+    """Constants of a QSOFTMAX op (i32 mult, left shift, diff_min; see MCT_OP_QSOFTMAX in mct.h), as TensorFlow Lite
+    Micro's Prepare computes them for an int8 softmax of f32 `beta` over an input of f32 scale `in_scale`: the
+    multiplier of beta * in_scale * 2^26 (5 integer bits of the scaled difference; capped at 2^31 - 1), and diff_min =
+    -floor(31 * 2^26 / 2^shift). QuantError when the product is not above 1 (TFLite refuses it too)."""
+    real = min(float(np.float32(beta)) * float(np.float32(in_scale)) * 2.0**26, 2.0**31 - 1.0)
+    mult, shift = tflite_quantize_multiplier(real)
+    if not real > 1.0 or not 0 <= shift <= 31:
+        raise QuantError(
+            f"an int8 softmax with beta {beta} over an input of scale {in_scale}: beta * scale * 2^26 = {real:.6g} "
+            "must lie in (1, 2^31) (TensorFlow Lite's int8 softmax needs it too)"
+        )
+    diff_min = -int(math.floor(31.0 * 2.0**26 / 2.0**shift))
+    return np.array([mult, shift, diff_min], "<i4").tobytes()
 
 
 def pad4(b: bytes) -> bytes:
@@ -348,11 +378,20 @@ def int8_blocks(layers: Sequence[LayerDesc]) -> Dict[int, int]:
     return whole
 
 
-def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
+def _int8_softmax(rec: Optional[Dict[str, Any]]) -> bool:
+    """Does an imported layer's quantization record make its Softmax TFLite's int8 softmax (QSOFTMAX)?"""
+    return bool(rec and rec.get("softmax") == "tflite")
+
+
+def convertible_runs(
+    layers: Sequence[LayerDesc], fixed: Optional[Sequence[Optional[Dict[str, Any]]]] = None
+) -> List[Tuple[int, int]]:
     """Maximal runs [a, b) of frozen Dense/Linear, Conv2d, depthwise Conv2d, pooling and elementwise activation
     layers and of residual blocks made only of them (int8_blocks) before the first trainable layer that contain at
     least one layer with weights (trainable flags must be set); the layers inside other residual blocks are left
-    out (they stay f32)."""
+    out (they stay f32). fixed: an imported model's quantization records (see full_integer_layers); a frozen
+    Softmax whose record is TFLite's int8 softmax joins a run too."""
+    recs = list(fixed) if fixed is not None else [None] * len(layers)
     first = next((i for i, d in enumerate(layers) if d.trainable), len(layers))
     whole = int8_blocks(layers)
     in_whole = {j for b, e in whole.items() for j in range(b, e + 1)}
@@ -363,9 +402,8 @@ def convertible_runs(layers: Sequence[LayerDesc]) -> List[Tuple[int, int]]:
         f32_block = i < first and i not in in_whole and layers[i].op in RESIDUAL_OPS
         if f32_block and layers[i].op == Op.RES_BEGIN:
             depth += 1
-        ok = i < first and (
-            i in in_whole or (depth == 0 and layers[i].op in FULL_INTEGER_OPS and layers[i].storage == Storage.RAM)
-        )
+        convertible = layers[i].op in FULL_INTEGER_OPS or (layers[i].op == Op.SOFTMAX and _int8_softmax(recs[i]))
+        ok = i < first and (i in in_whole or (depth == 0 and convertible and layers[i].storage == Storage.RAM))
         if f32_block and layers[i].op == Op.RES_END:
             depth -= 1
         if ok and a is None:
@@ -492,11 +530,15 @@ def full_integer_layers(
     keyed by id(layer). f32_program/f32_params: the same layers as an f32 table (for calibration).
     fixed: an imported model's own quantization, one record or None per layer ({"in": [scale, zp], "out": [scale,
     zp], "w_scale": [...], "rounding": "tflite"}, see tflite_import): a run whose layers all have one uses it and
-    needs no calibration.
+    needs no calibration; a Softmax with {"softmax": "tflite", "beta": beta} becomes QSOFTMAX (TFLite's int8 softmax,
+    output SOFTMAX_QPARAMS).
     A residual block made only of convertible layers becomes an int8 block: its RES_BEGIN and RES_SHORTCUT get
     kind 1 (they carry int8 tensors) and its RES_END a QRES_END (qadd_consts; a ReLU after it fused). Residual
     partners (k) are re-pointed at the new indices."""
-    runs = convertible_runs(layers)
+    recs = list(fixed) if fixed is not None else [None] * len(layers)
+    if len(recs) != len(layers):
+        raise AssertionError("internal: the imported quantization does not match the device layers")
+    runs = convertible_runs(layers, recs)
     if not runs:
         raise QuantError(
             "--quant int8-full converts frozen Dense/Linear layers before the first trainable layer, "
@@ -505,9 +547,6 @@ def full_integer_layers(
         )
     if len(f32_program.layers) != len(layers) or any(a.op != b.op for a, b in zip(f32_program.layers, layers)):
         raise AssertionError("internal: the f32 calibration table does not match the device layers")
-    recs = list(fixed) if fixed is not None else [None] * len(layers)
-    if len(recs) != len(layers):
-        raise AssertionError("internal: the imported quantization does not match the device layers")
     covered = all(recs[j] is not None for a, b in runs for j in range(a, b))
     ranges = [] if covered else calibrate(f32_program, f32_params, as_calibration(calibration, f32_program.n_in))
 
@@ -571,7 +610,11 @@ def full_integer_layers(
         while j < b:
             d = layers[j]
             qnext = qcur if d.op in POOL_OPS + (Op.RES_BEGIN,) else qout_of(j)
-            if d.op in (Op.RES_BEGIN, Op.RES_SHORTCUT):
+            if d.op == Op.SOFTMAX:  # TFLite's int8 softmax (only an imported model's, see convertible_runs)
+                qnext = SOFTMAX_QPARAMS
+                data = qsoftmax_blob(float(recs[j]["beta"]), qcur.scale)  # type: ignore[index]
+                q_op(Op.QSOFTMAX, d.n_in, d.n_out, data, f"{d.name} (int8)")
+            elif d.op in (Op.RES_BEGIN, Op.RES_SHORTCUT):
                 # an int8 block (kind 1): RES_BEGIN keeps the block's int8 input, the shortcut body reads it again
                 q_in[j] = qcur
                 if d.op == Op.RES_SHORTCUT:
@@ -759,6 +802,9 @@ __all__ = [
     "quantize_like_core",
     "requant_multiplier",
     "tflite_multiplier",
+    "tflite_quantize_multiplier",
+    "qsoftmax_blob",
+    "SOFTMAX_QPARAMS",
     "qdense_consts",
     "qconv_consts",
     "QDenseConsts",

@@ -4,16 +4,19 @@ mcutrain network that keeps the file's quantization.
 The network holds the dequantized weights (W = q * scale, in f32; the bias b = q_b * s_in * s_w), and the model's
 metadata "int8_quant" records, for every layer of its table, the int8 scale and zero point of its input and
 output tensors and the per-channel weight scales, exactly as the file gives them. `export --quant int8-full`
-builds its QUANT -> QCONV2D / QDWCONV2D / QMAXPOOL2D / QAVGPOOL2D / QDENSE -> DEQUANT run from these
+builds its QUANT -> QCONV2D / QDWCONV2D / QMAXPOOL2D / QAVGPOOL2D / QDENSE (-> QSOFTMAX) -> DEQUANT run from these
 (quantize.full_integer_layers) instead of calibrating, so the device computes the int8 tensors the file's
 interpreter computes (see tests/test_tflite_import.py for the oracle, TensorFlow Lite Micro).
 
 Operators: CONV_2D, DEPTHWISE_CONV_2D (any depth multiplier), MAX_POOL_2D, AVERAGE_POOL_2D, FULLY_CONNECTED,
-RESHAPE (moves no values), SOFTMAX (the last operator: it runs in f32 on the dequantized logits), a QUANTIZE of a
-float input first and a DEQUANTIZE last; fused ReLU / ReLU6 whose clamp is the int8 range. The graph must be a
-chain (each operator reads the previous one's output). Anything else is an ImportModelError naming the operator.
-The flatbuffer is read with the schema module of ai-edge-litert (extra `tflite`); sizes are checked before any
-weights are read.
+RESHAPE (moves no values), SOFTMAX (the last operator, over one row), a QUANTIZE of a float input first and a
+DEQUANTIZE last. An int8 SOFTMAX (output scale 1/256, zero point -128, as TFLite fixes it) is a Softmax layer whose
+record is {"in", "out", "softmax": "tflite", "beta"}: with every layer frozen it becomes QSOFTMAX, TFLite Micro's
+int8 softmax bit for bit, and the device returns its codes q as (q + 128) / 256; after a trainable layer (or over
+more values than QSOFTMAX takes, 511) it runs in f32 on the dequantized logits. A fused ReLU / ReLU6 imports when its
+clamp is the int8 range. The graph must be a chain (each operator reads the previous one's output). Anything else is an
+ImportModelError naming the operator. The flatbuffer is read with the schema module of ai-edge-litert (extra
+`tflite`); sizes are checked before any weights are read.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from mcutrain import layers as L
+from mcutrain.corefacts import Op, layer_size
 from mcutrain.errors import ImportModelError
 from mcutrain.extras import require
 from mcutrain.files import read_bounded
@@ -31,6 +35,7 @@ from mcutrain.modelfile import Checkpoint
 from mcutrain.module import Module
 
 from .interop import MAX_IMPORT_BYTES, MAX_PARAMS, check_width, dense, sequential
+from .quantize import SOFTMAX_QPARAMS
 
 SUPPORTED = (
     "CONV_2D, DEPTHWISE_CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D, FULLY_CONNECTED, RESHAPE, SOFTMAX (last), QUANTIZE "
@@ -348,8 +353,24 @@ def from_tflite_bytes(data: bytes, source: str = "TFLite model") -> Checkpoint:
             beta = float(getattr(opts, "beta", 1.0))
             if not beta > 0:
                 raise ImportModelError(f"{where}: beta {beta}; mcutrain imports a softmax with a positive beta")
-            add(L.Softmax(1.0 / beta, int(np.prod(shape))), None)  # exp(beta x): temperature 1 / beta
-            shape = (int(np.prod(shape)),)
+            n = int(np.prod(shape))
+            if n != shape[-1]:
+                raise ImportModelError(
+                    f"{where}: a softmax over the last axis of shape {shape}; mcutrain imports one over a single row "
+                    "(flatten first)"
+                )
+            rec = None
+            if q is not None and t_out.type == r.int8:  # TFLite's int8 softmax: output scale 1/256, zero point -128
+                out_q = r.act(t_out, where)
+                if out_q != [float(SOFTMAX_QPARAMS.scale), SOFTMAX_QPARAMS.zero_point]:
+                    raise ImportModelError(
+                        f"{where}: int8 output quantization {out_q}; TFLite's int8 softmax has scale 1/256 and zero "
+                        "point -128"
+                    )
+                if layer_size(Op.QSOFTMAX, n, n).valid:  # else (too wide for the int8 kernel) it runs in f32
+                    rec = {"in": q, "out": out_q, "softmax": "tflite", "beta": beta}
+            add(L.Softmax(1.0 / beta, n), rec)  # exp(beta x): temperature 1 / beta
+            shape = (n,)
         else:
             raise ImportModelError(f"{where}: this operator is not supported. mcutrain imports: {SUPPORTED}")
         cur = outs[0]

@@ -5,8 +5,10 @@ Micro computes (the oracle an MCU runs; tflite-micro from the package index) on 
 nucleo_f401re in QEMU the board predicts the twin's bits and fine-tunes its f32 head over the frozen int8 body in
 lockstep with the twin. Bad files fail with errors naming the operator or tensor.
 
-The SOFTMAX of the file runs in f32 on the device (on the dequantized logits): the comparison is on the int8
-FULLY_CONNECTED output, the last int8 tensor both compute, and on the predicted classes."""
+The file's int8 SOFTMAX becomes QSOFTMAX (TFLite's int8 softmax in gemmlowp fixed point) when the whole model is
+frozen: the comparison is on the int8 FULLY_CONNECTED output and on the model's output, TFLM's int8 softmax codes, both
+with 0 differences; random logits over several input scales and betas check QSOFTMAX against TFLM's SOFTMAX alone.
+With a trainable f32 head the softmax stays f32."""
 
 from __future__ import annotations
 
@@ -19,15 +21,16 @@ from sklearn.datasets import load_digits
 
 from helpers import assert_device_equals_twin, assert_same_bits, cli_ok, train_lockstep
 from mcutrain import load_model, losses
-from mcutrain.corefacts import Op, layer_size_of
+from mcutrain.corefacts import Op, Storage, layer_size_of
 from mcutrain.errors import ImportModelError
 from mcutrain.exporter import sim
 from mcutrain.exporter.device import build_device_model
 from mcutrain.exporter.export import export_project
-from mcutrain.exporter.quantize import own_regions
+from mcutrain.exporter.quantize import QParams, dequant_blob, own_regions, qsoftmax_blob, quant_blob
 from mcutrain.exporter.tflite_import import QUANT_KEY, from_tflite, from_tflite_bytes, parse
 from mcutrain.exporter.twin import DeviceTwin
 from mcutrain.module import core_net
+from mcutrain.program import LayerDesc, Program
 
 runtime = pytest.importorskip("tflite_micro.python.tflite_micro.runtime", reason="tflite-micro (the test extra)")
 
@@ -96,7 +99,7 @@ def test_imported_int8_model_equals_tflm_bit_for_bit(imported: Path) -> None:
     assert ck.metadata[QUANT_KEY]["source"] == "tflite"
     dm = build_device_model(ck, "none", "int8-full", losses.cross_entropy)  # no calibration: the file's ranges
     assert [Op(d.op).name for d in dm.program.layers] == [
-        "QUANT", "QCONV2D", "QMAXPOOL2D", "QCONV2D", "QDWCONV2D", "QAVGPOOL2D", "QDENSE", "DEQUANT", "SOFTMAX"
+        "QUANT", "QCONV2D", "QMAXPOOL2D", "QCONV2D", "QDWCONV2D", "QAVGPOOL2D", "QDENSE", "QSOFTMAX", "DEQUANT"
     ]  # fmt: skip
     x, labels = digits()
     (s, zp), fc_out = io_quant()
@@ -109,12 +112,98 @@ def test_imported_int8_model_equals_tflm_bit_for_bit(imported: Path) -> None:
         f"{diff.size} of {got.size} int8 logits differ from TFLM; first at {diff[0]}: "
         f"{got.ravel()[diff[0]]} != {want_logits.ravel()[diff[0]]}"
     )
-    twin = DeviceTwin(dm)
-    pred = twin.predict(x_dev).argmax(axis=1)
-    assert np.array_equal(pred, want_probs.astype(np.int32).argmax(axis=1)) or np.array_equal(
-        pred, want_logits.astype(np.int32).argmax(axis=1)
+    # the model's output: TFLM's int8 softmax codes q, which the device returns as (q + 128) / 256
+    y = DeviceTwin(dm).predict(x_dev)
+    want = (want_probs.astype(np.float32) + 128) / 256
+    diff = np.flatnonzero(y != want)
+    assert diff.size == 0, (
+        f"{diff.size} of {y.size} softmax outputs differ from TFLM's; first at {diff[0]}: "
+        f"{y.ravel()[diff[0]] * 256 - 128} != {want_probs.ravel()[diff[0]]}"
     )
-    assert np.mean(pred == labels) >= 0.9
+    assert np.mean(y.argmax(axis=1) == labels) >= 0.9
+
+
+def softmax_alone(n: int, scale: float, zp: int, beta: float) -> bytes:
+    """The fixture cut down to its SOFTMAX alone, reading an int8 input of n values at (scale, zp) with this beta."""
+    import flatbuffers
+
+    m = parse(FIXTURE.read_bytes(), str(FIXTURE))
+    g = m.subgraphs[0]
+    op = g.operators[-1]
+    assert m.operatorCodes[op.opcodeIndex].builtinCode == 25  # SOFTMAX
+    t_in, t_out = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
+    t_in.shape, t_out.shape = np.array([1, n], np.int32), np.array([1, n], np.int32)
+    t_in.shapeSignature = t_out.shapeSignature = None
+    t_in.quantization.scale, t_in.quantization.zeroPoint = [scale], [zp]
+    op.builtinOptions.beta = beta
+    g.operators, g.inputs, g.outputs = [op], [op.inputs[0]], [op.outputs[0]]
+    b = flatbuffers.Builder(0)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def qsoftmax_codes(q: np.ndarray, scale: float, beta: float) -> np.ndarray:
+    """QSOFTMAX's int8 outputs for int8 inputs q (rows), through the C core: QUANT (codes in) -> QSOFTMAX -> DEQUANT
+    (codes out), its constants from qsoftmax_blob."""
+    nb, n = q.shape
+    one = QParams(1.0, 0)
+    blobs = [quant_blob(one), qsoftmax_blob(beta, scale), dequant_blob(one)]
+    layers, off = [], 0
+    for op, data in zip((Op.QUANT, Op.QSOFTMAX, Op.DEQUANT), blobs):
+        layers.append(
+            LayerDesc(op=op, kind=0, n_in=n, n_out=n, trainable=False, storage=Storage.Q, p_off=off, name=op.name)
+        )
+        off += len(data)
+    prog = own_regions(Program(layers, n, n, 0, 0, 0, 0, cdata=b"".join(blobs)))
+    y = core_net(prog).forward(np.zeros(0, np.float32), np.ascontiguousarray(q, np.float32))
+    return y.astype(np.int32)
+
+
+def test_qsoftmax_equals_tflm_softmax_on_random_logits() -> None:
+    """QSOFTMAX against TFLM's int8 SOFTMAX over input scales from 0.01 to 4 (where diff_min cuts off codes more than
+    6 below the largest) and three betas, on random codes, near-equal codes and rows with one large code."""
+    rng = np.random.default_rng(21)
+    for n in (10, 37):
+        for scale in (0.24348978698253632, 0.01, 0.0625, 0.7, 4.0):
+            for beta in (1.0, 0.5, 2.5):
+                zp = int(rng.integers(-20, 20))
+                rows = [rng.integers(-128, 128, size=(60, n)), rng.integers(-3, 4, size=(20, n)) + 100]
+                spike = rng.integers(-128, -100, size=(20, n))
+                spike[np.arange(20), rng.integers(0, n, 20)] = 127
+                q = np.clip(np.concatenate(rows + [spike]), -128, 127).astype(np.int8)
+                it = runtime.Interpreter.from_bytes(softmax_alone(n, scale, zp, beta), arena_size=1 << 16)
+                want = []
+                for row in q:
+                    it.set_input(row.reshape(1, n), 0)
+                    it.invoke()
+                    want.append(np.asarray(it.get_output(0), np.int8).ravel())
+                got = qsoftmax_codes(q, float(np.float32(scale)), beta)
+                bad = np.flatnonzero(got != np.array(want, np.int32))
+                assert bad.size == 0, (
+                    f"n {n}, scale {scale}, beta {beta}: {bad.size} of {got.size} codes differ from TFLM's, first "
+                    f"{got.ravel()[bad[0]]} != {np.array(want).ravel()[bad[0]]} on row {q[bad[0] // n]}"
+                )
+    # rows whose exact softmax lies within 2e-4 of a rounding tie (k + 1/2) / 256: there only the fixed-point
+    # arithmetic gives TFLM's codes (a float64 softmax rounded to nearest misses some of them)
+    ties, float_misses = 0, 0
+    for scale in np.linspace(0.01, 1.0, 1500).astype(np.float32):
+        z = -np.arange(1, 60) * np.float64(scale)  # rows (0, -k): p = 1 / (1 + e^z), e^z / (1 + e^z)
+        p = np.stack([1 / (1 + np.exp(z)), np.exp(z) / (1 + np.exp(z))], axis=1) * 256
+        near = np.flatnonzero(np.any(np.abs(p - np.floor(p) - 0.5) < 2e-4, axis=1))
+        if near.size == 0:
+            continue
+        q = np.stack([np.zeros(near.size), -(near + 1)], axis=1).astype(np.int8)
+        it = runtime.Interpreter.from_bytes(softmax_alone(2, float(scale), 0, 1.0), arena_size=1 << 16)
+        want = []
+        for row in q:
+            it.set_input(row.reshape(1, 2), 0)
+            it.invoke()
+            want.append(np.asarray(it.get_output(0), np.int8).ravel())
+        want_a = np.array(want, np.int32)
+        assert np.array_equal(qsoftmax_codes(q, float(scale), 1.0), want_a), f"scale {scale}: rows {q} near a tie"
+        ties += q.shape[0]
+        float_misses += int(np.sum(np.clip(np.rint(p[near]) - 128, -128, 127) != want_a))
+    assert ties >= 10 and float_misses > 0, (ties, float_misses)
 
 
 def test_imported_tflite_on_the_m4f_predicts_and_fine_tunes_its_head_as_the_twin(
@@ -134,6 +223,26 @@ def test_imported_tflite_on_the_m4f_predicts_and_fine_tunes_its_head_as_the_twin
         train_lockstep(s.device, twin, x[:6], t[:6])
         assert_device_equals_twin(s.device, twin)
         assert_same_bits(s.device.predict(x), twin.predict(x), "PREDICT on the M4F after fine-tuning")
+
+
+def test_frozen_imported_tflite_on_the_m4f_returns_tflms_softmax_codes(imported: Path, tmp_path: Path) -> None:
+    """Every layer frozen: the M4F runs the int8 body through QSOFTMAX and returns the twin's bits, which are TFLM's
+    int8 softmax codes dequantized ((q + 128) / 256)."""
+    ck = load_model(imported)
+    r = export_project(
+        ck, "nucleo_f401re", tmp_path / "fw", quant="int8-full", trainable="none", sim=True, loss=losses.cross_entropy
+    )
+    assert [Op(d.op).name for d in r.model.program.layers][-3:] == ["QDENSE", "QSOFTMAX", "DEQUANT"]
+    x, _ = digits(12)
+    (s, zp), fc_out = io_quant()
+    xq = np.clip(np.rint(x / s) + zp, -128, 127).astype(np.int8)
+    _, want_probs = tflm(xq, fc_out)
+    want = (want_probs.astype(np.float32) + 128) / 256
+    twin = DeviceTwin(r.model)
+    x_dev = ((xq.astype(np.int32) - zp).astype(np.float32) * np.float32(s)).astype(np.float32)
+    assert np.array_equal(twin.predict(x_dev), want)
+    with sim.start(r.path, r.board) as sess:
+        assert_same_bits(sess.device.predict(x_dev), want, "PREDICT on the M4F against TFLM's softmax codes")
 
 
 def test_bad_tflite_files_are_refused_by_name(tmp_path: Path) -> None:

@@ -189,7 +189,16 @@ enum mct_op { MCT_OP_LIST(MCT_OP_ENUM) MCT_OP_END_ };
  *                     y = clamp(zy + requant(a, mult_y, shift_y), max(lo, -128), min(hi, 127))
  *                   (the sum in int64, saturated to +-(2^31 - 1)); the exporter takes mult_x / 2^shift_x = sx / (2m),
  *                   mult_s / 2^shift_s = ss / (2m), mult_y / 2^shift_y = 2m / (2^20 sy), m = max(sx, ss), and a
- *                   ReLU after the add fused as lo = zy. */
+ *                   ReLU after the add fused as lo = zy.
+ *   MCT_OP_QSOFTMAX int8 -> int8 softmax over the n_in (<= 511) values of a sample, kind 0, bit for bit TensorFlow
+ *                   Lite Micro's reference int8 kernel (gemmlowp fixed point); the output has TFLite's fixed scale
+ *                   1/256 and zero point -128. Blob: i32 mult, i32 left shift (clamped to [0, 31]), i32 diff_min
+ *                   (12 bytes), computed as TFLite's Prepare does from beta and the input scale sx: mult 2^-shift
+ *                   2^31 = beta sx 2^26 (capped at 2^31 - 1), diff_min = -floor(31 2^26 / 2^shift). Per sample, with
+ *                   m = the largest code and d = x - m: values with d < diff_min give -128; the others give
+ *                   clamp(round(256 e(d) / S) - 128), e(d) = exp(d beta sx) from d 2^shift mult / 2^31 as a Q5.26
+ *                   number through gemmlowp's exp_on_negative_values (Q0.31), S = the sum of the e(d) / 2^12 (Q12.19)
+ *                   and 1 / S by gemmlowp's Newton-Raphson reciprocal, every rounding as gemmlowp's (layer_qsoftmax.c). */
 /* Spatial ops (MCT_OP_CONV2D ... MCT_OP_BATCHNORM) read and write channels-last tensors, as TFLite and CMSIS-NN do:
  * a sample is [h][w][c] (a 1-D series [t][c] is h = 1), so n_in = h_in * w_in * c_in and n_out = h_out * w_out *
  * c_out. A window of kh x kw taps starts at row oy * sh - pt and column ox * sw - pl of the input; taps outside the

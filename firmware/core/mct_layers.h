@@ -399,6 +399,8 @@ void mct_qdwconv2d_forward(const mct_layer *L, const uint8_t *c, const float *x,
 void mct_qmaxpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
 /* QAVGPOOL2D forward (int8 average pooling): int8 x -> int8 y. */
 void mct_qavgpool2d_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
+/* QSOFTMAX forward (TensorFlow Lite Micro's int8 softmax, layer_qsoftmax.c): int8 x -> int8 y. */
+void mct_qsoftmax_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb);
 /* Backward of any full-integer op: only dL/dx, which is 0 (when asked for). */
 void mct_qop_backward(const mct_layer *L, const mct_bwd *b);
 /* round(a * mult / 2^shift) as QDENSE requantizes (MCT_QSHIFT_TFLITE included), saturated to +-2^30. */

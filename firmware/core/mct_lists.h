@@ -89,7 +89,9 @@
     X(RES_SHORTCUT, 28, res_shortcut, NET, 0, 0)                                                              \
     /* int8 -> int8 end of an int8 residual block: RES_END's y = x + skip with each input's and the output's   \
      * own scale and zero point, requantized as TFLite's int8 ADD (see "Full-integer int8 ops" in mct.h) */     \
-    X(QRES_END, 29, qres_end, NET, 1, 1)
+    X(QRES_END, 29, qres_end, NET, 1, 1)                                                                      \
+    /* int8 -> int8 softmax as TensorFlow Lite Micro's int8 kernel (output scale 1/256, zero point -128) */    \
+    X(QSOFTMAX, 30, qsoftmax, QOP, 1, 1)
 
 /* Elementwise activations (kind of MCT_OP_ACT, gate of MCT_OP_GLU): X(NAME, value, layer, gate);
  * layer = 1: usable as an ACT layer, gate = 1: usable as a GLU gate. Values stay below 16. */

@@ -1587,6 +1587,21 @@ static void test_op_list_dispatch(void) {
     qnet = qres_net(&b, 1, -128, 127);
     CHECK(mct_net_check(qnet) == MCT_OK);
     check_dispatch(qnet, NULL, seen);
+    /* QSOFTMAX: QUANT -> QSOFTMAX -> DEQUANT; blob: QUANT at 0, QSOFTMAX at 8 (12 bytes), DEQUANT at 20 */
+    static uint32_t sm_words[7];
+    uint8_t *sc = (uint8_t *)sm_words;
+    put_f32(sc, 50.0f); put_i32(sc + 4, 3);
+    put_i32(sc + 8, 1 << 30); put_i32(sc + 12, 26); put_i32(sc + 16, -31);
+    put_f32(sc + 20, 1.0f / 256); put_i32(sc + 24, -128);
+    nb_init(&b, 5);
+    nb_add_q(&b, MCT_OP_QUANT, 5, 0);
+    nb_add_q(&b, MCT_OP_QSOFTMAX, 5, 8);
+    nb_add_q(&b, MCT_OP_DEQUANT, 5, 20);
+    qnet = nb_finish(&b);
+    b.net.cdata = sc;
+    b.net.cdata_size = sizeof sm_words;
+    CHECK(mct_net_check(qnet) == MCT_OK);
+    check_dispatch(qnet, NULL, seen);
     /* every op of the list was covered, and every value fits the 32-bit op masks */
 #define COVERED(NAME, VALUE, STEM, CALL, IN_I8, OUT_I8)                                             \
     CHECKF(VALUE > 0 && VALUE < 32 && seen[VALUE], "op %s (%d) has no dispatch example", #NAME, VALUE);
@@ -2041,6 +2056,49 @@ static void test_qpool_by_hand(void) {
         CHECKF(ya[j] == want_a[j], "QAVGPOOL2D output %d: %g want %g", j, (double)ya[j], (double)want_a[j]);
 }
 
+/* QSOFTMAX (TensorFlow Lite Micro's int8 softmax) on logits whose softmax a person can work out: with mult 2^30 and
+ * left shift 26 (beta sx = 1/2: a code difference d stands for d / 2, diff_min = -31) the outputs are
+ * round(256 p) - 128 for the softmax p of the real values, and codes more than 31 below the largest give -128. */
+static void test_qsoftmax_by_hand(void) {
+    uint8_t *c = (uint8_t *)g_qs_words + 8;
+    memset(g_qs_words, 0, sizeof g_qs_words);
+    put_i32(c, 1 << 30); put_i32(c + 4, 26); put_i32(c + 8, -31);
+    /* sample 0, codes (0, -2, -40): p = (1, e^-1) / (1 + e^-1) = (0.7311, 0.2689), x 256 = 187.16 and 68.84 ->
+     * 187 - 128 = 59 and 69 - 128 = -59; -40 is below diff_min: -128 (and it adds nothing to the sum).
+     * sample 1, all equal (5, 5, 5): 1/3 x 256 = 85.33 -> 85 - 128 = -43 each. */
+    static const mct_layer G3 = {.op = MCT_OP_QSOFTMAX, .n_in = 3, .n_out = 3};
+    const float x3[6] = {0, -2, -40, 5, 5, 5};
+    const float want3[6] = {59, -59, -128, -43, -43, -43};
+    float y3[6];
+    q_spatial_run(&G3, 1.0f, 0, 12, x3, 2, y3);
+    for (int j = 0; j < 6; j++)
+        CHECKF(y3[j] == want3[j], "QSOFTMAX output %d: %g want %g", j, (double)y3[j], (double)want3[j]);
+    /* all equal gives 1/n exactly where 256 / n is an integer: n = 4 gives 64 - 128 = -64, n = 2 gives 0; n = 1
+     * gives 256 - 128, saturated to 127 */
+    static const mct_layer G4 = {.op = MCT_OP_QSOFTMAX, .n_in = 4, .n_out = 4};
+    const float x4[4] = {-7, -7, -7, -7};
+    float y4[4];
+    q_spatial_run(&G4, 1.0f, 0, 12, x4, 1, y4);
+    for (int j = 0; j < 4; j++) CHECKF(y4[j] == -64.0f, "QSOFTMAX 1/4 output %d: %g want -64", j, (double)y4[j]);
+    static const mct_layer G2 = {.op = MCT_OP_QSOFTMAX, .n_in = 2, .n_out = 2};
+    const float x2[2] = {100, 100};
+    float y2[2];
+    q_spatial_run(&G2, 1.0f, 0, 12, x2, 1, y2);
+    CHECKF(y2[0] == 0.0f && y2[1] == 0.0f, "QSOFTMAX 1/2: %g %g want 0 0", (double)y2[0], (double)y2[1]);
+    static const mct_layer G1 = {.op = MCT_OP_QSOFTMAX, .n_in = 1, .n_out = 1};
+    const float x1[1] = {-128};
+    float y1[1];
+    q_spatial_run(&G1, 1.0f, 0, 12, x1, 1, y1);
+    CHECKF(y1[0] == 127.0f, "QSOFTMAX of one value: %g want 127", (double)y1[0]);
+    /* the op's check: a softmax over more than 511 values is refused (there the sum of exponentials can reach 2^28
+     * and TFLite's final shift would pass 31, beyond gemmlowp's rounding division) */
+    mct_layer big = {.op = MCT_OP_QSOFTMAX, .n_in = 512, .n_out = 512};
+    mct_layer_size sz;
+    CHECK(!mct_layer_size_of(&big, 1, 0, &sz));
+    big.n_in = big.n_out = 511;
+    CHECK(mct_layer_size_of(&big, 1, 0, &sz) && sz.consts == 12u);
+}
+
 /* A residual block with a projection, y = relu(x W + c) + x V, on x = (1, -2) (every number exact):
  * layers 0 RES_BEGIN, 1 Linear(2, 3) W c, 2 ReLU, 3 RES_SHORTCUT, 4 Dense(2, 3) V, 5 RES_END. */
 static void test_residual_projection_by_hand(void) {
@@ -2153,6 +2211,7 @@ int main(void) {
     RUN(test_residual_projection_checks);
     RUN(test_conv2d_by_hand);
     RUN(test_qconv2d_by_hand);
+    RUN(test_qsoftmax_by_hand);
     RUN(test_qdwconv2d_by_hand);
     RUN(test_qres_end_by_hand);
     RUN(test_qpool_by_hand);
