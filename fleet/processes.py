@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from mcutrain import processes
 from mcutrain.errors import FleetError
@@ -141,7 +141,11 @@ def flower_env(folder: Path, flwr_home: Path) -> Dict[str, str]:
         raise FleetError(f"Flower's commands {', '.join(missing)} are missing: pip install 'flwr>=1.42'")
     for name, value in scripts.items():
         module, _, func = value.partition(":")
-        text = f"#!{sys.executable}\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n"
+        # through the fork server when the environment names one (mcutrain.fleet.forkserver)
+        text = (
+            f"#!{sys.executable}\nimport sys\nfrom mcutrain.fleet.forkserver import launch\n"
+            f"sys.exit(launch({name!r}, {module!r}, {func!r}))\n"
+        )
         path = bin_dir / name
         if not path.is_file() or path.read_text() != text:
             tmp = bin_dir / f".{name}.tmp"
@@ -159,6 +163,32 @@ def flower_env(folder: Path, flwr_home: Path) -> Dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+def start_forkserver(env: Dict[str, str], log: Path, timeout: float = 120.0) -> Tuple[subprocess.Popen, Path]:
+    """Start a fork server for Flower's node commands (mcutrain.fleet.forkserver) with env (flower_env's):
+    the process and its socket, once it serves. Stop it with stop_forkserver."""
+    import tempfile
+
+    from .forkserver import SOCKET
+
+    folder = Path(tempfile.mkdtemp(prefix="mct-fork-"))  # short and private: a socket path has <= 107 bytes
+    sock = folder / SOCKET
+    p = start_process([sys.executable, "-m", "mcutrain.fleet.forkserver", str(sock)], log, env)
+    try:
+        wait_until(sock.exists, "the fork server of Flower's node commands", [p], timeout, log)
+    except BaseException:
+        stop_forkserver(p, sock)
+        raise
+    return p, sock
+
+
+def stop_forkserver(p: subprocess.Popen, sock: Path) -> None:
+    """Stop a fork server (and any fork still running) and remove its socket's folder."""
+    import shutil
+
+    stop_process(p)
+    shutil.rmtree(sock.parent, ignore_errors=True)
 
 
 def wait_until(ready: callable, what: str, procs: List[subprocess.Popen], timeout: float, log: Path) -> None:
@@ -188,7 +218,17 @@ def http_ready(url: str, cafile: Optional[Path] = None) -> bool:
         return False
 
 
-__all__ = ["start_process", "stop_process", "kill_process", "free_port", "flower_env", "wait_until", "http_ready"]
+__all__ = [
+    "start_process",
+    "stop_process",
+    "kill_process",
+    "free_port",
+    "flower_env",
+    "start_forkserver",
+    "stop_forkserver",
+    "wait_until",
+    "http_ready",
+]
 
 
 def interrupt_on_sigterm() -> None:
