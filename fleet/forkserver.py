@@ -14,8 +14,8 @@ hands the server its command line, environment, working folder and standard stre
 the descriptors as SCM_RIGHTS), the server forks, and the fork runs Flower's own entry point of that
 command (the function its console script runs) with them. The launcher stays as the command's stand-in for
 whoever started it: it passes on SIGTERM, SIGINT and SIGHUP, and ends with the command's exit status. A
-fork ends itself when its launcher goes away (killed with its process group): it gets SIGTERM, and is
-killed STOP_GRACE seconds later if it has not ended. Forks stay in the fork server's process group, which
+launcher that is SIGKILLed (alone or with its process group) takes its fork with it: the fork sees the
+launcher's connection close and SIGKILLs itself. Forks stay in the fork server's process group, which
 mcutrain started (mcutrain.processes): they end with it however mcutrain ends.
 
 This module uses only the standard library: a launcher imports it before it knows whether it needs Flower.
@@ -31,7 +31,6 @@ import socket
 import struct
 import sys
 import threading
-import time
 import traceback
 from importlib import import_module
 from pathlib import Path
@@ -40,7 +39,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 FORKSERVER_ENV = "MCUTRAIN_FLOWER_FORKSERVER"  # the fork server's socket, for the launchers
 FORKED = ("flower-supernode", "flower-superexec", "flwr-clientapp")  # the node commands it starts
 PRELOAD = ("mcutrain.fleet.apps", "flwr.supernode.main")  # imported too: the ClientApp, the SuperNode's API
-STOP_GRACE = 5.0  # seconds a fork whose launcher went away has to end after SIGTERM
 SOCKET = "forkserver.sock"
 _HEADER = struct.Struct("!I")
 
@@ -184,15 +182,15 @@ def _run_fork(conn: socket.socket, fds: List[int], command: str, entry: Callable
 
 
 def _end_with_launcher(conn: socket.socket) -> None:
-    """In a fork: wait until the launcher's connection closes (it ended), then end (SIGTERM, then for good)."""
+    """In a fork: wait until the launcher's connection closes, then die as it did. A launcher passes on every
+    signal it can catch and lives until its fork has ended, so one that went away first was SIGKILLed: the
+    fork is killed so too (a SuperNode killed mid-round leaves no goodbye to the SuperLink)."""
     try:
         while conn.recv(64):
             pass
     except OSError:
         pass
-    os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(STOP_GRACE)
-    os._exit(128 + signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _run_here(module: str, func: str) -> int:
