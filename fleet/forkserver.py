@@ -18,11 +18,13 @@ launcher that is SIGKILLed (alone or with its process group) takes its fork with
 launcher's connection close and SIGKILLs itself. Forks stay in the fork server's process group, which
 mcutrain started (mcutrain.processes): they end with it however mcutrain ends.
 
-This module uses only the standard library: a launcher imports it before it knows whether it needs Flower.
+This module uses only the standard library: a launcher (a Python started without `site`) loads it by its
+path before it knows whether it needs Flower.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -81,6 +83,7 @@ class ForkServer:
             import_module(module)
         if threading.active_count() != 1:  # a fork copies only the thread that forks: none may run now
             raise RuntimeError("importing Flower started a thread: the fork server cannot fork safely")
+        gc.freeze()  # the forks' garbage collector leaves what was imported alone: its pages stay shared
 
     def serve(self) -> None:
         """Listen on self.path and fork a command for every launcher that connects."""
@@ -194,6 +197,10 @@ def _end_with_launcher(conn: socket.socket) -> None:
 
 
 def _run_here(module: str, func: str) -> int:
+    if sys.flags.no_site:  # a launcher runs without site (it starts faster): Flower's packages need it
+        import site
+
+        site.main()
     result = getattr(import_module(module), func)()
     return result if isinstance(result, int) else 0
 

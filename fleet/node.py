@@ -41,9 +41,9 @@ REFUSED = "Failed to activate SuperNode"  # what flower-supernode logs when the 
 ACTIVATED = "SuperNode ID:"  # what it logs when the SuperLink let it in
 RESTART_DELAY = 2.0  # seconds before a SuperNode that ended is started again
 CONNECT_RETRIES = 2  # a SuperNode gives up connecting after this many retries (the node starts it again)
-# seconds between a SuperExec's asks for a task (Flower's FLWR_SUPEREXEC_TASK_POLL_INTERVAL): every ask is an
-# HTTP request that the SuperNode serves, and 64 nodes asking ten times a second kept two cores busy
-TASK_POLL = 0.5
+# seconds between a SuperExec's asks for a task (Flower's FLWR_SUPEREXEC_TASK_POLL_INTERVAL, whose default
+# this is): every ask is an HTTP request that the SuperNode serves; a node waits up to this long more per message
+TASK_POLL = 1.0
 SOCKET = "keeper.sock"
 KEY = "keeper.key"
 
@@ -62,6 +62,7 @@ class NodeSpec:
     auth_key: Optional[Path] = None  # the node's private key (SuperNode authentication)
     insecure: bool = False  # no TLS: only on localhost unless allow_insecure
     runtime_port: int = 0  # the SuperNode's local Runtime API port (0: a free one)
+    task_poll: float = TASK_POLL  # seconds between the SuperExec's asks for a task (see TASK_POLL)
 
     def to_json(self) -> str:
         """The spec as JSON (how the local launcher hands it to a node process)."""
@@ -180,8 +181,7 @@ def run_node(spec: NodeSpec, stop: Optional[threading.Event] = None, say: Any = 
         spec.device, spec.index, spec.data, spec.project, spec.folder / f"{spec.device.name}-store.bin"
     )
     keeper = Keeper(worker, say)
-    env = flower_env(spec.folder, spec.folder / "flwr-home")
-    env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = str(TASK_POLL)
+    env = flower_env(spec.folder, spec.folder / "flwr-home", spec.task_poll)
     log = spec.folder / "supernode.log"
     proc = None
     fork = None

@@ -32,6 +32,7 @@ FLOWER_COMMANDS = (
     "flwr-simulation",
     "flwr",
 )
+LAUNCHER = Path(__file__).resolve().with_name("forkserver.py")  # what the launchers load (standard library only)
 STOP_GRACE = 10.0  # seconds a process group has to end after SIGTERM before it gets SIGKILL
 
 
@@ -127,9 +128,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def flower_env(folder: Path, flwr_home: Path) -> Dict[str, str]:
-    """The environment of Flower's processes: FLWR_HOME, no telemetry or update check, a fast SuperExec poll,
-    and launchers (in folder/bin) that run Flower's commands with this Python first on PATH."""
+def flower_env(folder: Path, flwr_home: Path, task_poll: float = 0.1) -> Dict[str, str]:
+    """The environment of Flower's processes: FLWR_HOME, no telemetry or update check, a SuperExec that asks
+    for tasks every task_poll seconds, and launchers (in folder/bin) that run Flower's commands with this
+    Python first on PATH (through a fork server when the environment names one: mcutrain.fleet.forkserver;
+    a launcher starts without `site` and loads only that module, by its path)."""
     from importlib.metadata import entry_points
 
     folder, flwr_home = folder.resolve(), flwr_home.resolve()
@@ -141,10 +144,11 @@ def flower_env(folder: Path, flwr_home: Path) -> Dict[str, str]:
         raise FleetError(f"Flower's commands {', '.join(missing)} are missing: pip install 'flwr>=1.42'")
     for name, value in scripts.items():
         module, _, func = value.partition(":")
-        # through the fork server when the environment names one (mcutrain.fleet.forkserver)
         text = (
-            f"#!{sys.executable}\nimport sys\nfrom mcutrain.fleet.forkserver import launch\n"
-            f"sys.exit(launch({name!r}, {module!r}, {func!r}))\n"
+            f"#!{sys.executable} -S\nimport importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('mcutrain_flower_launcher', {str(LAUNCHER)!r})\n"
+            "launcher = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(launcher)\n"
+            f"sys.exit(launcher.launch({name!r}, {module!r}, {func!r}))\n"
         )
         path = bin_dir / name
         if not path.is_file() or path.read_text() != text:
@@ -158,7 +162,7 @@ def flower_env(folder: Path, flwr_home: Path) -> Dict[str, str]:
         FLWR_HOME=str(flwr_home),
         FLWR_TELEMETRY_ENABLED="0",
         FLWR_DISABLE_UPDATE_CHECK="1",
-        FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.1",
+        FLWR_SUPEREXEC_TASK_POLL_INTERVAL=f"{task_poll:g}",
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
         PYTHONUNBUFFERED="1",
     )
