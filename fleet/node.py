@@ -236,8 +236,11 @@ def _since(log: Path, mark: int) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """`python -m mcutrain.fleet.node SPEC.json`: a node as the local launcher starts it."""
+    from mcutrain import processes
+
     args = sys.argv[1:] if argv is None else argv
     spec = NodeSpec.from_json(Path(args[0]).read_text())
+    processes.rely_on_parent_watchdog()  # the local fleet's follows the node's processes
     try:
         return run_node(spec, say=lambda s: print(f"{time.strftime('%H:%M:%S')} {s}", flush=True))
     except FleetError as e:
