@@ -328,9 +328,12 @@ class Fleet:
                 register_node(pub, self.env, self.folder / "logs" / f"register-{d.name}.log")
         if cfg.twins:
             return  # the Simulation Engine makes a virtual node per device (run_app's federation config)
-        # the nodes' Flower processes start as forks of one process that imported Flower once
-        self.forkserver = start_forkserver(self.env, self.folder / "logs" / "forkserver.log")
-        self.node_env = dict(self.env, **{FORKSERVER_ENV: str(self.forkserver[1])})
+        # the nodes' Flower processes start as forks of one process that imported Flower once (unless the
+        # environment says MCUTRAIN_FLOWER_FORKSERVER="": each a process of its own)
+        self.node_env = dict(self.env)
+        if self.env.get(FORKSERVER_ENV) != "":
+            self.forkserver = start_forkserver(self.env, self.folder / "logs" / "forkserver.log")
+            self.node_env[FORKSERVER_ENV] = str(self.forkserver[1])
         self.on_status(f"starting {len(cfg.devices)} nodes (a SuperNode and a device keeper each)")
         for i in range(len(cfg.devices)):
             self.start_node(i)

@@ -197,10 +197,9 @@ def _end_with_launcher(conn: socket.socket) -> None:
 
 
 def _run_here(module: str, func: str) -> int:
-    if sys.flags.no_site:  # a launcher runs without site (it starts faster): Flower's packages need it
-        import site
-
-        site.main()
+    if sys.flags.no_site:  # a launcher starts without site: run it again with it, Flower's helpers (Ray's
+        # workers) inherit the interpreter's flags
+        os.execv(sys.executable, [sys.executable, sys.argv[0], *sys.argv[1:]])
     result = getattr(import_module(module), func)()
     return result if isinstance(result, int) else 0
 

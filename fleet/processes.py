@@ -22,6 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from mcutrain import processes
 from mcutrain.errors import FleetError
 
+from .forkserver import FORKED
+
 # Flower's commands a fleet runs (and those Flower starts by name), as their console-script names
 FLOWER_COMMANDS = (
     "flower-superlink",
@@ -144,12 +146,15 @@ def flower_env(folder: Path, flwr_home: Path, task_poll: float = 0.1) -> Dict[st
         raise FleetError(f"Flower's commands {', '.join(missing)} are missing: pip install 'flwr>=1.42'")
     for name, value in scripts.items():
         module, _, func = value.partition(":")
-        text = (
-            f"#!{sys.executable} -S\nimport importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('mcutrain_flower_launcher', {str(LAUNCHER)!r})\n"
-            "launcher = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(launcher)\n"
-            f"sys.exit(launcher.launch({name!r}, {module!r}, {func!r}))\n"
-        )
+        if name not in FORKED:
+            text = f"#!{sys.executable}\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n"
+        else:
+            text = (
+                f"#!{sys.executable} -S\nimport importlib.util, sys\n"
+                f"spec = importlib.util.spec_from_file_location('mcutrain_flower_launcher', {str(LAUNCHER)!r})\n"
+                "launcher = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(launcher)\n"
+                f"sys.exit(launcher.launch({name!r}, {module!r}, {func!r}))\n"
+            )
         path = bin_dir / name
         if not path.is_file() or path.read_text() != text:
             tmp = bin_dir / f".{name}.tmp"
