@@ -7,7 +7,8 @@ keeper that holds the device (mcutrain.fleet.worker) and a Flower SuperNode whos
 data shard, READ back what it learned. The ServerApp (mcutrain.fleet.apps, mcutrain.fleet.server) runs the
 rounds with Flower's strategies (FedAvg, FedAdam, ...), writes the global model after every round and a
 JSON-lines log. mcutrain.fleet.deploy starts a whole fleet on 127.0.0.1 (the SuperLink and the nodes as
-processes, mcutrain.fleet.processes) or the parts of a fleet spread over machines; mcutrain.fleet.certs
+processes, mcutrain.fleet.processes; a node's Flower processes start as forks of one process that imported
+Flower once, mcutrain.fleet.forkserver) or the parts of a fleet spread over machines; mcutrain.fleet.certs
 makes the TLS certificates and node keys. A fleet is described by a small TOML file
 (mcutrain.fleet.config); mcutrain.fleet.split makes a simulated fleet from a data set, split non-IID.
 

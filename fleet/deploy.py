@@ -10,6 +10,7 @@ A real deployment uses the same parts from the command line: `mcutrain fleet lin
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -18,13 +19,23 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mcutrain.errors import FleetError
 
 from .apps import app_folder, encode_config
 from .config import FleetConfig
-from .processes import flower_env, free_port, http_ready, start_process, stop_process, wait_until
+from .forkserver import FORKSERVER_ENV
+from .processes import (
+    flower_env,
+    free_port,
+    http_ready,
+    start_forkserver,
+    start_process,
+    stop_forkserver,
+    stop_process,
+    wait_until,
+)
 from .server import FleetModel, FleetResult, RoundReport
 
 LINK_START = 120.0  # seconds a SuperLink has to answer /health (its first start imports a lot)
@@ -227,6 +238,8 @@ class Fleet:
         self.address = ""
         self.env: Dict[str, str] = {}
         self.fm: Optional[FleetModel] = None
+        self.forkserver: Optional[Tuple[subprocess.Popen, Path]] = None  # the nodes' (processes.start_forkserver)
+        self.node_env: Dict[str, str] = {}
 
     # ---- setup ----
     def _export(self, board_name: str) -> Path:
@@ -253,9 +266,9 @@ class Fleet:
         self.projects = {d.board: self._export(d.board) for d in cfg.devices if d.board and not d.twin}
 
     # ---- processes ----
-    def _start(self, name: str, cmd: List[str]) -> subprocess.Popen:
+    def _start(self, name: str, cmd: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
         log = self.folder / "logs" / f"{name}.log"
-        p = start_process(cmd, log, self.env)
+        p = start_process(cmd, log, env or self.env)
         self.processes[name], self.logs[name] = p, log
         return p
 
@@ -274,6 +287,7 @@ class Fleet:
             root_certificates=certs.ca if certs else None,
             auth_key=certs.node_keys[d.name] if certs else None,
             insecure=certs is None,
+            task_poll=node_task_poll(len(self.cfg.devices)),
         )
 
     def start_node(self, i: int, spec: Any = None) -> subprocess.Popen:
@@ -282,7 +296,8 @@ class Fleet:
         spec.folder.mkdir(parents=True, exist_ok=True)
         path = spec.folder / "node.json"
         path.write_text(spec.to_json())
-        return self._start(f"node-{self.cfg.devices[i].name}", [sys.executable, "-m", "mcutrain.fleet.node", str(path)])
+        cmd = [sys.executable, "-m", "mcutrain.fleet.node", str(path)]
+        return self._start(f"node-{self.cfg.devices[i].name}", cmd, self.node_env)
 
     def start(self) -> None:
         """Start the SuperLink and the nodes on 127.0.0.1."""
@@ -313,6 +328,12 @@ class Fleet:
                 register_node(pub, self.env, self.folder / "logs" / f"register-{d.name}.log")
         if cfg.twins:
             return  # the Simulation Engine makes a virtual node per device (run_app's federation config)
+        # the nodes' Flower processes start as forks of one process that imported Flower once (unless the
+        # environment says MCUTRAIN_FLOWER_FORKSERVER="": each a process of its own)
+        self.node_env = dict(self.env)
+        if self.env.get(FORKSERVER_ENV) != "":
+            self.forkserver = start_forkserver(self.env, self.folder / "logs" / "forkserver.log")
+            self.node_env[FORKSERVER_ENV] = str(self.forkserver[1])
         self.on_status(f"starting {len(cfg.devices)} nodes (a SuperNode and a device keeper each)")
         for i in range(len(cfg.devices)):
             self.start_node(i)
@@ -325,9 +346,21 @@ class Fleet:
                 raise FleetError(f"{name} ended (code {p.returncode}): {' '.join(tail)}; see {self.logs[name]}")
 
     def stop(self) -> None:
-        """Stop every process the fleet started (nodes first, the SuperLink last)."""
-        for name in sorted(self.processes, key=lambda n: n == "superlink"):
-            stop_process(self.processes[name])
+        """Stop every process the fleet started (nodes first, then the fork server, the SuperLink last)."""
+        nodes = [p for name, p in self.processes.items() if name != "superlink"]
+        for p in nodes:  # all told at once: a node takes seconds to end, 64 of them in turn took minutes
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for p in nodes:
+            stop_process(p)
+        if self.forkserver is not None:  # the nodes' Flower processes that are still running end with it
+            stop_forkserver(*self.forkserver)
+            self.forkserver = None
+        if "superlink" in self.processes:
+            stop_process(self.processes["superlink"])
 
     # ---- the run ----
     def run(self, resume: bool = False) -> FleetResult:
@@ -369,6 +402,13 @@ class Fleet:
                 signal.signal(signal.SIGTERM, restore)
         arrays = self.fm.arrays_of(self.cfg.output)
         return FleetResult(reports, self.fm.layout.join(arrays), self.cfg.output, self.cfg.log, time.monotonic() - t0)
+
+
+def node_task_poll(n_nodes: int) -> float:
+    """Seconds between the SuperExec's asks for a task on each of a local fleet's n_nodes nodes: 0.25 s for a
+    few (a message waits less), up to 2 s for 64 and more (their asks, HTTP requests every node serves, cost
+    a core at 0.5 s; each message waits up to the interval more)."""
+    return min(2.0, max(0.25, n_nodes / 32))
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

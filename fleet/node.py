@@ -33,13 +33,17 @@ from mcutrain.errors import FleetError
 from mcutrain.sources import DataSettings
 
 from .config import DeviceSpec
-from .processes import flower_env, free_port, start_process, stop_process
+from .forkserver import FORKSERVER_ENV
+from .processes import flower_env, free_port, start_forkserver, start_process, stop_forkserver, stop_process
 from .worker import DeviceWorker, serve_request
 
 REFUSED = "Failed to activate SuperNode"  # what flower-supernode logs when the SuperLink refuses it
 ACTIVATED = "SuperNode ID:"  # what it logs when the SuperLink let it in
 RESTART_DELAY = 2.0  # seconds before a SuperNode that ended is started again
 CONNECT_RETRIES = 2  # a SuperNode gives up connecting after this many retries (the node starts it again)
+# seconds between a SuperExec's asks for a task (Flower's FLWR_SUPEREXEC_TASK_POLL_INTERVAL, whose default
+# this is): every ask is an HTTP request that the SuperNode serves; a node waits up to this long more per message
+TASK_POLL = 1.0
 SOCKET = "keeper.sock"
 KEY = "keeper.key"
 
@@ -58,6 +62,7 @@ class NodeSpec:
     auth_key: Optional[Path] = None  # the node's private key (SuperNode authentication)
     insecure: bool = False  # no TLS: only on localhost unless allow_insecure
     runtime_port: int = 0  # the SuperNode's local Runtime API port (0: a free one)
+    task_poll: float = TASK_POLL  # seconds between the SuperExec's asks for a task (see TASK_POLL)
 
     def to_json(self) -> str:
         """The spec as JSON (how the local launcher hands it to a node process)."""
@@ -176,9 +181,10 @@ def run_node(spec: NodeSpec, stop: Optional[threading.Event] = None, say: Any = 
         spec.device, spec.index, spec.data, spec.project, spec.folder / f"{spec.device.name}-store.bin"
     )
     keeper = Keeper(worker, say)
-    env = flower_env(spec.folder, spec.folder / "flwr-home")
+    env = flower_env(spec.folder, spec.folder / "flwr-home", spec.task_poll)
     log = spec.folder / "supernode.log"
     proc = None
+    fork = None
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
@@ -186,6 +192,9 @@ def run_node(spec: NodeSpec, stop: Optional[threading.Event] = None, say: Any = 
     activated = False
     mark = 0
     try:
+        if env.get(FORKSERVER_ENV) is None:  # none given (a local fleet gives one to all its nodes): its own
+            fork = start_forkserver(env, spec.folder / "forkserver.log")
+            env[FORKSERVER_ENV] = str(fork[1])
         while not stop.is_set():
             if proc is None:
                 port = spec.runtime_port or free_port()
@@ -211,6 +220,8 @@ def run_node(spec: NodeSpec, stop: Optional[threading.Event] = None, say: Any = 
         if proc is not None:
             stop_process(proc, own_group=False)
         keeper.close()
+        if fork is not None:
+            stop_forkserver(*fork)
 
 
 def _since(log: Path, mark: int) -> str:
@@ -225,8 +236,11 @@ def _since(log: Path, mark: int) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """`python -m mcutrain.fleet.node SPEC.json`: a node as the local launcher starts it."""
+    from mcutrain import processes
+
     args = sys.argv[1:] if argv is None else argv
     spec = NodeSpec.from_json(Path(args[0]).read_text())
+    processes.rely_on_parent_watchdog()  # the local fleet's follows the node's processes
     try:
         return run_node(spec, say=lambda s: print(f"{time.strftime('%H:%M:%S')} {s}", flush=True))
     except FleetError as e:

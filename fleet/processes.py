@@ -17,10 +17,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from mcutrain import processes
 from mcutrain.errors import FleetError
+
+from .forkserver import FORKED
 
 # Flower's commands a fleet runs (and those Flower starts by name), as their console-script names
 FLOWER_COMMANDS = (
@@ -32,6 +34,7 @@ FLOWER_COMMANDS = (
     "flwr-simulation",
     "flwr",
 )
+LAUNCHER = Path(__file__).resolve().with_name("forkserver.py")  # what the launchers load (standard library only)
 STOP_GRACE = 10.0  # seconds a process group has to end after SIGTERM before it gets SIGKILL
 
 
@@ -127,9 +130,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def flower_env(folder: Path, flwr_home: Path) -> Dict[str, str]:
-    """The environment of Flower's processes: FLWR_HOME, no telemetry or update check, a fast SuperExec poll,
-    and launchers (in folder/bin) that run Flower's commands with this Python first on PATH."""
+def flower_env(folder: Path, flwr_home: Path, task_poll: float = 0.1) -> Dict[str, str]:
+    """The environment of Flower's processes: FLWR_HOME, no telemetry or update check, a SuperExec that asks
+    for tasks every task_poll seconds, and launchers (in folder/bin) that run Flower's commands with this
+    Python first on PATH (through a fork server when the environment names one: mcutrain.fleet.forkserver;
+    a launcher starts without `site` and loads only that module, by its path)."""
     from importlib.metadata import entry_points
 
     folder, flwr_home = folder.resolve(), flwr_home.resolve()
@@ -141,7 +146,15 @@ def flower_env(folder: Path, flwr_home: Path) -> Dict[str, str]:
         raise FleetError(f"Flower's commands {', '.join(missing)} are missing: pip install 'flwr>=1.42'")
     for name, value in scripts.items():
         module, _, func = value.partition(":")
-        text = f"#!{sys.executable}\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n"
+        if name not in FORKED:
+            text = f"#!{sys.executable}\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n"
+        else:
+            text = (
+                f"#!{sys.executable} -S\nimport importlib.util, sys\n"
+                f"spec = importlib.util.spec_from_file_location('mcutrain_flower_launcher', {str(LAUNCHER)!r})\n"
+                "launcher = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(launcher)\n"
+                f"sys.exit(launcher.launch({name!r}, {module!r}, {func!r}))\n"
+            )
         path = bin_dir / name
         if not path.is_file() or path.read_text() != text:
             tmp = bin_dir / f".{name}.tmp"
@@ -154,11 +167,37 @@ def flower_env(folder: Path, flwr_home: Path) -> Dict[str, str]:
         FLWR_HOME=str(flwr_home),
         FLWR_TELEMETRY_ENABLED="0",
         FLWR_DISABLE_UPDATE_CHECK="1",
-        FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.1",
+        FLWR_SUPEREXEC_TASK_POLL_INTERVAL=f"{task_poll:g}",
         PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+def start_forkserver(env: Dict[str, str], log: Path, timeout: float = 120.0) -> Tuple[subprocess.Popen, Path]:
+    """Start a fork server for Flower's node commands (mcutrain.fleet.forkserver) with env (flower_env's):
+    the process and its socket, once it serves. Stop it with stop_forkserver."""
+    import tempfile
+
+    from .forkserver import SOCKET
+
+    folder = Path(tempfile.mkdtemp(prefix="mct-fork-"))  # short and private: a socket path has <= 107 bytes
+    sock = folder / SOCKET
+    p = start_process([sys.executable, "-m", "mcutrain.fleet.forkserver", str(sock)], log, env)
+    try:
+        wait_until(sock.exists, "the fork server of Flower's node commands", [p], timeout, log)
+    except BaseException:
+        stop_forkserver(p, sock)
+        raise
+    return p, sock
+
+
+def stop_forkserver(p: subprocess.Popen, sock: Path) -> None:
+    """Stop a fork server (and any fork still running) and remove its socket's folder."""
+    import shutil
+
+    stop_process(p)
+    shutil.rmtree(sock.parent, ignore_errors=True)
 
 
 def wait_until(ready: callable, what: str, procs: List[subprocess.Popen], timeout: float, log: Path) -> None:
@@ -188,7 +227,17 @@ def http_ready(url: str, cafile: Optional[Path] = None) -> bool:
         return False
 
 
-__all__ = ["start_process", "stop_process", "kill_process", "free_port", "flower_env", "wait_until", "http_ready"]
+__all__ = [
+    "start_process",
+    "stop_process",
+    "kill_process",
+    "free_port",
+    "flower_env",
+    "start_forkserver",
+    "stop_forkserver",
+    "wait_until",
+    "http_ready",
+]
 
 
 def interrupt_on_sigterm() -> None:
