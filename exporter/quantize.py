@@ -402,7 +402,9 @@ def convertible_runs(
         f32_block = i < first and i not in in_whole and layers[i].op in RESIDUAL_OPS
         if f32_block and layers[i].op == Op.RES_BEGIN:
             depth += 1
-        convertible = layers[i].op in FULL_INTEGER_OPS or (layers[i].op == Op.SOFTMAX and _int8_softmax(recs[i]))
+        convertible = i < first and (
+            layers[i].op in FULL_INTEGER_OPS or (layers[i].op == Op.SOFTMAX and _int8_softmax(recs[i]))
+        )
         ok = i < first and (i in in_whole or (depth == 0 and convertible and layers[i].storage == Storage.RAM))
         if f32_block and layers[i].op == Op.RES_END:
             depth -= 1

@@ -714,7 +714,7 @@ static void qpair_fill_window(const mct_layer *L, const int8_t *xs, uint32_t p, 
     uint32_t win[4];
     mct_window(oy, L->sh, L->pt, L->kh, L->h_in, &win[0], &win[1]);
     mct_window(ox, L->sw, L->pl, L->kw, L->w_in, &win[2], &win[3]);
-    qgather(L, xs, oy, ox, win, zx, g);
+    qgather(L, xs, oy, ox, win, zx, 0, L->kh, g);
     for (uint32_t i = 0; i < K4; i += 4u) memcpy(col + i + 2u * slot, g + i, 8);
     for (uint32_t i = K4; i < K; i++) tail[4u * slot + i - K4] = g[i];
 }
