@@ -632,7 +632,7 @@ def test_int8_weight_convolutions_pass_gradients_back_bit_for_bit(tmp_path: Path
     t = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 6)]
     r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8", trainable="biases", sim=True,
                        loss=losses.cross_entropy)  # fmt: skip
-    assert sum(d.storage == Storage.I8 for d in r.model.program.layers) == 5  # 4 convolutions, the Linear's W
+    assert sum(d.storage == Storage.I8 for d in r.model.program.layers) == 6  # 5 convolutions, the Linear's W
     twin, f32 = DeviceTwin(r.model), DeviceTwin(r.model.baseline)
     for xs, ts in zip(x, t):
         f32.train(xs, ts)
