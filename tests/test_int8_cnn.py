@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import pytest
@@ -26,7 +26,7 @@ from mcutrain.exporter.export import export_project
 from mcutrain.exporter.quantize import calibrate
 from mcutrain.exporter.twin import DeviceTwin
 from mcutrain.module import core_net
-from mcutrain.program import LayerDesc
+from mcutrain.program import LayerDesc, Program
 
 INT32_MAX = 2**31 - 1
 
@@ -149,6 +149,23 @@ def int8_tensor(arena: np.ndarray, d: LayerDesc, nb: int) -> np.ndarray:
     return raw.reshape(nb, 4 * f)[:, : d.n_out].astype(np.int64)
 
 
+def run_int8(m: Any, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray, Program, np.ndarray]:
+    """Run an int8-full device model on x with every layer's output in an arena region of its own (readable after the
+    pass): (the outputs, the arena, that program, the QUANT layer's int8 codes re-derived from x, checked against
+    the arena's)."""
+    from mcutrain.exporter.quantize import own_regions
+
+    prog = own_regions(m.program)
+    y, arena = core_net(prog).traced_forward(np.ascontiguousarray(m.params, np.float32), x)
+    q0 = prog.layers[0]
+    inv = float(np.frombuffer(prog.cdata, "<f4", 1, q0.p_off)[0])
+    v = (x * np.float32(inv)).astype(np.float64)
+    zq = int(i32(prog.cdata, q0.p_off + 4)[0])
+    cur = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + zq, -128, 127).astype(np.int64)
+    assert np.array_equal(int8_tensor(arena, q0, x.shape[0]), cur)
+    return y, arena, prog, cur
+
+
 def test_every_spatial_int8_op_equals_the_integer_rederivation() -> None:
     net = every_spatial_op_net()
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.01)), {"loss": "cross_entropy"})
@@ -161,18 +178,8 @@ def test_every_spatial_int8_op_equals_the_integer_rederivation() -> None:
                    "QAVGPOOL2D", "QAVGPOOL2D", "DEQUANT", "DENSE", "SOFTMAX"]  # fmt: skip
     x = rng.normal(size=(16, net.n_in)).astype(np.float32)
     nb = x.shape[0]
-    # each layer gets its own arena region here, so every int8 tensor can be read after the forward pass
-    from mcutrain.exporter.quantize import own_regions
-
-    prog = own_regions(m.program)
-    y, arena = core_net(prog).traced_forward(np.ascontiguousarray(m.params, np.float32), x)
+    y, arena, prog, cur = run_int8(m, x)
     blob = prog.cdata
-    q0 = prog.layers[0]
-    inv = float(np.frombuffer(blob, "<f4", 1, q0.p_off)[0])
-    zq = int(i32(blob, q0.p_off + 4)[0])
-    v = (x * np.float32(inv)).astype(np.float64)
-    cur = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + zq, -128, 127).astype(np.int64)
-    assert np.array_equal(int8_tensor(arena, q0, nb), cur)
     for d in prog.layers[1:-3]:
         want = rederive(d, blob, cur)
         got = int8_tensor(arena, d, nb)
@@ -357,7 +364,6 @@ def test_int8_residual_add_equals_the_integer_rederivation(block: str) -> None:
     of kind 1 carry the block's int8 input, the bodies are int8 ops, and the add is a QRES_END with the ReLU after it
     fused. Every int8 tensor the core computes equals the NumPy re-derivation (the add with the skip tensor being
     the block's input, or the main body's output with a projection), and the outputs track the f32 network."""
-    from mcutrain.exporter.quantize import own_regions
 
     shortcut, c = BLOCKS[block]
     net = residual_net(shortcut, c)
@@ -371,14 +377,8 @@ def test_int8_residual_add_equals_the_integer_rederivation(block: str) -> None:
     assert all(d.kind == 1 for d in m.program.layers if d.op in (Op.RES_BEGIN, Op.RES_SHORTCUT))
     x = rng.normal(size=(16, net.n_in)).astype(np.float32)
     nb = x.shape[0]
-    prog = own_regions(m.program)  # every int8 tensor in a region of its own, readable after the pass
-    y, arena = core_net(prog).traced_forward(np.ascontiguousarray(m.params, np.float32), x)
+    y, arena, prog, cur = run_int8(m, x)
     blob = prog.cdata
-    q0 = prog.layers[0]
-    inv = float(np.frombuffer(blob, "<f4", 1, q0.p_off)[0])
-    v = (x * np.float32(inv)).astype(np.float64)
-    cur = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + int(i32(blob, q0.p_off + 4)[0]), -128, 127)
-    cur = cur.astype(np.int64)
     inputs: Dict[int, np.ndarray] = {}  # layer index -> its int8 input
     for i, d in enumerate(prog.layers[1:-2], start=1):
         inputs[i] = cur
@@ -479,18 +479,9 @@ def test_every_1d_int8_op_equals_the_integer_rederivation() -> None:
     assert [d.op.name for d in layers] == ["QUANT", "QCONV2D", "QCONV2D", "QLUT", "QMAXPOOL2D", "QAVGPOOL2D",
                                            "QCONV2D", "QAVGPOOL2D", "DEQUANT", "DENSE", "SOFTMAX"]  # fmt: skip
     assert all(d.geometry["h_in"] == 1 == d.geometry["kh"] for d in layers if d.geometry)
-    from mcutrain.exporter.quantize import own_regions
-
     x = rng.normal(size=(16, net.n_in)).astype(np.float32)
-    prog = own_regions(m.program)
-    y, arena = core_net(prog).traced_forward(np.ascontiguousarray(m.params, np.float32), x)
+    y, arena, prog, cur = run_int8(m, x)
     blob = prog.cdata
-    q0 = prog.layers[0]
-    inv = float(np.frombuffer(blob, "<f4", 1, q0.p_off)[0])
-    v = (x * np.float32(inv)).astype(np.float64)
-    cur = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + int(i32(blob, q0.p_off + 4)[0]), -128, 127)
-    cur = cur.astype(np.int64)
-    assert np.array_equal(int8_tensor(arena, q0, x.shape[0]), cur)
     for d in prog.layers[1:-3]:
         want = rederive(d, blob, cur)
         got = int8_tensor(arena, d, x.shape[0])
