@@ -346,7 +346,8 @@ def residual_net(shortcut: bool, c: int = 4) -> Sequential:
     """6x6x1 -> 3 classes through a residual block of c channels (conv 3x3 and ReLU, then identity or a 1x1 projection
     shortcut) with a ReLU after it, between a convolution and a pooled dense head. With c = 30 the block's
     convolution has windows of 270 values, more than the Cortex-M4/M7/M33 QCONV2D gathers at once (it takes two
-    kernel rows, then one), and 30 output channels (not a multiple of four)."""
+    kernel rows, then one), and 30 output channels (not a multiple of four); with c = 17 windows of 153 values, which
+    it takes two output pixels at a time (as ResNet-8's 16-channel 3x3 convolutions)."""
     from mcutrain import Residual
 
     kw = {"shortcut": [L.Conv2d(c, c, 1)]} if shortcut else {}
@@ -355,7 +356,7 @@ def residual_net(shortcut: bool, c: int = 4) -> Sequential:
     return Sequential(*layers, L.Softmax(), input_shape=(6, 6, 1)).rand_params(seed=0)
 
 
-BLOCKS = {"identity": (False, 4), "projection": (True, 4), "wide": (False, 30)}
+BLOCKS = {"identity": (False, 4), "projection": (True, 4), "paired": (False, 17), "wide": (False, 30)}
 
 
 @pytest.mark.parametrize("block", list(BLOCKS))
@@ -427,8 +428,8 @@ def test_resnet8_int8_full_plan_keeps_three_activations_alive() -> None:
 
 @pytest.mark.parametrize("block", list(BLOCKS))
 def test_int8_full_residual_block_runs_bit_for_bit_on_the_m4f(block: str, tmp_path: Path) -> None:
-    """The int8 residual block (identity, with a 1x1 projection shortcut, or identity over 30 channels, whose
-    convolution's windows the M4F sums in parts) exported for the nucleo_f401re predicts in QEMU exactly what the
+    """The int8 residual block (identity, with a 1x1 projection shortcut, identity over 17 channels, whose windows of
+    153 values the M4F takes two pixels at a time, or over 30 channels, whose windows it sums in parts) exported for the nucleo_f401re predicts in QEMU exactly what the
     host's int8 model (the reference kernels) predicts."""
     net = residual_net(*BLOCKS[block])
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})

@@ -613,7 +613,7 @@ static void qconv_outputs(const uint8_t *c, const int16_t *col, uint32_t K, uint
 #if QASM_DSP
 /* Windows of up to QPAIR_MAX values (kh kw c_in) the Cortex-M4/M7/M33 QCONV2D takes two at a time (qconv2d_pairs):
  * their values on the stack as int32 words (4 bytes each), plus one window gathered as int16. */
-#define QPAIR_MAX (QCOL_MAX / 2u)
+#define QPAIR_MAX 160u   /* ResNet-8's 3x3 convolutions of 16 channels (144 values) included */
 
 /* Output o of two pixels from their sums xa and xb (*yb not written when yb is NULL): the channel's constants read
  * and unpacked once for both, the same integers as qdense_out. */
