@@ -108,9 +108,9 @@ def _frozen_regions(layers: List[LayerDesc], n_in: int, stop: int) -> Tuple[Dict
     """Arena regions of the outputs of frozen layers 0 .. stop-2 when residual blocks are among them (the end of a
     block reads its start's input, or its main body's output, again): each output lives from the layer that writes
     it to the last layer that reads it (the next layer, an end op's skip tensor, a shortcut body's first layer); the
-    widest first, each takes the lowest offset past the network's input where it overlaps no output alive at the
-    same time (its width the core's). Returns ({layer index: out_off}, the end of the regions). RES_BEGIN and
-    RES_SHORTCUT write nothing (their outputs alias)."""
+    widest first, each takes the lowest offset where it overlaps no output alive at the same time (its width the
+    core's), the network's input included (alive until its last reader). Returns ({layer index: out_off}, the end
+    of the regions). RES_BEGIN and RES_SHORTCUT write nothing (their outputs alias)."""
     src: List[int] = []  # per layer, the index of the layer that wrote its input (-1: the network's input)
     last: Dict[int, int] = {}  # writer -> the last layer reading its output
     cur = -1
@@ -125,11 +125,12 @@ def _frozen_regions(layers: List[LayerDesc], n_in: int, stop: int) -> Tuple[Dict
             cur = i
     outs = [(layer_size_of(d).out, i) for i, d in enumerate(layers[: max(stop - 1, 0)])]
     outs = [(n, i) for n, i in outs if layers[i].op not in (Op.RES_BEGIN, Op.RES_SHORTCUT)]
-    placed: List[Tuple[int, int, int, int]] = []  # (offset, size, first, last) of the outputs placed so far
+    # (offset, size, first, last) of the outputs placed so far: the network's input first, alive until its last reader
+    placed: List[Tuple[int, int, int, int]] = [(0, n_in, -1, last.get(-1, 0))]
     where: Dict[int, int] = {}
     top = n_in
     for size, i in sorted(outs, key=lambda t: (-t[0], t[1])):  # the widest first (TFLite's greedy-by-size plan)
-        end, off = last.get(i, i), n_in
+        end, off = last.get(i, i), 0
         for o, n, _, _ in sorted(r for r in placed if r[2] <= end and i <= r[3]):  # alive at the same time
             if o - off >= size:
                 break
