@@ -47,8 +47,8 @@ void mct_qres_end_forward(const mct_net *net, const mct_layer *L, const float *x
         const int8_t *xs = (const int8_t *)x + s * stride, *ss = skip + s * stride;
         int8_t *ys = (int8_t *)y + s * stride;
         for (uint32_t j = 0; j < L->n_out; j++) {
-            int64_t a = (int64_t)qadd_requant((xs[j] - zx) * (1 << 20), mx, nx) +
-                        qadd_requant((ss[j] - zs) * (1 << 20), ms, ns);
+            int64_t a = (int64_t)qadd_requant((xs[j] - zx) * ((int32_t)1 << 20), mx, nx) +
+                        qadd_requant((ss[j] - zs) * ((int32_t)1 << 20), ms, ns);
             a = a > INT32_MAX ? INT32_MAX : (a < -INT32_MAX ? -INT32_MAX : a);
             int32_t v = zy + qadd_requant((int32_t)a, my, ny);
             ys[j] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
