@@ -429,8 +429,8 @@ def test_resnet8_int8_full_plan_keeps_three_activations_alive() -> None:
 @pytest.mark.parametrize("block", list(BLOCKS))
 def test_int8_full_residual_block_runs_bit_for_bit_on_the_m4f(block: str, tmp_path: Path) -> None:
     """The int8 residual block (identity, with a 1x1 projection shortcut, identity over 17 channels, whose windows of
-    153 values the M4F takes two pixels at a time, or over 30 channels, whose windows it sums in parts) exported for the nucleo_f401re predicts in QEMU exactly what the
-    host's int8 model (the reference kernels) predicts."""
+    153 values the M4F takes two pixels at a time, or over 30 channels, whose windows it sums in parts) exported for
+    the nucleo_f401re predicts in QEMU exactly what the host's int8 model (the reference kernels) predicts."""
     net = residual_net(*BLOCKS[block])
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
     x = np.random.default_rng(0).normal(size=(64, net.n_in)).astype(np.float32)
