@@ -113,8 +113,9 @@ def int8_export(net: str, board: str) -> Any:
 def activations(net: str, board: str) -> str:
     """The int8-full model's activation RAM beside CMSIS-NN's: the int8 tensors at their peak (the largest input and
     output of one int8 layer together, which the shared buffer holds; with residual blocks, the arena the int8
-    tensors cover), and all of the arena and scratch (which also hold the f32 input the protocol sends and the f32
-    outputs it answers with)."""
+    tensors cover), and all of the arena and scratch the firmware allocates (a model that takes int8 at the
+    firmware's boundary, DeviceModel.int8_io, has the int8 buffer alone; the others also hold the f32 input the
+    protocol sends and the f32 outputs it answers with)."""
     ref = REFERENCE_ACTIVATIONS.get(net)
     _, m, _ = int8_export(net, board)
     layers = m.program.layers
@@ -124,7 +125,7 @@ def activations(net: str, board: str) -> str:
     else:
         i8 = [d.op in WRITES_I8 for d in layers]
         peak = max([sizes[i - 1].out + sizes[i].out for i in range(1, len(sizes)) if i8[i - 1] and i8[i]], default=0)
-    ours = f"{4 * peak:,} int8 at peak; {4 * (m.program.arena + m.scratch):,} arena + scratch"
+    ours = f"{4 * peak:,} int8 at peak; {4 * (m.app_arena + m.scratch):,} arena + scratch"
     return ours + (f" | {ref[0]:,} + {ref[1]:,} scratch" if ref else " | -")
 
 

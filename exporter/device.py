@@ -28,7 +28,7 @@ from mcutrain.program import LayerDesc, Program
 
 from ..errors import McuTrainError
 from .boards import Board
-from .device_model import DeviceModel
+from .device_model import DeviceModel, int8_boundary
 from .protocol import MAX_FRAME_PAYLOAD
 from .quantize import QUANT_MODES, QuantError, full_integer_layers, pad4, quantize_weights
 from .tflite_import import QUANT_KEY
@@ -141,9 +141,9 @@ def _frozen_regions(layers: List[LayerDesc], n_in: int, stop: int) -> Tuple[Dict
     return where, top
 
 
-def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int, int]:
+def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int, int, int]:
     """Give the layers fresh arena regions (the table changed), each as large as the core says (an int8 output takes
-    mct_i8_floats of its width, the aux trace what the op's code asks for); returns (layers, arena, out_off).
+    mct_i8_floats of its width, the aux trace what the op's code asks for); returns (layers, arena, in_off, out_off).
 
     Training on the device keeps what its backward pass reads: every region from the input of the first trainable
     layer with parameters on (mct_backward stops there). Each frozen layer before it reads only the output of the
@@ -152,7 +152,19 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
     as nothing after it writes there): the buffer is as large as the largest input and output of one layer
     together, which is what a frozen CNN backbone needs at its peak (as CMSIS-NN's ping-pong buffers), not all its
     activations. With residual blocks among them (whose end reads its start's input again) each output takes a
-    region only while it is read (_frozen_regions)."""
+    region only while it is read (_frozen_regions). A network the device runs from QUANT's output to DEQUANT's input
+    (int8_boundary) has its shared buffer from offset 0, QUANT's output at its low end, and its f32 input (in_off)
+    and output (out_off) above it: the firmware allocates the buffer alone."""
+    if int8_boundary(layers):  # the shared buffer from QUANT's output to DEQUANT's input; the f32 ends above it
+        outs = [layer_size_of(d).out for d in layers]
+        buf = max(a + b for a, b in zip(outs[:-2], outs[1:-1]))
+        low = True  # QUANT's output at the buffer's low end
+        for i, d in enumerate(layers):
+            d.in_off = layers[i - 1].out_off if i else buf
+            d.out_off = 0 if i == 0 else buf if i == len(layers) - 1 else buf - outs[i] if low else 0
+            d.aux_off = d.aux = 0
+            low = low if i == 0 else not low
+        return layers, buf + max(n_in, layers[-1].n_out), buf, buf
     stop = next((i for i, d in enumerate(layers) if d.trainable and d.n_p), len(layers))
     residual = any(d.op in RESIDUAL_OPS for d in layers[:stop])
     shared = 0 if residual else stop
@@ -179,7 +191,7 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
         top += size.aux
         d.aux = size.aux
         cur = d.out_off
-    return layers, top, cur
+    return layers, top, 0, cur
 
 
 def _fix_residual_links(layers: List[LayerDesc], old_index: List[int]) -> None:
@@ -408,8 +420,8 @@ def build_device_model(
         ram.append(full[src : src + d.n_p])
         segments.append((n_ram, src, d.n_p))
         n_ram += d.n_p
-    layers, arena, out_off = _relayout(layers, host.n_in)
-    prog = Program(layers, host.n_in, host.n_out, n_ram, arena, 0, out_off, cdata=blob)
+    layers, arena, in_off, out_off = _relayout(layers, host.n_in)
+    prog = Program(layers, host.n_in, host.n_out, n_ram, arena, in_off, out_off, cdata=blob)
     opt = optimizer or ck.optimizer or TrainParams()
     if isinstance(opt, TrainParams):  # a bare TrainParams trains as plain SGD
         opt = Optimizer("sgd", opt, net.param_count())
@@ -442,7 +454,6 @@ def build_device_model(
         input_steps=steps_text,
         class_names=_class_names(ck, host.n_out),
     )
-    m.scratch = int(m.core().scratch_size(1, 0))
     if ck.metadata.get("frontend"):
         from mcutrain.featdata import FrontEnd
 
@@ -460,4 +471,5 @@ def build_device_model(
                     f"{MAX_FRAME_PAYLOAD:,} bytes): "
                     "use shorter windows (length= in --features)"
                 )
+    m.scratch = 0 if m.int8_io else int(m.core().scratch_size(1, 0))  # an int8_io model trains nothing
     return m

@@ -12,8 +12,17 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mcutrain.corefacts import CONST_STORAGE_OPS, I8_WEIGHTS_BIT, Op, OptKind, Storage, opt_asks_reg
-from mcutrain.program import Program
+from mcutrain.corefacts import (
+    CONST_STORAGE_OPS,
+    I8_WEIGHTS_BIT,
+    RESIDUAL_OPS,
+    Op,
+    OptKind,
+    Storage,
+    layer_size_of,
+    opt_asks_reg,
+)
+from mcutrain.program import LayerDesc, Program
 
 Segments = Sequence[Tuple[int, int, int]]  # (device RAM offset, host offset, count) of each RAM block
 
@@ -33,6 +42,19 @@ def segments_from_host(segments: Segments, host_params: np.ndarray, n: int) -> n
     for r, h, c in segments:
         out[r : r + c] = host_params[h : h + c]
     return out
+
+
+def int8_boundary(layers: Sequence[LayerDesc]) -> bool:
+    """Can the device run only the int8 body of this layer table, quantizing the input as it arrives and
+    dequantizing the output as it leaves (mct_forward_layers)? A frozen full-integer network can, without residual
+    blocks or traces, whose first layer is QUANT and last DEQUANT: its arena is then the int8 buffer alone, its f32
+    input and output lying above it, in the host's arena only (mcutrain.exporter.device._relayout)."""
+    return (
+        len(layers) >= 3
+        and layers[0].op == Op.QUANT
+        and layers[-1].op == Op.DEQUANT
+        and not any((d.trainable and d.n_p) or d.op in RESIDUAL_OPS or layer_size_of(d).aux for d in layers)
+    )
 
 
 @dataclass
@@ -107,6 +129,19 @@ class DeviceModel:
     def save_slots(self) -> int:
         """Optimizer slots per parameter that a device save keeps (none with save='params')."""
         return self.opt_slots if self.save == "all" else 0
+
+    @property
+    def int8_io(self) -> bool:
+        """Does the firmware take the input and give the output as int8 at its boundary (int8_boundary), its arena
+        the int8 buffer alone, with no training buffers (a model computing its features on the device does not:
+        they are f32)? TRAIN then answers UNSUPPORTED: nothing in the model trains."""
+        return self.feat is None and int8_boundary(self.program.layers)
+
+    @property
+    def app_arena(self) -> int:
+        """Floats of arena the firmware allocates: the int8 buffer below the f32 input for int8_io models, else the
+        whole arena of the layer table."""
+        return self.program.in_off if self.int8_io else self.program.arena
 
     @property
     def n_trainable(self) -> int:

@@ -217,9 +217,9 @@ def plan(m: DeviceModel, board: Board, sim: bool = False) -> MemoryPlan:
     rows = [
         ("parameters (f32, RAM)", 4 * p.n_params, 4 * p.n_params),
         ("optimizer state", 4 * p.n_params * m.opt_slots, 0),
-        ("trace arena", 4 * (p.arena - i8_arena), 0),
-        ("backward scratch", 4 * m.scratch, 0),
-        ("target + frame buffer", 4 * p.n_out + m.rx_max, 0),
+        ("trace arena", 4 * (m.app_arena - i8_arena), 0),
+        ("backward scratch", 4 * max(m.scratch, 1), 0),
+        ("target + frame buffer", 4 * (1 if m.int8_io else p.n_out) + m.rx_max, 0),
         ("frozen layers (flash)", 0, len(bytes(p.cdata)) - q_bytes),
         ("layer table", 0, table_bytes),
         ("runtime + bookkeeping", (0 if sim else RUNTIME_RAM.get(board.core, RUNTIME_RAM_DEFAULT)) + APP_FIXED_RAM, 0),

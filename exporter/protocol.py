@@ -25,7 +25,8 @@ STATUS_TEXT = {
     Status.NONFINITE: "the loss was not finite; the device left its parameters unchanged",
     Status.STORE: "the device's storage failed",
     Status.NO_SAVE: "the device has no saved state",
-    Status.UNSUPPORTED: "this build of the firmware cannot do that (no storage, or not with this optimizer)",
+    Status.UNSUPPORTED: "this build of the firmware cannot do that (no storage, not with this optimizer, or a frozen "
+    "full-integer model, which trains nothing)",
     Status.VERSION: "the device reads another format version",
     Status.NO_WINDOW: "the device's sensor has no window ready",
 }

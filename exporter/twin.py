@@ -75,8 +75,14 @@ class DeviceTwin:
 
     def train(self, x: Any, t: Any) -> float:
         """One TRAIN step on one labelled sample (the device's fused update); returns the loss.
-        ValueError if the device would refuse it (a loss, input or target that is not finite)."""
+        ValueError if the device would refuse it (a loss, input or target that is not finite, or a frozen
+        full-integer model that takes int8 at its boundary: it trains nothing)."""
         m = self.model
+        if m.int8_io:
+            raise ValueError(
+                "the device refuses this step (status UNSUPPORTED): the model is frozen and full-integer, it trains "
+                "nothing; export it with --trainable to train on the device"
+            )
         xs = np.ascontiguousarray(np.asarray(x, np.float32).reshape(1, m.program.n_in))
         ts = np.ascontiguousarray(np.asarray(t, np.float32).reshape(1, m.program.n_out))
         rc, loss = self.core.train_fused(

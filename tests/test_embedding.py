@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from helpers import assert_same_bits, onehot_samples
+from helpers import assert_same_bits, int8_full_net, onehot_samples
 from mcutrain import Checkpoint, Sequential, TrainParams, save_model
 from mcutrain import layers as L
 from mcutrain.cli.commands import main as cli
@@ -139,6 +139,62 @@ def test_the_c_example_learns_natively_and_carries_on_from_its_save(library: Exp
     r2 = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=300)
     b = parse_example(r2.stdout)
     assert b["loaded"] == 1 and b["steps"] == 6000 and b["first"] < a["first"], b
+
+
+INT8_MAIN = r"""
+#include <stdio.h>
+#include <string.h>
+#include "mcutrain.h"
+int mct_posix_argc;      /* the POSIX port reads its options from here */
+char **mct_posix_argv;
+int main(void) {   /* reads MCT_N_IN floats per line of stdin; prints the outputs' bits, then TRAIN's status */
+    float x[MCT_N_IN], y[MCT_N_OUT], loss = 1.0f;
+    mct_model_init();
+    for (;;) {
+        for (int i = 0; i < MCT_N_IN; i++) if (scanf("%a", &x[i]) != 1) goto done;
+        mct_model_predict(x, y);
+        for (int j = 0; j < MCT_N_OUT; j++) { unsigned u; memcpy(&u, &y[j], 4); printf("%08x ", u); }
+        printf("\n");
+    }
+done:
+    printf("train %d\n", mct_model_train(x, y, &loss));
+    return 0;
+}
+"""
+
+
+def test_the_c_api_of_a_frozen_full_integer_model_predicts_the_host_bits(tmp_path: Path) -> None:
+    """A library of a frozen model, full-integer from its QUANT to its DEQUANT (the firmware takes int8 at its
+    boundary, mct_app_input quantizing each input, mct_app_output dequantizing each output): built with warnings as
+    errors and under AddressSanitizer/UBSan, mct_model_predict gives the host twin's bits and mct_model_train
+    answers MCT_ST_UNSUPPORTED (nothing trains)."""
+    from mcutrain.corefacts import ReplyStatus
+    from mcutrain.exporter.twin import DeviceTwin
+
+    net = int8_full_net()
+    rng = np.random.default_rng(4)
+    cal = rng.standard_normal((200, net.n_in)).astype(np.float32)
+    x = np.concatenate([2 * rng.standard_normal((8, net.n_in)), np.zeros((1, net.n_in))]).astype(np.float32)
+    lib = tmp_path / "lib"
+    r = export_project(Checkpoint(net, net.new_sgd(TrainParams(lr=0.01))), "native", lib, quant="int8-full",
+                       trainable="none", library=True, calibration=cal)  # fmt: skip
+    assert r.model.int8_io
+    (tmp_path / "main.c").write_text(INT8_MAIN)
+    flags = ["-std=c99", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
+             "-fno-sanitize-recover=all"]  # fmt: skip
+    src = lib / "src"
+    sources = [*sorted(src.glob("*.c")), src / "ports" / "port_posix.c", tmp_path / "main.c"]
+    exe = tmp_path / "int8"
+    subprocess.run(["gcc", *flags, "-DMCT_PORT_POSIX", f"-I{src}", *map(str, sources), "-o", str(exe)], check=True,
+                   timeout=300)  # fmt: skip
+    stdin = "".join(" ".join(float(v).hex() for v in row) + "\n" for row in x)
+    out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=60,
+                         env={"MCUTRAIN_STORE": str(tmp_path / "store.bin")})  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.split("\n")
+    got = np.array([[int(w, 16) for w in line.split()] for line in lines[: len(x)]], np.uint32).view(np.float32)
+    assert_same_bits(got, DeviceTwin(r.model).predict(x), "mct_model_predict of the int8-full library")
+    assert lines[len(x)] == f"train {int(ReplyStatus.UNSUPPORTED)}", out.stdout
 
 
 def example_stream(steps: int) -> Tuple[np.ndarray, np.ndarray]:

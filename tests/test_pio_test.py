@@ -22,7 +22,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 import pytest
 
-from helpers import bits, own_pio_env
+from helpers import bits, export_int8_full, own_pio_env
 from mcutrain import Checkpoint, Residual, Sequential, TrainParams, losses
 from mcutrain import layers as L
 from mcutrain.exporter import pio
@@ -193,6 +193,26 @@ def test_pio_test_passes_on_the_target(runs: Dict[str, Run], case: Case) -> None
     assert re.search(rf"^{re.escape(case.env)}\s+test_model\s+PASSED", text, re.M), text[-2000:]
     assert "4 test cases: 4 succeeded" in text
     assert "FAILED" not in text and "ERRORED" not in text
+
+
+def test_pio_test_of_a_frozen_full_integer_model(own_core: Path, tmp_path: Path) -> None:
+    """A frozen model, full-integer from its QUANT to its DEQUANT, takes int8 at the firmware's boundary
+    (mct_app_input quantizes, mct_app_output dequantizes, the arena is the int8 buffer alone): natively, `pio test`
+    finds the host's PREDICT bits and TRAIN refused (expected.h has no TRAIN steps for it); with one predicted bit
+    flipped, test_predict fails."""
+    r, _, _ = export_int8_full("native", tmp_path / "p")
+    assert r.model.int8_io
+    expected = r.path / "test" / "test_model" / "expected.h"
+    assert c_define(expected.read_text(), "MCT_TEST_N_TRAIN") == 0
+    core = core_dir(own_core, "int8-io")
+    res = pio_test(r.path, "native", core)
+    text = output(res)
+    assert res.returncode == 0, text[-3000:]
+    for name in TEST_NAMES:
+        assert case_status(text, name) == ["PASSED"], (name, text[-3000:])
+    flip_first_bit(expected, "mct_test_y")
+    res = pio_test(r.path, "native", core)
+    assert res.returncode == 1 and case_status(output(res), "test_predict") == ["FAILED"], output(res)[-3000:]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.board for c in CASES])

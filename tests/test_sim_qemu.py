@@ -35,8 +35,10 @@ from helpers import (
 )
 from mcutrain import Checkpoint, Sequential, TrainParams, losses
 from mcutrain import layers as L
+from mcutrain.corefacts import ReplyStatus, layer_size_of
 from mcutrain.exporter import pio, sim
 from mcutrain.exporter.boards import get_board
+from mcutrain.exporter.client import DeviceError
 from mcutrain.exporter.export import ExportResult, export_project
 from mcutrain.exporter.memplan import MemoryPlanError
 from mcutrain.exporter.sim import SimError
@@ -151,8 +153,16 @@ def test_int8_full_export_predicts_the_host_output(board: str, tmp_path: Path) -
     """Full-integer int8 (QUANT, QDENSE, QLUT, DEQUANT) on every core equals the host's C core bit for bit: with
     the exporter's constants, and with QDENSE constants at their limits (saturating biases, negative and -2^31
     multipliers, shifts outside [1, 62] and on both sides of 32), which the cores requantize by different code
-    (Cortex-M's SMLAD rows and 64-bit multiply, AVR's 32-bit pieces, the plain C loop)."""
+    (Cortex-M's SMLAD rows and 64-bit multiply, AVR's 32-bit pieces, the plain C loop). The model is frozen and
+    full-integer from its QUANT to its DEQUANT, so the firmware takes the f32 input value by value into the int8
+    buffer and dequantizes the output as it sends it: its arena is that buffer alone (no f32 input or output, no
+    backward scratch or target), and TRAIN is refused."""
     r, net, x = export_int8_full(board, tmp_path / "p")
+    m = r.model
+    sizes = [layer_size_of(d) for d in m.program.layers]
+    assert m.int8_io and m.scratch == 0
+    assert m.app_arena == max(a.out + b.out for a, b in zip(sizes[:-2], sizes[1:-1])) < m.program.arena
+    assert f"#define MCT_MODEL_APP_ARENA {m.app_arena} " in (r.path / "src" / "model.h").read_text()
     x = np.concatenate([x, quant_tie_inputs(r.model)])
     extreme = with_extreme_qdense_constants(r.model)
     out = write_model_project(tmp_path / "extreme", r.board, extreme, "extreme QDENSE constants")
@@ -162,6 +172,10 @@ def test_int8_full_export_predicts_the_host_output(board: str, tmp_path: Path) -
         with sim.start(path, r.board) as s:
             assert s.device.info().hash == m.hash().hex()
             assert_same_bits(s.device.predict(x), want, f"int8-full PREDICT ({path.name})")
+            with pytest.raises(DeviceError) as e:
+                s.device.train(x[0], np.zeros(m.program.n_out, np.float32))
+            assert e.value.status == ReplyStatus.UNSUPPORTED, e.value
+            assert_same_bits(s.device.predict(x[:2]), want[:2], "PREDICT after the refused TRAIN")
     assert not np.array_equal(DeviceTwin(extreme).predict(x), DeviceTwin(r.model).predict(x))
     assert not np.array_equal(DeviceTwin(r.model).predict(x), net(x)), "the export gave the f32 network's outputs"
 

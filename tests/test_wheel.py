@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -70,8 +71,13 @@ def test_the_wheel_repairs_installs_and_runs_train_export_sim_without_a_host_com
     assert "manylinux_" in show and "consistent with the following platform tag" in show, show
 
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", venv])
+    _run([sys.executable, "-m", "venv", venv])
     py = venv / "bin" / "python"
+    # the wheel's dependencies (numpy, pyserial, ...) come from the interpreter running the tests, which may be
+    # a virtual environment itself: its site folders go on the new venv's path after the venv's own
+    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip()
+    ours = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    (Path(site) / "test-interpreter-packages.pth").write_text("".join(f"{d}\n" for d in sorted(ours)))
     _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], env=env)
     path = os.pathsep.join([str(venv / "bin"), path_without_host_compiler(tmp_path / "path")])
     assert shutil.which("gcc", path=path) is None and shutil.which("arm-none-eabi-gcc", path=path) is not None

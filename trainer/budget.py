@@ -19,6 +19,9 @@ except ImportError:  # pragma: no cover - not on Windows
 
 FALLBACK_BUDGET = 4 << 30  # where the system says nothing about its memory
 SHARE = 0.5  # of the memory available: the rest stays for the program, its data and everything else running
+# the value a refusal suggests fits this share of the budget: the next run's budget differs a little (the
+# process's own size moves), and a suggestion at the very edge would be refused in turn
+HINT_HEADROOM = 0.95
 
 
 def available_memory() -> int:
@@ -61,15 +64,17 @@ def _gib(n: int) -> str:
 
 def check_size(option: str, value: int, need: Callable[[int], int], budget: Optional[int] = None) -> None:
     """ConfigError unless need(value) bytes fit the budget (memory_budget() by default); the message names
-    the option, what the value needs and the largest value that fits (need must grow with the value)."""
+    the option, what the value needs and the largest value that fits HINT_HEADROOM of the budget (need must
+    grow with the value)."""
     budget = memory_budget() if budget is None else budget
     cost = need(value)
     if cost <= budget:
         return
-    lo, hi = 0, value  # need(lo) fits (or lo == 0), need(hi) does not
+    room = int(budget * HINT_HEADROOM)
+    lo, hi = 0, value  # need(lo) fits the room (or lo == 0), need(hi) does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if need(mid) <= budget else (lo, mid)
+        lo, hi = (mid, hi) if need(mid) <= room else (lo, mid)
     hint = f"use {option} {lo:,} or less" if lo >= 1 else "free some memory or use a smaller network"
     raise ConfigError(
         f"{option} {value:,} needs about {_gib(cost)} of memory; this process can spare about {_gib(budget)}: {hint}"

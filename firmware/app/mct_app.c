@@ -137,14 +137,56 @@ void mct_app_init(mct_app *a) {
     if (!a->loaded) mct_app_reset(a);   /* a failed load may have touched the buffers */
 }
 
-float *mct_app_predict(mct_app *a) {
-    return mct_forward(&mct_model, a->params, a->arena + mct_model.in_off, a->arena, 1);
+#if MCT_MODEL_INT8_IO
+/* The constants of boundary layer l (QUANT, the first, or DEQUANT, the last) and where its int8 side lies. */
+static int8_t *boundary(mct_app *a, uint16_t l, const uint8_t **c) {
+    mct_layer tmp;
+    const mct_layer *L = mct_get_layer(&mct_model, l, &tmp);
+    *c = mct_model.cdata + L->p_off;
+    return (int8_t *)(a->arena + (l ? L->in_off : L->out_off));
+}
+#endif
+
+void mct_app_input(mct_app *a, uint32_t i, float v) {
+#if MCT_MODEL_INT8_IO
+    const uint8_t *c;
+    int8_t *q = boundary(a, 0, &c);
+    q[i] = mct_quantize_value(c, v);
+#else
+    a->arena[mct_model.in_off + i] = v;
+#endif
+}
+
+int mct_app_predict(mct_app *a) {
+#if MCT_MODEL_INT8_IO
+    float *y = mct_forward_layers(&mct_model, a->params, a->arena, MCT_MODEL_APP_ARENA, 1, MCT_MODEL_N_LAYERS - 1);
+    return y ? MCT_OK : MCT_E_NET;
+#else
+    mct_forward(&mct_model, a->params, a->arena + mct_model.in_off, a->arena, 1);
+    return MCT_OK;
+#endif
+}
+
+float mct_app_output(mct_app *a, uint32_t i) {
+#if MCT_MODEL_INT8_IO
+    const uint8_t *c;
+    const int8_t *q = boundary(a, MCT_MODEL_N_LAYERS - 1, &c);
+    return mct_dequantize_value(c, q[i]);
+#else
+    return a->arena[mct_model.out_off + i];
+#endif
 }
 
 int mct_app_train(mct_app *a, float *loss) {
+#if MCT_MODEL_INT8_IO
+    (void)a;
+    *loss = 0.0f;
+    return MCT_E_ARG;
+#else
     return mct_train_step(&mct_model, a->params, &mct_model_opt, a->state, &a->ts, MCT_MODEL_LOSS_KIND,
                           MCT_MODEL_LOSS_PARAM, a->arena + mct_model.in_off, a->target, 1, a->arena, a->scratch,
                           MCT_MODEL_SCRATCH, loss);
+#endif
 }
 
 uint8_t mct_app_status(int rc) {

@@ -20,6 +20,14 @@ typedef float mct_raw_t;     /* raw samples: floats (motion) */
 #endif
 #endif
 
+/* A frozen full-integer model (model.h of older exports says nothing: 0) runs its int8 body alone: the input is
+ * quantized value by value as it arrives, the output dequantized as it leaves, so the arena is the int8 buffer
+ * (MCT_MODEL_APP_ARENA floats) and nothing is kept for training (TRAIN answers UNSUPPORTED). */
+#ifndef MCT_MODEL_INT8_IO
+#define MCT_MODEL_INT8_IO 0
+#define MCT_MODEL_APP_ARENA MCT_MODEL_ARENA
+#endif
+
 #define MCT_PROTOCOL_VERSION MCT_FORMAT_PROTOCOL
 #define MCT_STATE_FLOATS (MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS > 0 ? MCT_MODEL_N_PARAMS * MCT_MODEL_SLOTS : 1)
 #ifndef MCT_MODEL_SAVE_SLOTS                 /* model.h of older exports: saves keep every optimizer slot */
@@ -39,9 +47,9 @@ typedef struct mct_app {
     float params[MCT_MODEL_N_PARAMS > 0 ? MCT_MODEL_N_PARAMS : 1];
     float state[MCT_STATE_FLOATS];
     mct_train_state ts;
-    float arena[MCT_MODEL_ARENA];
+    float arena[MCT_MODEL_APP_ARENA];
     float scratch[MCT_MODEL_SCRATCH];
-    float target[MCT_MODEL_N_OUT];
+    float target[MCT_MODEL_INT8_IO ? 1 : MCT_MODEL_N_OUT];
     uint8_t rx[MCT_MODEL_RX_MAX];
 #if MCT_MODEL_FEAT
     mct_raw_t raw[MCT_MODEL_RAW_IN];             /* the raw window of PREDICT_RAW / TRAIN_RAW / FEATURES */
@@ -56,9 +64,14 @@ typedef struct mct_app {
 void mct_app_reset(mct_app *a);
 /* Boot: reset, then load the newest valid save if there is one. */
 void mct_app_init(mct_app *a);
-/* PREDICT on the input already in the arena (a->arena + mct_model.in_off); returns the outputs. */
-float *mct_app_predict(mct_app *a);
-/* TRAIN on the input in the arena and the target in a->target; the core's status, the loss in *loss. */
+/* Put input value i (< MCT_MODEL_N_IN) where PREDICT and TRAIN read it (quantized, for MCT_MODEL_INT8_IO). */
+void mct_app_input(mct_app *a, uint32_t i, float v);
+/* PREDICT on the input put in by mct_app_input (or FEATURES), outputs read with mct_app_output; the core's status. */
+int mct_app_predict(mct_app *a);
+/* Output value i (< MCT_MODEL_N_OUT) of the last PREDICT. */
+float mct_app_output(mct_app *a, uint32_t i);
+/* TRAIN on the input put in and the target in a->target; the core's status (MCT_E_ARG for an MCT_MODEL_INT8_IO
+ * model, which trains nothing), the loss in *loss. */
 int mct_app_train(mct_app *a, float *loss);
 /* The protocol status (enum mct_status_code) of a core status that mct_app_train returned. */
 uint8_t mct_app_status(int rc);

@@ -124,11 +124,15 @@ static void cmd_info(mct_app *a) {
 
 static void cmd_predict(mct_app *a, uint8_t cmd) {
     port_mark(0, 1);
-    float *y = mct_app_predict(a);
+    int rc = mct_app_predict(a);
     port_mark(0, 0);
+    if (rc != MCT_OK) { reply_status(cmd, mct_app_status(rc)); return; }
     reply_t r;
     reply_begin(&r, cmd, MCT_ST_OK, MCT_MODEL_N_OUT * 4);
-    reply_bytes(&r, y, MCT_MODEL_N_OUT * 4);
+    for (uint16_t i = 0; i < MCT_MODEL_N_OUT; i++) {
+        float y = mct_app_output(a, i);
+        reply_bytes(&r, &y, 4);
+    }
     reply_end(&r);
 }
 
@@ -247,10 +251,14 @@ void mct_app_poll(mct_app *a) {
         return;
     }
     /* where the payload goes: PREDICT/TRAIN of the right size stream into scratch buffers */
-    uint8_t *dst = 0, *dst2 = 0;
+    uint8_t *dst = 0, *dst2 = 0, word[4];
     uint16_t split = len;
+    int by_value = 0;   /* PREDICT's input goes in value by value (mct_app_input: an MCT_MODEL_INT8_IO model) */
     if (cmd == MCT_CMD_PREDICT && len == MCT_MODEL_N_IN * 4) {
-        dst = (uint8_t *)(a->arena + mct_model.in_off);
+        by_value = MCT_MODEL_INT8_IO;
+        dst = by_value ? word : (uint8_t *)(a->arena + mct_model.in_off);
+    } else if (MCT_MODEL_INT8_IO && cmd == MCT_CMD_TRAIN && len == TRAIN_PAYLOAD) {
+        dst = 0;   /* nothing trains: answered UNSUPPORTED once the frame is in */
     } else if (cmd == MCT_CMD_TRAIN && len == (MCT_MODEL_N_IN + MCT_MODEL_N_OUT) * 4) {
         dst = (uint8_t *)(a->arena + mct_model.in_off);
         dst2 = (uint8_t *)a->target;
@@ -271,13 +279,24 @@ void mct_app_poll(mct_app *a) {
     for (uint16_t k = 0; k < len; k++) {
         uint8_t b = (uint8_t)next_byte();
         crc = mct_crc16(crc, &b, 1);
-        if (dst) {
+        if (by_value) {
+            word[k & 3u] = b;
+            if ((k & 3u) == 3u) {
+                float v;
+                memcpy(&v, word, 4);
+                mct_app_input(a, k >> 2, v);
+            }
+        } else if (dst) {
             if (k < split) dst[k] = b;
             else dst2[k - split] = b;
         }
     }
     uint8_t c0 = (uint8_t)next_byte(), c1 = (uint8_t)next_byte();
     if ((uint16_t)(c0 | (c1 << 8)) != crc) { reply_status(cmd, MCT_ST_BAD_CRC); return; }
+    if (MCT_MODEL_INT8_IO && cmd == MCT_CMD_TRAIN && len == TRAIN_PAYLOAD) {
+        reply_status(cmd, MCT_ST_UNSUPPORTED);
+        return;
+    }
     if (!dst) {
         int known = (cmd >= MCT_CMD_INFO && cmd <= MCT_CMD_BLOB) || cmd == MCT_CMD_QUIT ||
                     (MCT_MODEL_FEAT && cmd >= MCT_CMD_PREDICT_RAW && cmd <= MCT_CMD_CAPTURE);

@@ -9,18 +9,27 @@ int mct_model_init(void) {
     return model.loaded;
 }
 
+/* The outputs of a prediction on the input in the model into y. */
+static void predict_into(float *y) {
+    mct_app_predict(&model);
+    for (uint16_t i = 0; i < MCT_MODEL_N_OUT; i++) y[i] = mct_app_output(&model, i);
+}
+
 void mct_model_predict(const float *x, float *y) {
-    float *in = model.arena + mct_model.in_off;
-    for (uint16_t i = 0; i < MCT_MODEL_N_IN; i++) in[i] = x[i];
-    const float *out = mct_app_predict(&model);
-    for (uint16_t i = 0; i < MCT_MODEL_N_OUT; i++) y[i] = out[i];
+    for (uint16_t i = 0; i < MCT_MODEL_N_IN; i++) mct_app_input(&model, i, x[i]);
+    predict_into(y);
 }
 
 int mct_model_train(const float *x, const float *target, float *loss) {
-    float *in = model.arena + mct_model.in_off;
-    for (uint16_t i = 0; i < MCT_MODEL_N_IN; i++) in[i] = x[i];
+#if MCT_MODEL_INT8_IO
+    (void)x; (void)target;
+    *loss = 0.0f;
+    return MCT_ST_UNSUPPORTED;   /* a frozen full-integer model trains nothing */
+#else
+    for (uint16_t i = 0; i < MCT_MODEL_N_IN; i++) mct_app_input(&model, i, x[i]);
     for (uint16_t i = 0; i < MCT_MODEL_N_OUT; i++) model.target[i] = target[i];
     return mct_app_status(mct_app_train(&model, loss));
+#endif
 }
 
 #if MCT_MODEL_FEAT
@@ -31,8 +40,7 @@ static void take_raw(const mct_raw_t *raw) {
 
 void mct_model_predict_raw(const mct_raw_t *raw, float *y) {
     take_raw(raw);
-    const float *out = mct_app_predict(&model);
-    for (uint16_t i = 0; i < MCT_MODEL_N_OUT; i++) y[i] = out[i];
+    predict_into(y);
 }
 
 int mct_model_train_raw(const mct_raw_t *raw, const float *target, float *loss) {

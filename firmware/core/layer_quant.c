@@ -107,6 +107,13 @@ void mct_qlut_size(const mct_layer *L, uint32_t nb, int host, mct_layer_size *s)
     s->consts = 256u;   /* int8 T[256] */
 }
 
+int8_t mct_quantize_value(const uint8_t *c, float x) { return quant1(x * mct_cload_f32(c), zero_point(c + 4)); }
+
+/* (q - zp) scale: one int8 value back to f32. */
+static MCT_INLINE float dequant1(int8_t q, int32_t zp, float scale) { return (float)((int32_t)q - zp) * scale; }
+
+float mct_dequantize_value(const uint8_t *c, int8_t q) { return dequant1(q, zero_point(c + 4), mct_cload_f32(c)); }
+
 void mct_quantize_forward(const mct_layer *L, const uint8_t *c, const float *x, float *y, uint32_t nb) {
     uint32_t n = L->n_in;
     size_t stride = 4u * (size_t)mct_i8_floats(n);
@@ -129,7 +136,7 @@ void mct_dequantize_forward(const mct_layer *L, const uint8_t *c, const float *x
     for (uint32_t s = 0; s < nb; s++) {
         const int8_t *qs = q + (size_t)s * stride;
         float *ys = y + (size_t)s * n;
-        for (uint32_t i = 0; i < n; i++) ys[i] = (float)((int32_t)qs[i] - zp) * scale;
+        for (uint32_t i = 0; i < n; i++) ys[i] = dequant1(qs[i], zp, scale);
     }
 }
 

@@ -400,6 +400,13 @@ uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host, int with_gi
 
 /* Forward pass of nb samples: copies x [nb][n_in] into the arena; returns the output [nb][n_out] in the arena. */
 float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb);
+/* Forward pass of layers [first, end) of one sample on the arena's contents: their output, or NULL if one of them reaches past arena_n floats. */
+float *mct_forward_layers(const mct_net *net, const float *params, float *arena, uint32_t arena_n, uint16_t first,
+                          uint16_t end);
+/* One value to int8 as QUANT computes it, with a QUANT layer's constants c (f32 1/scale, i32 zero point). */
+int8_t mct_quantize_value(const uint8_t *c, float x);
+/* One int8 value to f32 as DEQUANT computes it, with a DEQUANT layer's constants c (f32 scale, i32 zero point). */
+float mct_dequantize_value(const uint8_t *c, int8_t q);
 /* Backward pass after mct_forward: gout [nb][n_out] is dL/dy; writes dL/dx to gin unless NULL; sends the
  * parameter gradients of trainable layers to sink (APPLY mode updates params); scratch_n >= mct_scratch_size. */
 void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,

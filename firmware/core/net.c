@@ -177,11 +177,10 @@ uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host, int with_gi
     return 2u * w * nb + most;
 }
 
-float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb) {
-    float *in = arena + (size_t)net->in_off * nb;
-    if (x && x != in)
-        for (size_t j = 0; j < (size_t)net->n_in * nb; j++) in[j] = x[j];
-    for (uint16_t l = 0; l < net->n_layers; l++) {
+/* Layers [first, end) forward on nb samples of what the arena holds (inline: no stack frame of its own). */
+static MCT_INLINE void run_layers(const mct_net *net, const float *params, float *arena, uint32_t nb, uint16_t first,
+                       uint16_t end) {
+    for (uint16_t l = first; l < end; l++) {
         mct_layer Lc;
         const mct_layer *L = mct_get_layer(net, l, &Lc);
         const float *p = L->storage == MCT_STORE_RAM ? params + L->p_off : params;
@@ -192,7 +191,32 @@ float *mct_forward(const mct_net *net, const float *params, const float *x, floa
         default: break;
         }
     }
+}
+
+float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb) {
+    float *in = arena + (size_t)net->in_off * nb;
+    if (x && x != in)
+        for (size_t j = 0; j < (size_t)net->n_in * nb; j++) in[j] = x[j];
+    run_layers(net, params, arena, nb, 0, net->n_layers);
     return arena + (size_t)net->out_off * nb;
+}
+
+float *mct_forward_layers(const mct_net *net, const float *params, float *arena, uint32_t arena_n, uint16_t first,
+                          uint16_t end) {
+    if (first >= end || end > net->n_layers) return 0;
+    uint32_t out = 0;
+    for (uint16_t l = first; l < end; l++) {
+        mct_layer Lc;
+        mct_layer_size sz;
+        const mct_layer *L = mct_get_layer(net, l, &Lc);
+        uint32_t w_in = mct_layer_reads_i8(L) ? mct_i8_floats(L->n_in) : L->n_in;
+        if (!mct_layer_size_of(L, 1, 0, &sz) || (uint64_t)L->in_off + w_in > arena_n ||
+            (uint64_t)L->out_off + sz.out > arena_n || (uint64_t)L->aux_off + sz.aux > arena_n)
+            return 0;
+        out = L->out_off;
+    }
+    run_layers(net, params, arena, 1, first, end);
+    return arena + out;
 }
 
 void mct_backward(const mct_net *net, float *params, float *arena, uint32_t nb, const float *gout, float *gin,

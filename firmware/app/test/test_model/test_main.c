@@ -5,7 +5,8 @@
  *   test_net_check    mct_net_check accepts the layer table;
  *   test_predict      PREDICT outputs of fixed inputs with the exported parameters;
  *   test_train_step   TRAIN steps from the exported state: status, loss, step, CRC-32 of the parameters and
- *                     of the optimizer slots, and a few parameters, after every step.
+ *                     of the optimizer slots, and a few parameters, after every step (a frozen full-integer
+ *                     model with int8 at its boundary, MCT_MODEL_INT8_IO, trains nothing: TRAIN must refuse).
  * Results go through the port (port_write) as lines "file:line:name:PASS" or "file:line:name:FAIL: why",
  * then "TESTS_DONE <failures>"; the program ends with port_exit(failures ? 1 : 0). test_custom_runner.py
  * reads them. The firmware's own main() is left out of this build (PIO_UNIT_TESTING, see src/main.c).
@@ -142,14 +143,21 @@ static void test_net_check(void) {
 
 static void test_predict(void) {
     mct_app_reset(&app);
-    float *x = app.arena + mct_model.in_off;
     for (uint8_t i = 0; i < MCT_TEST_N_PREDICT; i++) {
-        load_floats(x, mct_test_x[i], MCT_MODEL_N_IN);
-        const float *y = mct_app_predict(&app);     /* what PREDICT runs */
+        for (uint16_t j = 0; j < MCT_MODEL_N_IN; j++) {
+            float v;
+            load_floats(&v, &mct_test_x[i][j], 1);
+            mct_app_input(&app, j, v);
+        }
+        int rc = mct_app_predict(&app);             /* what PREDICT runs */
+        if (rc != MCT_OK) {
+            t_fail(__LINE__, T_P("PREDICT status of sample #"), i, 0, (uint32_t)rc, MCT_OK);
+            return;
+        }
         for (uint16_t j = 0; j < MCT_MODEL_N_OUT; j++) {
-            uint32_t want = rd32(&mct_test_y[i][j]);
-            if (bits(y[j]) != want) {
-                t_fail(__LINE__, T_P("PREDICT of sample #, output #"), i, j, bits(y[j]), want);
+            uint32_t got = bits(mct_app_output(&app, j)), want = rd32(&mct_test_y[i][j]);
+            if (got != want) {
+                t_fail(__LINE__, T_P("PREDICT of sample #, output #"), i, j, got, want);
                 return;
             }
         }
@@ -158,6 +166,12 @@ static void test_predict(void) {
 
 static void test_train_step(void) {
     mct_app_reset(&app);
+#if MCT_MODEL_INT8_IO
+    float refused = 0.0f;
+    int st = mct_app_train(&app, &refused);
+    if (st == MCT_OK)
+        t_fail(__LINE__, T_P("TRAIN status of a model that trains nothing"), 0, 0, (uint32_t)st, MCT_E_ARG);
+#else
     float *x = app.arena + mct_model.in_off;
     for (uint8_t s = 0; s < MCT_TEST_N_TRAIN; s++) {
         float loss = 0.0f;
@@ -203,6 +217,7 @@ static void test_train_step(void) {
             return;
         }
     }
+#endif
 }
 
 #ifdef ARDUINO
