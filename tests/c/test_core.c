@@ -1275,65 +1275,99 @@ static const mct_net *hand_q_net(netb *b) {
     return net;
 }
 
-/* The blob of test_qdense_at_the_limits (QUANT 0, QDENSE 8, DEQUANT 8 + 8 + 12 * 45 + 9 * 45 padded). */
-static uint32_t g_qlim_words[(8 + 8 + 12 * 45 + 408 + 8) / 4];
+/* The limit constants of the QDENSE limit tests: biases +-(2^31 - 1), -2^31, 0, 12345 (output o takes
+ * qlim_bias[o % 5]) and multipliers -2^31, 2^31 - 1, -1, 0, 2^30. */
+static const int32_t qlim_bias[5] = {INT32_MAX, INT32_MIN, -INT32_MAX, 0, 12345};
+static const int32_t qlim_mult[5] = {INT32_MIN, INT32_MAX, -1, 0, 1 << 30};
 
-/* QDENSE with every combination of limit constants (biases +-(2^31 - 1), -2^31, 0, 12345; multipliers -2^31,
- * 2^31 - 1, -1, 0, 2^30; shifts -1000, 0, 1, 31, 32, 33, 62, 63, 1000) over int8 codes that include -128 and
- * 127 and weights that include -128: no undefined behaviour (this test runs under UBSan) and every output equal
- * to the documented formula worked out here in int64. */
-static void test_qdense_at_the_limits(void) {
-    enum { N = 9, O = 45 };
-    static const int32_t bias[5] = {INT32_MAX, INT32_MIN, -INT32_MAX, 0, 12345};
-    static const int32_t mult[5] = {INT32_MIN, INT32_MAX, -1, 0, 1 << 30};
-    static const int32_t shift[9] = {-1000, 0, 1, 31, 32, 33, 62, 63, 1000};
-    uint8_t *c = (uint8_t *)g_qlim_words;
-    memset(g_qlim_words, 0, sizeof g_qlim_words);
+/* One run of a QDENSE limit test: QUANT (scale 1) -> QDENSE of 9 inputs and o_n <= 45 outputs -> DEQUANT. */
+typedef struct {
+    int o_n, n_shift;
+    const int32_t *shift;   /* output o's shift: shift[o % n_shift] */
+    int8_t w[45][9];        /* random, -128 on the diagonal */
+    float x[3 * 9];         /* the extreme codes, 127 everywhere, random codes */
+    uint32_t blob[(8 + 8 + 12 * 45 + 408 + 8) / 4];
+    float *arena;           /* the forward pass's arena (free it) */
+    const int8_t *got;      /* the QDENSE's int8 outputs, sample s at s * 4 * ((o_n + 3) / 4) */
+} qlim_run;
+
+/* Output o's multiplier: the five multipliers in turn, each for n_shift outputs in a row (every shift). */
+static int32_t qlim_mult_of(const qlim_run *r, int o) { return qlim_mult[(o / r->n_shift) % 5]; }
+
+/* Build and run r's net (output zero point zy, every shift word or-ed with flag, weights and codes from seed). */
+static void qlim_forward(qlim_run *r, int32_t zy, uint32_t flag, uint32_t seed) {
+    enum { N = 9 };
+    const int O = r->o_n;
+    uint8_t *c = (uint8_t *)r->blob;
+    memset(r->blob, 0, sizeof r->blob);
     put_f32(c, 1.0f); put_i32(c + 4, 0);                       /* QUANT: the code is the input, rounded */
     uint8_t *q = c + 8;
-    put_i32(q, 77); put_i32(q + 4, -3);                        /* zx (not read), zy */
-    int8_t w[O][N];
-    rng_seed(99);
+    put_i32(q, 77); put_i32(q + 4, zy);                        /* zx (not read), zy */
+    rng_seed(seed);
     for (int o = 0; o < O; o++) {
-        put_i32(q + 8 + 4 * o, bias[o % 5]);
-        put_i32(q + 8 + 4 * (O + o), mult[(o / 5) % 5]);
-        put_i32(q + 8 + 4 * (2 * O + o), shift[o % 9]);
-        for (int i = 0; i < N; i++) w[o][i] = (int8_t)(i == o % N ? -128 : (int)rng_uniform(-128.0f, 128.0f));
+        put_i32(q + 8 + 4 * o, qlim_bias[o % 5]);
+        put_i32(q + 8 + 4 * (O + o), qlim_mult_of(r, o));
+        put_i32(q + 8 + 4 * (2 * O + o), (int32_t)((uint32_t)r->shift[o % r->n_shift] | flag));
+        for (int i = 0; i < N; i++) r->w[o][i] = (int8_t)(i == o % N ? -128 : (int)rng_uniform(-128.0f, 128.0f));
     }
-    memcpy(q + 8 + 12 * O, w, sizeof w);
-    uint32_t dq = 8u + 8u + 12u * O + ((N * O + 3u) & ~3u);
+    for (int o = 0; o < O; o++) memcpy(q + 8 + 12 * O + N * o, r->w[o], N);
+    uint32_t dq = 8u + 8u + 12u * (uint32_t)O + ((N * (uint32_t)O + 3u) & ~3u);
     put_f32(c + dq, 1.0f); put_i32(c + dq + 4, 0);
     netb b;
     nb_init(&b, N);
     nb_add_q(&b, MCT_OP_QUANT, N, 0);
-    nb_add_q(&b, MCT_OP_QDENSE, O, 8);
-    nb_add_q(&b, MCT_OP_DEQUANT, O, dq);
+    nb_add_q(&b, MCT_OP_QDENSE, (uint32_t)O, 8);
+    nb_add_q(&b, MCT_OP_DEQUANT, (uint32_t)O, dq);
     const mct_net *net = nb_finish(&b);
     b.net.cdata = c;
-    b.net.cdata_size = (uint32_t)sizeof g_qlim_words;
+    b.net.cdata_size = (uint32_t)sizeof r->blob;
     CHECK(mct_net_check(net) == MCT_OK);
-    const uint32_t nb = 3;
-    float x[3 * N] = {-128, 127, -128, 127, -128, 127, -128, 127, -128,    /* the extreme codes */
-                      127, 127, 127, 127, 127, 127, 127, 127, 127};
-    for (int i = 2 * N; i < 3 * N; i++) x[i] = (float)(int)rng_uniform(-128.0f, 128.0f);
-    float *arena = falloc((size_t)net->arena * nb);
-    mct_forward(net, NULL, x, arena, nb);
-    const int8_t *got = (const int8_t *)(arena + (size_t)b.L[1].out_off * nb);
-    for (uint32_t s = 0; s < nb; s++)
-        for (int o = 0; o < O; o++) {
-            int64_t acc = bias[o % 5];
-            for (int i = 0; i < N; i++) acc += (int64_t)x[s * N + i] * w[o][i];
-            acc = acc > INT32_MAX ? INT32_MAX : (acc < -INT32_MAX ? -INT32_MAX : acc);
-            int64_t m = mult[(o / 5) % 5], p = acc * m;
-            int n = shift[o % 9] < 1 ? 1 : (shift[o % 9] > 62 ? 62 : shift[o % 9]);
-            uint64_t mag = ((uint64_t)(p < 0 ? -p : p) + ((uint64_t)1 << (n - 1))) >> n;
-            int64_t r = (int64_t)(mag > (1u << 30) ? (1u << 30) : mag);
-            r = (p < 0 ? -r : r) - 3;
-            int want = r < -128 ? -128 : (r > 127 ? 127 : (int)r);
-            CHECKF(got[(size_t)s * 4 * ((O + 3) / 4) + o] == want,
-                   "sample %u output %d: %d want %d", s, o, got[(size_t)s * 4 * ((O + 3) / 4) + o], want);
+    for (int i = 0; i < N; i++) r->x[i] = i % 2 ? 127.0f : -128.0f;
+    for (int i = N; i < 2 * N; i++) r->x[i] = 127.0f;
+    for (int i = 2 * N; i < 3 * N; i++) r->x[i] = (float)(int)rng_uniform(-128.0f, 128.0f);
+    r->arena = falloc((size_t)net->arena * 3);
+    mct_forward(net, NULL, r->x, r->arena, 3);
+    r->got = (const int8_t *)(r->arena + (size_t)b.L[1].out_off * 3);
+}
+
+/* Sample s's accumulator for output o as the kernel saturates it: bias + x.w within +-(2^31 - 1). */
+static int64_t qlim_acc(const qlim_run *r, int s, int o) {
+    int64_t acc = qlim_bias[o % 5];
+    for (int i = 0; i < 9; i++) acc += (int64_t)r->x[s * 9 + i] * r->w[o][i];
+    return acc > INT32_MAX ? INT32_MAX : (acc < -INT32_MAX ? -INT32_MAX : acc);
+}
+
+/* Check every output of r against want(s, o) (from int64 arithmetic, clamped to int8), then free the arena. */
+static void qlim_check(qlim_run *r, int (*want)(const qlim_run *, int, int), const char *what) {
+    for (int s = 0; s < 3; s++)
+        for (int o = 0; o < r->o_n; o++) {
+            int got = r->got[(size_t)s * 4 * ((r->o_n + 3) / 4) + o], w = want(r, s, o);
+            CHECKF(got == w, "%s sample %d output %d: %d want %d", what, s, o, got, w);
         }
-    free(arena);
+    free(r->arena);
+}
+
+static int qlim_clamp8(int64_t r) { return r < -128 ? -128 : (r > 127 ? 127 : (int)r); }
+
+/* mct.h's requantization: (acc m) / 2^n rounded half away from zero, n in [1, 62], magnitude at most 2^30,
+ * plus the output zero point -3. */
+static int qlim_want_mct(const qlim_run *r, int s, int o) {
+    int64_t p = qlim_acc(r, s, o) * qlim_mult_of(r, o);
+    int n = r->shift[o % r->n_shift] < 1 ? 1 : (r->shift[o % r->n_shift] > 62 ? 62 : r->shift[o % r->n_shift]);
+    uint64_t mag = ((uint64_t)(p < 0 ? -p : p) + ((uint64_t)1 << (n - 1))) >> n;
+    int64_t v = (int64_t)(mag > (1u << 30) ? (1u << 30) : mag);
+    return qlim_clamp8((p < 0 ? -v : v) - 3);
+}
+
+/* QDENSE with every limit multiplier beside every shift of -1000, 0, 1, 31, 32, 33, 62, 63, 1000 (and the limit
+ * biases) over int8 codes that include -128 and 127 and weights that include -128: no undefined behaviour (this
+ * test runs under UBSan) and every output equal to the documented formula worked out here in int64. */
+static void test_qdense_at_the_limits(void) {
+    static const int32_t shift[9] = {-1000, 0, 1, 31, 32, 33, 62, 63, 1000};
+    static qlim_run r;
+    r.o_n = 45; r.n_shift = 9; r.shift = shift;
+    qlim_forward(&r, -3, 0, 99);
+    qlim_check(&r, qlim_want_mct, "mct");
 }
 
 /* gemmlowp's RoundingDivideByPOT of v by 2^k, worked out here with a floor division and the remainder. */
@@ -1345,70 +1379,33 @@ static int64_t tfl_rdbpot(int64_t v, int k) {
     return fl + (rem > thr ? 1 : 0);
 }
 
-/* QDENSE whose shift words carry MCT_QSHIFT_TFLITE (an imported .tflite), with limit biases, multipliers
- * (-2^31, 2^31 - 1, -1, 0, 2^30) and shifts 1, 30, 31, 32, 33, 62 (TFLite's 30 .. -31), over extreme codes: no
- * undefined behaviour (UBSan) and every output TFLite Micro's MultiplyByQuantizedMultiplier as mct.h documents
- * it (left shift saturated, SaturatingRoundingDoublingHighMul, RoundingDivideByPOT), worked out here in int64. */
-static void test_qdense_tflite_rounding_at_the_limits(void) {
-    enum { N = 9, O = 30 };
-    static const int32_t bias[5] = {INT32_MAX, INT32_MIN, -INT32_MAX, 0, 12345};
-    static const int32_t mult[5] = {INT32_MIN, INT32_MAX, -1, 0, 1 << 30};
-    static const int32_t shift[6] = {1, 30, 31, 32, 33, 62};
-    static uint32_t words[(8 + 8 + 12 * O + ((N * O + 3) & ~3) + 8) / 4];
-    uint8_t *c = (uint8_t *)words;
-    memset(words, 0, sizeof words);
-    put_f32(c, 1.0f); put_i32(c + 4, 0);
-    uint8_t *q = c + 8;
-    put_i32(q, 0); put_i32(q + 4, 5);
-    int8_t w[O][N];
-    rng_seed(7);
-    for (int o = 0; o < O; o++) {
-        put_i32(q + 8 + 4 * o, bias[o % 5]);
-        put_i32(q + 8 + 4 * (O + o), mult[(o / 6) % 5]);
-        put_i32(q + 8 + 4 * (2 * O + o), shift[o % 6] | MCT_QSHIFT_TFLITE);
-        for (int i = 0; i < N; i++) w[o][i] = (int8_t)(i == o % N ? -128 : (int)rng_uniform(-128.0f, 128.0f));
+/* TFLite Micro's MultiplyByQuantizedMultiplier as mct.h documents it (left shift saturated,
+ * SaturatingRoundingDoublingHighMul, RoundingDivideByPOT), in int64, plus the output zero point 5. */
+static int qlim_want_tflite(const qlim_run *r, int s, int o) {
+    int n = r->shift[o % r->n_shift];
+    int64_t m = qlim_mult_of(r, o), acc = qlim_acc(r, s, o);
+    int64_t v = n < 31 ? acc * ((int64_t)1 << (31 - n)) : acc;
+    v = v > INT32_MAX ? INT32_MAX : (v < INT32_MIN ? INT32_MIN : v);
+    int64_t h;
+    if (v == INT32_MIN && m == INT32_MIN) {
+        h = INT32_MAX;
+    } else {
+        int64_t p = v * m, nudge = p >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30);
+        h = (p + nudge) / ((int64_t)1 << 31);           /* C99 division truncates, as gemmlowp's */
     }
-    memcpy(q + 8 + 12 * O, w, sizeof w);
-    uint32_t dq = 8u + 8u + 12u * O + ((N * O + 3u) & ~3u);
-    put_f32(c + dq, 1.0f); put_i32(c + dq + 4, 0);
-    netb b;
-    nb_init(&b, N);
-    nb_add_q(&b, MCT_OP_QUANT, N, 0);
-    nb_add_q(&b, MCT_OP_QDENSE, O, 8);
-    nb_add_q(&b, MCT_OP_DEQUANT, O, dq);
-    const mct_net *net = nb_finish(&b);
-    b.net.cdata = c;
-    b.net.cdata_size = (uint32_t)sizeof words;
-    CHECK(mct_net_check(net) == MCT_OK);
-    const uint32_t nb = 3;
-    float x[3 * N] = {-128, 127, -128, 127, -128, 127, -128, 127, -128,
-                      127, 127, 127, 127, 127, 127, 127, 127, 127};
-    for (int i = 2 * N; i < 3 * N; i++) x[i] = (float)(int)rng_uniform(-128.0f, 128.0f);
-    float *arena = falloc((size_t)net->arena * nb);
-    mct_forward(net, NULL, x, arena, nb);
-    const int8_t *got = (const int8_t *)(arena + (size_t)b.L[1].out_off * nb);
-    for (uint32_t s = 0; s < nb; s++)
-        for (int o = 0; o < O; o++) {
-            int64_t acc = bias[o % 5];
-            for (int i = 0; i < N; i++) acc += (int64_t)x[s * N + i] * w[o][i];
-            acc = acc > INT32_MAX ? INT32_MAX : (acc < -INT32_MAX ? -INT32_MAX : acc);
-            int n = shift[o % 6], m = mult[(o / 6) % 5];
-            int64_t v = n < 31 ? acc * ((int64_t)1 << (31 - n)) : acc;
-            v = v > INT32_MAX ? INT32_MAX : (v < INT32_MIN ? INT32_MIN : v);
-            int64_t h;
-            if (v == INT32_MIN && m == INT32_MIN) {
-                h = INT32_MAX;
-            } else {
-                int64_t p = v * m, nudge = p >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30);
-                h = (p + nudge) / ((int64_t)1 << 31);           /* C99 division truncates, as gemmlowp's */
-            }
-            int64_t r = tfl_rdbpot(h, n > 31 ? n - 31 : 0);
-            r = (r > (1 << 30) ? (1 << 30) : (r < -(1 << 30) ? -(1 << 30) : r)) + 5;
-            int want = r < -128 ? -128 : (r > 127 ? 127 : (int)r);
-            CHECKF(got[(size_t)s * 4 * ((O + 3) / 4) + o] == want,
-                   "tflite sample %u output %d: %d want %d", s, o, got[(size_t)s * 4 * ((O + 3) / 4) + o], want);
-        }
-    free(arena);
+    int64_t q = tfl_rdbpot(h, n > 31 ? n - 31 : 0);
+    return qlim_clamp8((q > (1 << 30) ? (1 << 30) : (q < -(1 << 30) ? -(1 << 30) : q)) + 5);
+}
+
+/* QDENSE whose shift words carry MCT_QSHIFT_TFLITE (an imported .tflite), with the limit constants and shifts
+ * 1, 30, 31, 32, 33, 62 (TFLite's 30 .. -31), over extreme codes: no undefined behaviour (UBSan) and every
+ * output as qlim_want_tflite works it out. */
+static void test_qdense_tflite_rounding_at_the_limits(void) {
+    static const int32_t shift[6] = {1, 30, 31, 32, 33, 62};
+    static qlim_run r;
+    r.o_n = 30; r.n_shift = 6; r.shift = shift;
+    qlim_forward(&r, 5, MCT_QSHIFT_TFLITE, 7);
+    qlim_check(&r, qlim_want_tflite, "tflite");
 }
 
 /* ------------------------------------------------------------------------------------------------ */
