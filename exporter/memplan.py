@@ -54,6 +54,7 @@ AVR_OP_CODE = {
     Op.QMAXPOOL2D: 1150,
     Op.QAVGPOOL2D: 1650,
     Op.QSOFTMAX: 3700,  # forward, check, size and the 64-bit multiply it links (3,734 B alone, avr-gcc 5.4 -Os)
+    Op.QRES_END: 2950,  # forward, check, size in 64-bit integers (layer_qadd.o 2,932 B, avr-gcc 5.4 -Os)
 }
 AVR_SPATIAL_CHECK_CODE = 1150  # mct_spatial_check, once for all spatial ops
 AVR_SPATIAL_STACK = 260  # stack beyond the board's margin that the spatial kernels need on AVR (see _spatial_stack)

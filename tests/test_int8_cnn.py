@@ -426,23 +426,35 @@ def test_resnet8_int8_full_plan_keeps_three_activations_alive() -> None:
     assert np.abs(y - net.forward(cal)).max() < 0.01
 
 
-@pytest.mark.parametrize("block", list(BLOCKS))
-def test_int8_full_residual_block_runs_bit_for_bit_on_the_m4f(block: str, tmp_path: Path) -> None:
-    """The int8 residual block (identity, with a 1x1 projection shortcut, identity over 17 channels, whose windows of
-    153 values the M4F takes two pixels at a time, or over 30 channels, whose windows it sums in parts) exported for
-    the nucleo_f401re predicts in QEMU exactly what the host's int8 model (the reference kernels) predicts."""
+def residual_block_runs_bit_for_bit(block: str, board: str, tmp_path: Path) -> None:
+    """residual_net(*BLOCKS[block]) exported int8-full (every layer frozen) for board predicts in its simulator
+    exactly what the host's int8 model (the reference kernels) predicts, its residual add a QRES_END."""
     net = residual_net(*BLOCKS[block])
     ck = Checkpoint(net, net.new_sgd(TrainParams(lr=0.05)), {"loss": "cross_entropy"})
     x = np.random.default_rng(0).normal(size=(64, net.n_in)).astype(np.float32)
-    r = export_project(ck, "nucleo_f401re", tmp_path / "fw", quant="int8-full", trainable="none", sim=True,
-                       calibration=x)  # fmt: skip
+    r = export_project(ck, board, tmp_path / "fw", quant="int8-full", trainable="none", sim=True, calibration=x)
     ops = [d.op.name for d in r.model.program.layers]
     assert "QRES_END" in ops and "RES_END" not in ops and ops.count("QUANT") == 1, ops
     assert r.plan.fits(), r.plan.table()
     twin = DeviceTwin(r.model)
     assert np.abs(twin.predict(x) - net.forward(x)).max() < 0.02
     with sim.start(r.path, r.board) as s:
-        assert_same_bits(s.device.predict(x[:12]), twin.predict(x[:12]), "PREDICT of the int8 ResNet block")
+        assert_same_bits(s.device.predict(x[:12]), twin.predict(x[:12]), f"PREDICT of the int8 ResNet block on {board}")
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_int8_full_residual_block_runs_bit_for_bit_on_the_m4f(block: str, tmp_path: Path) -> None:
+    """The int8 residual block (identity, with a 1x1 projection shortcut, identity over 17 channels, whose windows of
+    153 values the M4F takes two pixels at a time, or over 30 channels, whose windows it sums in parts) exported for
+    the nucleo_f401re predicts in QEMU exactly what the host's int8 model (the reference kernels) predicts."""
+    residual_block_runs_bit_for_bit(block, "nucleo_f401re", tmp_path)
+
+
+@pytest.mark.parametrize("block", ["identity", "projection"])
+def test_int8_full_residual_block_runs_bit_for_bit_on_the_uno(block: str, tmp_path: Path) -> None:
+    """The same on the Uno in simavr (int is 16 bits there: QRES_END's 2^20 left shifts must be done in 32 bits),
+    with the plan counting QRES_END's AVR code (memplan.AVR_OP_CODE)."""
+    residual_block_runs_bit_for_bit(block, "uno", tmp_path)
 
 
 # ----------------------------------------------------------------------------- 1-D CNNs (Conv1d, 1-D pooling)
