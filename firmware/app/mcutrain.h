@@ -26,8 +26,7 @@ extern "C" {
 int mct_model_init(void);
 /* Predict: x holds MCT_N_IN floats, y receives MCT_N_OUT floats. */
 void mct_model_predict(const float *x, float *y);
-/* One training step on x and its target (MCT_N_OUT floats), loss in *loss; MCT_ST_OK, else the model is unchanged
- * (MCT_ST_UNSUPPORTED: a frozen full-integer model, MCT_MODEL_INT8_IO, trains nothing). */
+/* One training step on x and its target (MCT_N_OUT floats), loss in *loss; MCT_ST_OK, else the model is unchanged (MCT_ST_UNSUPPORTED with MCT_MODEL_INT8_IO). */
 int mct_model_train(const float *x, const float *target, float *loss);
 /* Persist what the model learned into storage; MCT_ST_OK, MCT_ST_UNSUPPORTED (no room) or MCT_ST_STORE. */
 int mct_model_save(void);
