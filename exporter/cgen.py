@@ -91,7 +91,7 @@ def model_h(m: DeviceModel) -> str:
 #define MCT_MODEL_ARENA {p.arena}               /* floats of the layer table's arena (one sample) */
 #define MCT_MODEL_INT8_IO {int(m.int8_io)}             /* input and output int8 at the app's boundary, nothing trains */
 #define MCT_MODEL_APP_ARENA {m.app_arena}           /* floats of arena the app allocates */
-#define MCT_MODEL_SCRATCH {max(m.scratch, 1)}             /* floats of backward scratch */
+#define MCT_MODEL_SCRATCH {m.scratch}             /* floats of backward scratch (none with MCT_MODEL_INT8_IO) */
 #define MCT_MODEL_RX_MAX {m.rx_max}              /* bytes of the frame buffer */
 #define MCT_MODEL_LOSS_KIND {m.loss_kind}
 #define MCT_MODEL_LOSS_PARAM {c_float(m.loss_param)}

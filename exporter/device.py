@@ -153,25 +153,20 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
     together, which is what a frozen CNN backbone needs at its peak (as CMSIS-NN's ping-pong buffers), not all its
     activations. With residual blocks among them (whose end reads its start's input again) each output takes a
     region only while it is read (_frozen_regions). A network the device runs from QUANT's output to DEQUANT's input
-    (int8_boundary) has its shared buffer from offset 0, QUANT's output at its low end, and its f32 input (in_off)
-    and output (out_off) above it: the firmware allocates the buffer alone."""
-    if int8_boundary(layers):  # the shared buffer from QUANT's output to DEQUANT's input; the f32 ends above it
-        outs = [layer_size_of(d).out for d in layers]
-        buf = max(a + b for a, b in zip(outs[:-2], outs[1:-1]))
-        low = True  # QUANT's output at the buffer's low end
-        for i, d in enumerate(layers):
-            d.in_off = layers[i - 1].out_off if i else buf
-            d.out_off = 0 if i == 0 else buf if i == len(layers) - 1 else buf - outs[i] if low else 0
-            d.aux_off = d.aux = 0
-            low = low if i == 0 else not low
-        return layers, buf + max(n_in, layers[-1].n_out), buf, buf
+    (int8_boundary) starts the buffer with QUANT's output instead, and its f32 input (in_off) and output lie above
+    the buffer: the firmware allocates the buffer alone."""
+    boundary = int8_boundary(layers)
     stop = next((i for i, d in enumerate(layers) if d.trainable and d.n_p), len(layers))
     residual = any(d.op in RESIDUAL_OPS for d in layers[:stop])
-    shared = 0 if residual else stop
+    shared = len(layers) - 1 if boundary else 0 if residual else stop  # the layers whose outputs share the buffer
     outs = [layer_size_of(d).out for d in layers[:shared]]
-    buf = max([n_in] + [a + b for a, b in zip([n_in] + outs, outs)])  # floats of the shared buffer
-    where, top = _frozen_regions(layers, n_in, stop) if residual else ({}, buf)
-    cur, low = 0, True  # low: the current input sits at the shared buffer's low end
+    # what the buffer's low end holds first: the network's input, or QUANT's output (the input lies above, at in_off)
+    first = 1 if boundary else 0
+    head = [outs[0] if boundary else n_in]
+    buf = max(head + [a + b for a, b in zip(head + outs[first:], outs[first:])])  # floats of the shared buffer
+    in_off = buf if boundary else 0
+    where, top = _frozen_regions(layers, n_in, stop) if residual else ({}, buf + (n_in if boundary else 0))
+    cur, low = in_off, True  # low: the current input sits at the shared buffer's low end
     for i, d in enumerate(layers):
         size = layer_size_of(d)
         d.in_off = cur
@@ -179,6 +174,8 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
             d.out_off = cur
         elif d.op == Op.RES_SHORTCUT:
             d.out_off = layers[d.k].out_off  # the block's input again, where the shortcut body starts
+        elif i < first:
+            d.out_off = 0  # QUANT's output: the low end, where the network's input would be
         elif i < shared:
             d.out_off = buf - outs[i] if low else 0  # the end of the buffer its input does not use
             low = not low
@@ -191,7 +188,7 @@ def _relayout(layers: List[LayerDesc], n_in: int) -> Tuple[List[LayerDesc], int,
         top += size.aux
         d.aux = size.aux
         cur = d.out_off
-    return layers, top, 0, cur
+    return layers, top, in_off, cur
 
 
 def _fix_residual_links(layers: List[LayerDesc], old_index: List[int]) -> None:

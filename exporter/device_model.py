@@ -144,6 +144,11 @@ class DeviceModel:
         return self.program.in_off if self.int8_io else self.program.arena
 
     @property
+    def app_target(self) -> int:
+        """Floats of training target the firmware keeps: none for an int8_io model (it keeps no training buffers)."""
+        return 0 if self.int8_io else self.program.n_out
+
+    @property
     def n_trainable(self) -> int:
         """Parameters of trainable layers."""
         return sum(d.n_p for d in self.program.layers if d.trainable)

@@ -48,8 +48,10 @@ typedef struct mct_app {
     float state[MCT_STATE_FLOATS];
     mct_train_state ts;
     float arena[MCT_MODEL_APP_ARENA];
+#if !MCT_MODEL_INT8_IO                           /* a model that trains nothing keeps no training buffers */
     float scratch[MCT_MODEL_SCRATCH];
-    float target[MCT_MODEL_INT8_IO ? 1 : MCT_MODEL_N_OUT];
+    float target[MCT_MODEL_N_OUT];
+#endif
     uint8_t rx[MCT_MODEL_RX_MAX];
 #if MCT_MODEL_FEAT
     mct_raw_t raw[MCT_MODEL_RAW_IN];             /* the raw window of PREDICT_RAW / TRAIN_RAW / FEATURES */

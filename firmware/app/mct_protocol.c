@@ -254,15 +254,18 @@ void mct_app_poll(mct_app *a) {
     uint8_t *dst = 0, *dst2 = 0, word[4];
     uint16_t split = len;
     int by_value = 0;   /* PREDICT's input goes in value by value (mct_app_input: an MCT_MODEL_INT8_IO model) */
+    int refuse = 0;     /* a TRAIN frame that mct_app_train will refuse (MCT_MODEL_INT8_IO: nowhere to put it) */
     if (cmd == MCT_CMD_PREDICT && len == MCT_MODEL_N_IN * 4) {
         by_value = MCT_MODEL_INT8_IO;
         dst = by_value ? word : (uint8_t *)(a->arena + mct_model.in_off);
-    } else if (MCT_MODEL_INT8_IO && cmd == MCT_CMD_TRAIN && len == TRAIN_PAYLOAD) {
-        dst = 0;   /* nothing trains: answered UNSUPPORTED once the frame is in */
-    } else if (cmd == MCT_CMD_TRAIN && len == (MCT_MODEL_N_IN + MCT_MODEL_N_OUT) * 4) {
+    } else if (cmd == MCT_CMD_TRAIN && len == TRAIN_PAYLOAD) {
+#if MCT_MODEL_INT8_IO
+        refuse = 1;
+#else
         dst = (uint8_t *)(a->arena + mct_model.in_off);
         dst2 = (uint8_t *)a->target;
         split = MCT_MODEL_N_IN * 4;
+#endif
 #if MCT_MODEL_FEAT
     } else if ((cmd == MCT_CMD_PREDICT_RAW || cmd == MCT_CMD_FEATURES) && len == RAW_BYTES) {
         dst = (uint8_t *)a->raw;
@@ -293,10 +296,7 @@ void mct_app_poll(mct_app *a) {
     }
     uint8_t c0 = (uint8_t)next_byte(), c1 = (uint8_t)next_byte();
     if ((uint16_t)(c0 | (c1 << 8)) != crc) { reply_status(cmd, MCT_ST_BAD_CRC); return; }
-    if (MCT_MODEL_INT8_IO && cmd == MCT_CMD_TRAIN && len == TRAIN_PAYLOAD) {
-        reply_status(cmd, MCT_ST_UNSUPPORTED);
-        return;
-    }
+    if (refuse) { cmd_train(a, cmd); return; }
     if (!dst) {
         int known = (cmd >= MCT_CMD_INFO && cmd <= MCT_CMD_BLOB) || cmd == MCT_CMD_QUIT ||
                     (MCT_MODEL_FEAT && cmd >= MCT_CMD_PREDICT_RAW && cmd <= MCT_CMD_CAPTURE);

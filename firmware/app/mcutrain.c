@@ -2,6 +2,8 @@
  * static model instance, its predictions, training steps and saves. */
 #include "mcutrain.h"
 
+#include <string.h>
+
 static mct_app model;   /* the model instance: parameters, optimizer slots, trace arena, scratch */
 
 int mct_model_init(void) {
@@ -9,10 +11,13 @@ int mct_model_init(void) {
     return model.loaded;
 }
 
-/* The outputs of a prediction on the input in the model into y. */
+/* The outputs of a prediction on the input in the model into y; NaN if the core refused the layer table. */
 static void predict_into(float *y) {
-    mct_app_predict(&model);
-    for (uint16_t i = 0; i < MCT_MODEL_N_OUT; i++) y[i] = mct_app_output(&model, i);
+    int ok = mct_app_predict(&model) == MCT_OK;
+    const uint32_t nan_bits = 0x7FC00000u;
+    float nan;
+    memcpy(&nan, &nan_bits, 4);
+    for (uint16_t i = 0; i < MCT_MODEL_N_OUT; i++) y[i] = ok ? mct_app_output(&model, i) : nan;
 }
 
 void mct_model_predict(const float *x, float *y) {
@@ -21,15 +26,13 @@ void mct_model_predict(const float *x, float *y) {
 }
 
 int mct_model_train(const float *x, const float *target, float *loss) {
-#if MCT_MODEL_INT8_IO
+#if MCT_MODEL_INT8_IO   /* no target buffer: mct_app_train refuses */
     (void)x; (void)target;
-    *loss = 0.0f;
-    return MCT_ST_UNSUPPORTED;   /* a frozen full-integer model trains nothing */
 #else
     for (uint16_t i = 0; i < MCT_MODEL_N_IN; i++) mct_app_input(&model, i, x[i]);
     for (uint16_t i = 0; i < MCT_MODEL_N_OUT; i++) model.target[i] = target[i];
-    return mct_app_status(mct_app_train(&model, loss));
 #endif
+    return mct_app_status(mct_app_train(&model, loss));
 }
 
 #if MCT_MODEL_FEAT

@@ -24,7 +24,7 @@ extern "C" {
 
 /* Set up the model: the newest valid save in storage if there is one (returns 1), else the exported one (0). */
 int mct_model_init(void);
-/* Predict: x holds MCT_N_IN floats, y receives MCT_N_OUT floats. */
+/* Predict: x holds MCT_N_IN floats, y receives MCT_N_OUT floats (NaN if the core refuses the exported layer table). */
 void mct_model_predict(const float *x, float *y);
 /* One training step on x and its target (MCT_N_OUT floats), loss in *loss; MCT_ST_OK, else the model is unchanged (MCT_ST_UNSUPPORTED with MCT_MODEL_INT8_IO). */
 int mct_model_train(const float *x, const float *target, float *loss);

@@ -400,7 +400,7 @@ uint32_t mct_scratch_size(const mct_net *net, uint32_t nb, int host, int with_gi
 
 /* Forward pass of nb samples: copies x [nb][n_in] into the arena; returns the output [nb][n_out] in the arena. */
 float *mct_forward(const mct_net *net, const float *params, const float *x, float *arena, uint32_t nb);
-/* Forward pass of layers [first, end) of one sample on the arena's contents: their output, or NULL if one of them reaches past arena_n floats. */
+/* Forward pass of layers [first, end) of one sample on the arena's contents: their output, or NULL if a region of one of them reaches past arena_n floats. */
 float *mct_forward_layers(const mct_net *net, const float *params, float *arena, uint32_t arena_n, uint16_t first,
                           uint16_t end);
 /* One value to int8 as QUANT computes it, with a QUANT layer's constants c (f32 1/scale, i32 zero point). */

@@ -211,7 +211,7 @@ float *mct_forward_layers(const mct_net *net, const float *params, float *arena,
         const mct_layer *L = mct_get_layer(net, l, &Lc);
         uint32_t w_in = mct_layer_reads_i8(L) ? mct_i8_floats(L->n_in) : L->n_in;
         if (!mct_layer_size_of(L, 1, 0, &sz) || (uint64_t)L->in_off + w_in > arena_n ||
-            (uint64_t)L->out_off + sz.out > arena_n || (uint64_t)L->aux_off + sz.aux > arena_n)
+            (uint64_t)L->out_off + sz.out > arena_n || (sz.aux && (uint64_t)L->aux_off + sz.aux > arena_n))
             return 0;
         out = L->out_off;
     }

@@ -1649,6 +1649,42 @@ static void test_quant_ops_by_hand(void) {
     free(arena);
 }
 
+/* The firmware's int8 boundary on the hand-worked network: mct_quantize_value gives QUANT's codes one value at a
+ * time, mct_forward_layers runs the int8 body alone (QDENSE, QLUT) on them, and mct_dequantize_value gives
+ * DEQUANT's outputs; a table whose regions reach past the arena it is given, or an empty or too long layer range,
+ * gives NULL, while a region of 0 floats (QDENSE's aux) is never out of bounds. */
+static void test_forward_layers_at_the_int8_boundary(void) {
+    netb b;
+    const mct_net *net = hand_q_net(&b);
+    CHECK(mct_net_check(net) == MCT_OK);
+    const uint8_t *c = (const uint8_t *)g_qblob_words;
+    const float x[3] = {1.25f, -0.75f, 0.2f};
+    const int8_t q0[3] = {2, -3, -1};                     /* test_quant_ops_by_hand's QUANT codes */
+    float *arena = falloc(net->arena);
+    int8_t *in = (int8_t *)(arena + b.L[0].out_off);
+    for (int i = 0; i < 3; i++) {
+        in[i] = mct_quantize_value(c, x[i]);
+        CHECKF(in[i] == q0[i], "quantized value %d: %d want %d", i, in[i], q0[i]);
+    }
+    uint32_t end = 0;                                     /* where the body's last region ends */
+    for (int l = 1; l < 3; l++) {
+        uint32_t e = (b.L[l].in_off > b.L[l].out_off ? b.L[l].in_off : b.L[l].out_off) + 1u;
+        end = e > end ? e : end;
+    }
+    b.L[1].aux_off = 1000;                                /* an aux of 0 floats, far outside: not a reason to refuse */
+    const int8_t *q = (const int8_t *)mct_forward_layers(net, NULL, arena, end, 1, 3);
+    CHECK(q == (const int8_t *)(arena + b.L[2].out_off));
+    const float want[3] = {-4.5f, 60.5f, 0.0f};           /* test_quant_ops_by_hand's outputs of sample 0 */
+    for (int i = 0; q && i < 3; i++) {
+        float y = mct_dequantize_value(c + 336, q[i]);
+        CHECKF(y == want[i], "dequantized output %d: %g want %g", i, (double)y, (double)want[i]);
+    }
+    CHECK(mct_forward_layers(net, NULL, arena, end - 1u, 1, 3) == NULL);
+    CHECK(mct_forward_layers(net, NULL, arena, net->arena, 2, 2) == NULL);
+    CHECK(mct_forward_layers(net, NULL, arena, net->arena, 1, 5) == NULL);
+    free(arena);
+}
+
 /* QUANT rounds the f32 product to nearest with ties away from zero, also just below a tie and at the
  * saturation limits (checked against a double-precision re-derivation). */
 static void test_quant_rounding(void) {
@@ -2257,6 +2293,7 @@ int main(void) {
     RUN(test_train_step_loss_is_batch_mean);
     RUN(test_quant_ops_by_hand);
     RUN(test_qdense_at_the_limits);
+    RUN(test_forward_layers_at_the_int8_boundary);
     RUN(test_qdense_tflite_rounding_at_the_limits);
     RUN(test_op_list_dispatch);
     RUN(test_quant_rounding);
